@@ -1,0 +1,20 @@
+#include "engine/common/status.h"
+
+namespace ferry {
+
+const char* status_name(Status status) {
+  switch (status) {
+    case Status::kOk: return "ok";
+    case Status::kInvalidArgument: return "invalid argument";
+    case Status::kOutOfMemory: return "out of memory";
+    case Status::kUnsupported: return "unsupported";
+    case Status::kUnavailable: return "unavailable";
+    case Status::kGpuError: return "GPU runtime error";
+    case Status::kSystemError: return "system error";
+    case Status::kTimeout: return "timeout";
+    case Status::kInternal: return "internal error";
+  }
+  return "unknown status";
+}
+
+}  // namespace ferry

@@ -1,0 +1,37 @@
+// One status type for the whole engine. No exceptions cross the C boundary
+// and nothing here ever exits: failures travel up as a Status, and each frame
+// that forwards one leaves a breadcrumb in the log (FERRY_DEBUG=WARN).
+#pragma once
+
+#include "engine/common/log.h"
+
+namespace ferry {
+
+enum class Status : int {
+  kOk = 0,
+  kInvalidArgument,
+  kOutOfMemory,
+  kUnsupported,
+  kUnavailable,   // the backend or resource is not present on this machine
+  kGpuError,
+  kSystemError,
+  kTimeout,
+  kInternal,
+};
+
+const char* status_name(Status status);
+
+inline bool ok(Status status) { return status == Status::kOk; }
+
+}  // namespace ferry
+
+// Forward a failure to the caller, logging where it passed.
+#define FERRY_CHECK(expr)                                                        \
+  do {                                                                           \
+    ::ferry::Status ferry_check_status_ = (expr);                                \
+    if (ferry_check_status_ != ::ferry::Status::kOk) {                           \
+      FERRY_LOG_AT(::ferry::LogLevel::kWarn, ::ferry::LogSubsys::kAll,          \
+                   "%s failed: %s", #expr, ::ferry::status_name(ferry_check_status_)); \
+      return ferry_check_status_;                                                \
+    }                                                                            \
+  } while (0)

@@ -1,0 +1,84 @@
+#include "engine/gpu/cuda_probe.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <link.h>
+
+#include <atomic>
+#include <mutex>
+
+namespace ferry::gpu {
+namespace {
+
+using PointerGetAttributesFn = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
+using CtxGetCurrentFn = CUresult (*)(CUcontext*);
+
+struct DriverEntryPoints {
+  PointerGetAttributesFn pointer_get_attributes = nullptr;
+  CtxGetCurrentFn ctx_get_current = nullptr;
+};
+
+std::atomic<const DriverEntryPoints*> driver{nullptr};
+std::atomic<unsigned long long> loader_adds_seen{~0ull};
+
+unsigned long long loader_adds() {
+  unsigned long long adds = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        *static_cast<unsigned long long*>(out) = info->dlpi_adds;
+        return 1;  // the count is the same in every entry: stop at the first
+      },
+      &adds);
+  return adds;
+}
+
+const DriverEntryPoints* load_driver_if_present() {
+  if (const DriverEntryPoints* d = driver.load(std::memory_order_acquire)) return d;
+  const unsigned long long adds = loader_adds();
+  if (loader_adds_seen.exchange(adds) == adds) return nullptr;
+  void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+  if (!handle) return nullptr;
+  static std::once_flag once;
+  std::call_once(once, [handle] {
+    auto* entry = new DriverEntryPoints;
+    entry->pointer_get_attributes = reinterpret_cast<PointerGetAttributesFn>(dlsym(handle, "cuPointerGetAttributes"));
+    entry->ctx_get_current = reinterpret_cast<CtxGetCurrentFn>(dlsym(handle, "cuCtxGetCurrent"));
+    if (entry->pointer_get_attributes && entry->ctx_get_current) driver.store(entry, std::memory_order_release);
+  });
+  return driver.load(std::memory_order_acquire);
+}
+
+}  // namespace
+
+bool cuda_driver_loaded() { return load_driver_if_present() != nullptr; }
+
+bool cuda_query_pointer(const void* ptr, PointerInfo* info) {
+  const DriverEntryPoints* d = load_driver_if_present();
+  if (!d || !ptr) return false;
+  unsigned memory_type = 0;
+  unsigned is_managed = 0;
+  int ordinal = -1;
+  CUdeviceptr range_start = 0;
+  size_t range_size = 0;
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                      CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void* values[] = {&memory_type, &is_managed, &ordinal, &range_start, &range_size};
+  if (d->pointer_get_attributes(5, attributes, values, reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS)
+    return false;
+  if (memory_type != CU_MEMORYTYPE_DEVICE && !is_managed) return false;  // pinned host memory is host memory
+  info->kind = is_managed ? MemoryKind::kManaged : MemoryKind::kDevice;
+  info->owner = BackendKind::kCuda;
+  info->device = ordinal;
+  info->base = static_cast<std::uintptr_t>(range_start);
+  info->size = range_size;
+  return true;
+}
+
+bool cuda_thread_has_context() {
+  const DriverEntryPoints* d = load_driver_if_present();
+  CUcontext context = nullptr;
+  return d && d->ctx_get_current(&context) == CUDA_SUCCESS && context != nullptr;
+}
+
+}  // namespace ferry::gpu

@@ -1,0 +1,18 @@
+// Looks at the CUDA driver only if the process already loaded it.
+#pragma once
+
+#include "engine/gpu/gpu.h"
+
+namespace ferry::gpu {
+
+// True once libcuda is in the process. Cheap when it is not: re-checks only
+// after the dynamic loader has added objects.
+bool cuda_driver_loaded();
+
+// Driver-level pointer query; false when ptr is not CUDA-managed memory.
+bool cuda_query_pointer(const void* ptr, PointerInfo* info);
+
+// Whether the calling thread has a current CUDA context.
+bool cuda_thread_has_context();
+
+}  // namespace ferry::gpu

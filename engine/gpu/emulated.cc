@@ -1,0 +1,363 @@
+// The host-emulated device. Device memory is a memfd mapped twice: the
+// address handed out is PROT_NONE, so host code that touches it faults just
+// as it would on a GPU pointer, while the backend works through a private
+// read-write "shadow" mapping of the same pages. The memfd is what another
+// process imports (through /proc/<pid>/fd), like a CUDA IPC handle.
+// Streams are worker threads; kernels and copies are host functions.
+#include "engine/gpu/gpu.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+
+#include "engine/common/params.h"
+
+namespace ferry::gpu {
+
+struct StreamImpl {
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::condition_variable idle;
+  std::deque<std::function<void()>> tasks;
+  bool busy = false;
+  bool stopping = false;
+  std::thread worker;
+};
+
+struct EventImpl {
+  std::mutex mutex;
+  std::condition_variable done;
+  std::uint64_t recorded = 0;  // records issued
+  std::uint64_t completed = 0; // records reached by the stream
+  std::chrono::steady_clock::time_point when;
+};
+
+namespace {
+
+struct Allocation {
+  std::uintptr_t user = 0;  // PROT_NONE address given to the caller
+  char* shadow = nullptr;   // read-write view used by the backend
+  std::size_t size = 0;     // bytes requested
+  std::size_t mapped = 0;   // bytes mapped (page multiple)
+  int fd = -1;
+  bool imported = false;
+};
+
+struct EmulatedIpcPayload {
+  std::int32_t pid;
+  std::int32_t fd;
+};
+static_assert(sizeof(EmulatedIpcPayload) <= sizeof(IpcHandle::bytes), "payload must fit the handle");
+
+std::size_t page_round(std::size_t bytes) {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return (bytes + page - 1) / page * page;
+}
+
+void worker_loop(StreamImpl* s) {
+  std::unique_lock<std::mutex> lock(s->mutex);
+  for (;;) {
+    s->wake.wait(lock, [s] { return s->stopping || !s->tasks.empty(); });
+    if (s->tasks.empty() && s->stopping) return;
+    auto task = std::move(s->tasks.front());
+    s->tasks.pop_front();
+    s->busy = true;
+    lock.unlock();
+    task();
+    lock.lock();
+    s->busy = false;
+    if (s->tasks.empty()) s->idle.notify_all();
+  }
+}
+
+void enqueue(StreamImpl* s, std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    s->tasks.push_back(std::move(task));
+  }
+  s->wake.notify_one();
+}
+
+class EmulatedBackend final : public Backend {
+ public:
+  BackendKind kind() const override { return BackendKind::kEmulated; }
+  int device_count() const override { return 1; }
+  std::string describe_devices() const override {
+    return "emulated device 0: host shared memory, limit " +
+           std::to_string(params().emulated_max_bytes) + " bytes (FERRY_EMULATED_MAX_BYTES)";
+  }
+
+  Status device_alloc(std::size_t bytes, void** ptr) override {
+    *ptr = nullptr;
+    if (bytes == 0) return Status::kInvalidArgument;
+    const std::size_t mapped = page_round(bytes);
+    if (allocated_bytes_.fetch_add(mapped) + mapped > static_cast<std::size_t>(params().emulated_max_bytes)) {
+      allocated_bytes_.fetch_sub(mapped);
+      FERRY_WARN(Gpu, "emulated device allocation of %zu bytes exceeds FERRY_EMULATED_MAX_BYTES", bytes);
+      return Status::kOutOfMemory;
+    }
+    int fd = memfd_create("ferry-emulated-device", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(mapped)) != 0) {
+      if (fd >= 0) close(fd);
+      allocated_bytes_.fetch_sub(mapped);
+      return Status::kOutOfMemory;
+    }
+    Allocation a;
+    Status status = map_allocation(fd, bytes, mapped, &a);
+    if (!ok(status)) {
+      close(fd);
+      allocated_bytes_.fetch_sub(mapped);
+      return status;
+    }
+    register_allocation(a);
+    *ptr = reinterpret_cast<void*>(a.user);
+    FERRY_TRACE(Gpu, "emulated alloc %zu bytes at %p", bytes, *ptr);
+    return Status::kOk;
+  }
+
+  Status device_free(void* ptr) override {
+    if (!ptr) return Status::kOk;
+    Allocation a;
+    if (!unregister_allocation(ptr, /*imported=*/false, &a)) return Status::kInvalidArgument;
+    unmap_allocation(a);
+    allocated_bytes_.fetch_sub(a.mapped);
+    return Status::kOk;
+  }
+
+  Status pinned_alloc(std::size_t bytes, void** ptr) override {
+    *ptr = std::aligned_alloc(4096, page_round(bytes ? bytes : 1));
+    return *ptr ? Status::kOk : Status::kOutOfMemory;
+  }
+  Status pinned_free(void* ptr) override {
+    std::free(ptr);
+    return Status::kOk;
+  }
+
+  Status copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return Status::kOk;
+    char* d = translate(dst, bytes);
+    const char* s = translate(src, bytes);
+    if (!d || !s) return Status::kInvalidArgument;
+    std::memmove(d, s, bytes);
+    return Status::kOk;
+  }
+
+  Status copy_async(void* dst, const void* src, std::size_t bytes, Stream stream) override {
+    if (bytes == 0) return Status::kOk;
+    char* d = translate(dst, bytes);
+    const char* s = translate(src, bytes);
+    if (!d || !s) return Status::kInvalidArgument;
+    if (!stream) {
+      std::memmove(d, s, bytes);
+      return Status::kOk;
+    }
+    enqueue(stream, [d, s, bytes] { std::memmove(d, s, bytes); });
+    return Status::kOk;
+  }
+
+  Status stream_create(Stream* stream) override {
+    auto* s = new StreamImpl;
+    s->worker = std::thread(worker_loop, s);
+    *stream = s;
+    return Status::kOk;
+  }
+  Status stream_destroy(Stream stream) override {
+    if (!stream) return Status::kOk;
+    {
+      std::lock_guard<std::mutex> lock(stream->mutex);
+      stream->stopping = true;
+    }
+    stream->wake.notify_all();
+    stream->worker.join();
+    delete stream;
+    return Status::kOk;
+  }
+  Status stream_synchronize(Stream stream) override {
+    if (!stream) return Status::kOk;
+    std::unique_lock<std::mutex> lock(stream->mutex);
+    stream->idle.wait(lock, [stream] { return stream->tasks.empty() && !stream->busy; });
+    return Status::kOk;
+  }
+
+  Status event_create(Event* event) override {
+    *event = new EventImpl;
+    return Status::kOk;
+  }
+  Status event_destroy(Event event) override {
+    delete event;
+    return Status::kOk;
+  }
+  Status event_record(Event event, Stream stream) override {
+    std::uint64_t ticket;
+    {
+      std::lock_guard<std::mutex> lock(event->mutex);
+      ticket = ++event->recorded;
+    }
+    auto mark = [event, ticket] {
+      std::lock_guard<std::mutex> lock(event->mutex);
+      event->when = std::chrono::steady_clock::now();
+      event->completed = ticket;
+      event->done.notify_all();
+    };
+    if (stream) {
+      enqueue(stream, mark);
+    } else {
+      mark();
+    }
+    return Status::kOk;
+  }
+  Status event_synchronize(Event event) override {
+    std::unique_lock<std::mutex> lock(event->mutex);
+    event->done.wait(lock, [event] { return event->completed == event->recorded; });
+    return Status::kOk;
+  }
+  Status event_elapsed_ms(Event start, Event end, float* ms) override {
+    FERRY_CHECK(event_synchronize(start));
+    FERRY_CHECK(event_synchronize(end));
+    if (start->completed == 0 || end->completed == 0) return Status::kInvalidArgument;
+    *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+    return Status::kOk;
+  }
+
+  bool query_pointer(const void* ptr, PointerInfo* info) override {
+    if (count_.load(std::memory_order_acquire) == 0) return false;
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    const Allocation* a = find_locked(reinterpret_cast<std::uintptr_t>(ptr));
+    if (!a) return false;
+    info->kind = MemoryKind::kDevice;
+    info->owner = BackendKind::kEmulated;
+    info->device = 0;
+    info->base = a->user;
+    info->size = a->size;
+    return true;
+  }
+
+  Status ipc_export(void* device_ptr, IpcHandle* handle) override {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    const Allocation* a = find_locked(reinterpret_cast<std::uintptr_t>(device_ptr));
+    if (!a || a->user != reinterpret_cast<std::uintptr_t>(device_ptr)) return Status::kInvalidArgument;
+    std::memset(handle, 0, sizeof(*handle));
+    handle->owner = BackendKind::kEmulated;
+    handle->size = a->size;
+    EmulatedIpcPayload payload{static_cast<std::int32_t>(getpid()), a->fd};
+    std::memcpy(handle->bytes, &payload, sizeof(payload));
+    return Status::kOk;
+  }
+
+  Status ipc_import(const IpcHandle& handle, void** device_ptr) override {
+    *device_ptr = nullptr;
+    if (handle.owner != BackendKind::kEmulated || handle.size == 0) return Status::kInvalidArgument;
+    EmulatedIpcPayload payload;
+    std::memcpy(&payload, handle.bytes, sizeof(payload));
+    const std::string path = "/proc/" + std::to_string(payload.pid) + "/fd/" + std::to_string(payload.fd);
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      FERRY_WARN(Gpu, "cannot import emulated device memory from %s: %s", path.c_str(), std::strerror(errno));
+      return Status::kSystemError;
+    }
+    Allocation a;
+    Status status = map_allocation(fd, handle.size, page_round(handle.size), &a);
+    if (!ok(status)) {
+      close(fd);
+      return status;
+    }
+    a.imported = true;
+    register_allocation(a);
+    *device_ptr = reinterpret_cast<void*>(a.user);
+    return Status::kOk;
+  }
+
+  Status ipc_close(void* device_ptr) override {
+    Allocation a;
+    if (!unregister_allocation(device_ptr, /*imported=*/true, &a)) return Status::kInvalidArgument;
+    unmap_allocation(a);
+    return Status::kOk;
+  }
+
+  char* translate(const void* ptr, std::size_t bytes) {
+    const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+    if (count_.load(std::memory_order_acquire) == 0) return const_cast<char*>(static_cast<const char*>(ptr));
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    const Allocation* a = find_locked(address);
+    if (!a) return const_cast<char*>(static_cast<const char*>(ptr));
+    if (address + bytes > a->user + a->size) {
+      FERRY_WARN(Gpu, "access of %zu bytes at %p runs past its emulated allocation", bytes, ptr);
+      return nullptr;
+    }
+    return a->shadow + (address - a->user);
+  }
+
+ private:
+  static Status map_allocation(int fd, std::size_t size, std::size_t mapped, Allocation* a) {
+    void* user = mmap(nullptr, mapped, PROT_NONE, MAP_SHARED, fd, 0);
+    if (user == MAP_FAILED) return Status::kOutOfMemory;
+    void* shadow = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (shadow == MAP_FAILED) {
+      munmap(user, mapped);
+      return Status::kOutOfMemory;
+    }
+    a->user = reinterpret_cast<std::uintptr_t>(user);
+    a->shadow = static_cast<char*>(shadow);
+    a->size = size;
+    a->mapped = mapped;
+    a->fd = fd;
+    return Status::kOk;
+  }
+
+  static void unmap_allocation(const Allocation& a) {
+    munmap(reinterpret_cast<void*>(a.user), a.mapped);
+    munmap(a.shadow, a.mapped);
+    close(a.fd);
+  }
+
+  void register_allocation(const Allocation& a) {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    allocations_[a.user] = a;
+    count_.fetch_add(1, std::memory_order_release);
+  }
+
+  bool unregister_allocation(void* ptr, bool imported, Allocation* out) {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    auto it = allocations_.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (it == allocations_.end() || it->second.imported != imported) return false;
+    *out = it->second;
+    allocations_.erase(it);
+    count_.fetch_sub(1, std::memory_order_release);
+    return true;
+  }
+
+  const Allocation* find_locked(std::uintptr_t address) const {
+    auto it = allocations_.upper_bound(address);
+    if (it == allocations_.begin()) return nullptr;
+    --it;
+    const Allocation& a = it->second;
+    return address < a.user + a.mapped ? &a : nullptr;
+  }
+
+  std::shared_mutex mutex_;
+  std::map<std::uintptr_t, Allocation> allocations_;
+  std::atomic<std::size_t> count_{0};
+  std::atomic<std::size_t> allocated_bytes_{0};
+};
+
+}  // namespace
+
+Backend* emulated_backend() {
+  // Never destroyed: allocations may be freed from atexit handlers.
+  static EmulatedBackend* backend = new EmulatedBackend;
+  return backend;
+}
+
+}  // namespace ferry::gpu

@@ -1,0 +1,99 @@
+// One small runtime API over the device backends: CUDA, and a host-emulated
+// device for machines without a GPU (DESIGN.md, "The host-emulated device").
+// Only engine/gpu maps a vendor runtime; everything above calls this.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "engine/common/status.h"
+
+namespace ferry::gpu {
+
+enum class BackendKind : int { kNone = 0, kCuda = 1, kEmulated = 2 };
+
+const char* backend_kind_name(BackendKind kind);
+
+enum class MemoryKind : int {
+  kHost,     // pageable or pinned host memory: any MPI can read it
+  kDevice,   // GPU (or emulated device) memory: host code must not touch it
+  kManaged,  // migrates on demand; host-accessible
+};
+
+struct PointerInfo {
+  MemoryKind kind = MemoryKind::kHost;
+  BackendKind owner = BackendKind::kNone;
+  int device = -1;
+  std::uintptr_t base = 0;  // allocation range, when known
+  std::size_t size = 0;
+};
+
+// Opaque, fixed-size handle that another process on the machine can import.
+struct IpcHandle {
+  BackendKind owner;
+  std::uint32_t reserved;
+  std::uint64_t size;
+  unsigned char bytes[64];
+};
+static_assert(sizeof(IpcHandle) == 80, "IpcHandle travels between processes; keep its layout fixed");
+
+struct StreamImpl;
+struct EventImpl;
+using Stream = StreamImpl*;
+using Event = EventImpl*;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  virtual int device_count() const = 0;
+  // One line per device, for ferry-info.
+  virtual std::string describe_devices() const = 0;
+
+  virtual Status device_alloc(std::size_t bytes, void** ptr) = 0;
+  virtual Status device_free(void* ptr) = 0;
+  // Host memory the device copies to and from at full speed.
+  virtual Status pinned_alloc(std::size_t bytes, void** ptr) = 0;
+  virtual Status pinned_free(void* ptr) = 0;
+
+  // Blocking copy; dst and src may each be host or this backend's device memory.
+  virtual Status copy(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual Status copy_async(void* dst, const void* src, std::size_t bytes, Stream stream) = 0;
+
+  virtual Status stream_create(Stream* stream) = 0;
+  virtual Status stream_destroy(Stream stream) = 0;
+  virtual Status stream_synchronize(Stream stream) = 0;
+  virtual Status event_create(Event* event) = 0;
+  virtual Status event_destroy(Event event) = 0;
+  virtual Status event_record(Event event, Stream stream) = 0;
+  virtual Status event_synchronize(Event event) = 0;
+  virtual Status event_elapsed_ms(Event start, Event end, float* ms) = 0;
+
+  // True when ptr lies in memory this backend manages; fills info.
+  virtual bool query_pointer(const void* ptr, PointerInfo* info) = 0;
+
+  virtual Status ipc_export(void* device_ptr, IpcHandle* handle) = 0;
+  virtual Status ipc_import(const IpcHandle& handle, void** device_ptr) = 0;
+  virtual Status ipc_close(void* device_ptr) = 0;
+};
+
+// The backend chosen by FERRY_DEVICE, initialised on first call (which may
+// start the GPU driver). nullptr when the requested backend is unavailable.
+Backend* active_backend();
+
+// The emulated device, always available.
+Backend* emulated_backend();
+
+// The CUDA backend if it was compiled in and a GPU is usable, else nullptr.
+// Probing starts the CUDA driver: call only when CUDA is wanted.
+Backend* cuda_backend();
+
+// Classifies a pointer without starting any GPU runtime: a process that has
+// not loaded one pays only for the emulated-device lookup.
+PointerInfo classify(const void* ptr);
+
+// Blocking copy between any two pointers, by whichever backend owns them.
+Status copy(void* dst, const void* src, std::size_t bytes);
+
+}  // namespace ferry::gpu

@@ -1,0 +1,36 @@
+/* Ferry public C API.
+ *
+ * libferry.so is normally loaded with LD_PRELOAD under an unchanged mpirun
+ * line. These few functions let portable programs (and Ferry's own tests)
+ * allocate memory that Ferry treats as device memory: a real GPU allocation on
+ * the current device when a GPU is present, emulated device memory otherwise
+ * (FERRY_DEVICE selects). Programs that do not link libferry.so can look the
+ * symbols up with dlsym(RTLD_DEFAULT, ...) when it is preloaded. */
+#ifndef FERRY_FERRY_H
+#define FERRY_FERRY_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FERRY_VERSION_MAJOR 0
+#define FERRY_VERSION_MINOR 1
+#define FERRY_VERSION_PATCH 0
+
+/* Device memory on the active backend; NULL on failure or bytes == 0. */
+void* ferry_device_malloc(size_t bytes);
+/* Frees memory from ferry_device_malloc; NULL is ignored. */
+void ferry_device_free(void* ptr);
+/* Blocking copy in any direction (host or device on either side).
+ * Returns 0 on success, non-zero on failure. */
+int ferry_memcpy(void* dst, const void* src, size_t bytes);
+/* Name of the active device backend: "cuda", "emulated" or "none". */
+const char* ferry_device_backend(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERRY_FERRY_H */

@@ -1,0 +1,360 @@
+// Blocking collectives. Each handler routes once; on the staged route it
+// works out which buffers are significant on this rank and how many bytes
+// each touches, stages them, and calls the real MPI on host copies.
+// Arguments the real MPI would reject go to it unchanged, so users get the
+// real MPI's error class through their error handler.
+#include <cstdint>
+
+#include "handlers.h"
+#include "mpi_shim/comm_shape.h"
+#include "mpi_shim/route.h"
+#include "mpi_shim/staging.h"
+#include "mpi_shim/stats.h"
+
+namespace ferry::shim {
+namespace {
+
+std::int64_t sum(const int counts[], int n) {
+  std::int64_t total = 0;
+  for (int i = 0; i < n; ++i) total += counts[i];
+  return total;
+}
+
+// Allreduce, Scan and Exscan share their buffer rules.
+template <typename PmpiCall>
+int reduce_like(FunctionId id, const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                MPI_Comm comm, bool preserve_recv, PmpiCall pmpi) {
+  count_bytes(id, count, datatype);
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  Extent extent;
+  if (op == MPI_OP_NULL || comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = staging.in(sendbuf, extent);
+  void* recv = sendbuf == MPI_IN_PLACE || preserve_recv ? staging.inout(recvbuf, extent)
+                                                         : staging.out(recvbuf, extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+}  // namespace
+
+int handle_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                     MPI_Comm comm) {
+  return reduce_like(FunctionId::kAllreduce, sendbuf, recvbuf, count, datatype, op, comm, false,
+                     [&](const void* s, void* r) { return PMPI_Allreduce(s, r, count, datatype, op, comm); });
+}
+
+int handle_Scan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  return reduce_like(FunctionId::kScan, sendbuf, recvbuf, count, datatype, op, comm, false,
+                     [&](const void* s, void* r) { return PMPI_Scan(s, r, count, datatype, op, comm); });
+}
+
+int handle_Exscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  // Rank 0's receive buffer is left undefined by MPI; keeping its old bytes
+  // is what the real MPI does, so stage it both ways.
+  return reduce_like(FunctionId::kExscan, sendbuf, recvbuf, count, datatype, op, comm, true,
+                     [&](const void* s, void* r) { return PMPI_Exscan(s, r, count, datatype, op, comm); });
+}
+
+int handle_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+                  MPI_Comm comm) {
+  const FunctionId id = FunctionId::kReduce;
+  count_bytes(id, count, datatype);
+  auto pmpi = [&](const void* s, void* r) { return PMPI_Reduce(s, r, count, datatype, op, root, comm); };
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  RootRole role;
+  Extent extent;
+  if (op == MPI_OP_NULL || !comm_shape(comm, &shape) || !root_role(shape, root, &role) ||
+      !extent_of(count, datatype, &extent))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const bool sends = shape.inter ? role == RootRole::kLeaf : true;
+  const void* send = sends ? staging.in(sendbuf, extent) : sendbuf;
+  void* recv = recvbuf;
+  if (role == RootRole::kRoot)
+    recv = sendbuf == MPI_IN_PLACE ? staging.inout(recvbuf, extent) : staging.out(recvbuf, extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+int handle_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+  const FunctionId id = FunctionId::kBcast;
+  count_bytes(id, count, datatype);
+  auto pmpi = [&](void* b) { return PMPI_Bcast(b, count, datatype, root, comm); };
+  if (decide_route(id, {buffer}).route == Route::kPmpi) return pmpi(buffer);
+  CommShape shape;
+  RootRole role;
+  Extent extent;
+  if (!comm_shape(comm, &shape) || !root_role(shape, root, &role) || !extent_of(count, datatype, &extent))
+    return pmpi(buffer);
+  Staging staging(id, comm);
+  void* staged = buffer;
+  if (role == RootRole::kRoot) {
+    staged = const_cast<void*>(staging.in(buffer, extent));
+  } else if (role == RootRole::kLeaf) {
+    staged = staging.out(buffer, extent);
+  }
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(staged));
+}
+
+int handle_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                     MPI_Datatype recvtype, MPI_Comm comm) {
+  const FunctionId id = FunctionId::kAllgather;
+  count_bytes(id, sendcount, sendtype);
+  auto pmpi = [&](const void* s, void* r) {
+    return PMPI_Allgather(s, sendcount, sendtype, r, recvcount, recvtype, comm);
+  };
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  Extent send_extent, recv_extent;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  if (!comm_shape(comm, &shape) || (!in_place && !extent_of(sendcount, sendtype, &send_extent)) ||
+      !extent_of(static_cast<std::int64_t>(recvcount) * shape.peers, recvtype, &recv_extent))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = staging.in(sendbuf, send_extent);
+  void* recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+int handle_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                      const int* recvcounts, const int* displs, MPI_Datatype recvtype, MPI_Comm comm) {
+  const FunctionId id = FunctionId::kAllgatherv;
+  count_bytes(id, sendcount, sendtype);
+  auto pmpi = [&](const void* s, void* r) {
+    return PMPI_Allgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm);
+  };
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  Extent send_extent, recv_extent;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  if (!comm_shape(comm, &shape) || !displs || (!in_place && !extent_of(sendcount, sendtype, &send_extent)) ||
+      !extent_of_blocks(shape.peers, recvcounts, displs, recvtype, &recv_extent))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = staging.in(sendbuf, send_extent);
+  void* recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+int handle_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                  MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  const FunctionId id = FunctionId::kGather;
+  count_bytes(id, sendcount, sendtype);
+  auto pmpi = [&](const void* s, void* r) {
+    return PMPI_Gather(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
+  };
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  RootRole role;
+  if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  const bool sends = role == RootRole::kLeaf || (role == RootRole::kRoot && !shape.inter && !in_place);
+  Extent send_extent, recv_extent;
+  if ((sends && !extent_of(sendcount, sendtype, &send_extent)) ||
+      (role == RootRole::kRoot &&
+       !extent_of(static_cast<std::int64_t>(recvcount) * shape.peers, recvtype, &recv_extent)))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = sends ? staging.in(sendbuf, send_extent) : sendbuf;
+  void* recv = recvbuf;
+  if (role == RootRole::kRoot)
+    recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+int handle_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
+                   const int* displs, MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  const FunctionId id = FunctionId::kGatherv;
+  count_bytes(id, sendcount, sendtype);
+  auto pmpi = [&](const void* s, void* r) {
+    return PMPI_Gatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, root, comm);
+  };
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  RootRole role;
+  if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  const bool sends = role == RootRole::kLeaf || (role == RootRole::kRoot && !shape.inter && !in_place);
+  Extent send_extent, recv_extent;
+  if ((sends && !extent_of(sendcount, sendtype, &send_extent)) ||
+      (role == RootRole::kRoot &&
+       (!displs || !extent_of_blocks(shape.peers, recvcounts, displs, recvtype, &recv_extent))))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = sends ? staging.in(sendbuf, send_extent) : sendbuf;
+  void* recv = recvbuf;
+  if (role == RootRole::kRoot)
+    recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+int handle_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                   MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  const FunctionId id = FunctionId::kScatter;
+  count_bytes(id, recvcount, recvtype);
+  auto pmpi = [&](const void* s, void* r) {
+    return PMPI_Scatter(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
+  };
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  RootRole role;
+  if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
+  const bool in_place = recvbuf == MPI_IN_PLACE;
+  const bool receives = role == RootRole::kLeaf || (role == RootRole::kRoot && !shape.inter && !in_place);
+  Extent send_extent, recv_extent;
+  if ((role == RootRole::kRoot &&
+       !extent_of(static_cast<std::int64_t>(sendcount) * shape.peers, sendtype, &send_extent)) ||
+      (receives && !extent_of(recvcount, recvtype, &recv_extent)))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = role == RootRole::kRoot ? staging.in(sendbuf, send_extent) : sendbuf;
+  void* recv = receives ? staging.out(recvbuf, recv_extent) : recvbuf;
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+int handle_Scatterv(const void* sendbuf, const int* sendcounts, const int* displs, MPI_Datatype sendtype,
+                    void* recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  const FunctionId id = FunctionId::kScatterv;
+  count_bytes(id, recvcount, recvtype);
+  auto pmpi = [&](const void* s, void* r) {
+    return PMPI_Scatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm);
+  };
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  RootRole role;
+  if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
+  const bool in_place = recvbuf == MPI_IN_PLACE;
+  const bool receives = role == RootRole::kLeaf || (role == RootRole::kRoot && !shape.inter && !in_place);
+  Extent send_extent, recv_extent;
+  if ((role == RootRole::kRoot &&
+       (!displs || !extent_of_blocks(shape.peers, sendcounts, displs, sendtype, &send_extent))) ||
+      (receives && !extent_of(recvcount, recvtype, &recv_extent)))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = role == RootRole::kRoot ? staging.in(sendbuf, send_extent) : sendbuf;
+  void* recv = receives ? staging.out(recvbuf, recv_extent) : recvbuf;
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+int handle_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                    MPI_Datatype recvtype, MPI_Comm comm) {
+  const FunctionId id = FunctionId::kAlltoall;
+  count_bytes(id, static_cast<std::int64_t>(sendcount), sendtype);
+  auto pmpi = [&](const void* s, void* r) {
+    return PMPI_Alltoall(s, sendcount, sendtype, r, recvcount, recvtype, comm);
+  };
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  Extent send_extent, recv_extent;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  if (!comm_shape(comm, &shape) ||
+      (!in_place && !extent_of(static_cast<std::int64_t>(sendcount) * shape.peers, sendtype, &send_extent)) ||
+      !extent_of(static_cast<std::int64_t>(recvcount) * shape.peers, recvtype, &recv_extent))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = staging.in(sendbuf, send_extent);
+  void* recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+int handle_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
+                     void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm) {
+  const FunctionId id = FunctionId::kAlltoallv;
+  auto pmpi = [&](const void* s, void* r) {
+    return PMPI_Alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm);
+  };
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  Extent send_extent, recv_extent;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  if (!comm_shape(comm, &shape) || !rdispls ||
+      (!in_place && (!sdispls || !extent_of_blocks(shape.peers, sendcounts, sdispls, sendtype, &send_extent))) ||
+      !extent_of_blocks(shape.peers, recvcounts, rdispls, recvtype, &recv_extent))
+    return pmpi(sendbuf, recvbuf);
+  if (!in_place) count_bytes(id, sum(sendcounts, shape.peers), sendtype);
+  Staging staging(id, comm);
+  const void* send = staging.in(sendbuf, send_extent);
+  void* recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+int handle_Alltoallw(const void* sendbuf, const int* sendcounts, const int* sdispls, const MPI_Datatype* sendtypes,
+                     void* recvbuf, const int* recvcounts, const int* rdispls, const MPI_Datatype* recvtypes,
+                     MPI_Comm comm) {
+  const FunctionId id = FunctionId::kAlltoallw;
+  auto pmpi = [&](const void* s, void* r) {
+    return PMPI_Alltoallw(s, sendcounts, sdispls, sendtypes, r, recvcounts, rdispls, recvtypes, comm);
+  };
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  Extent send_extent, recv_extent;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  if (!comm_shape(comm, &shape) ||
+      (!in_place && !extent_of_typed_blocks(shape.peers, sendcounts, sdispls, sendtypes, &send_extent)) ||
+      !extent_of_typed_blocks(shape.peers, recvcounts, rdispls, recvtypes, &recv_extent))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = staging.in(sendbuf, send_extent);
+  void* recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+int handle_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts, MPI_Datatype datatype,
+                          MPI_Op op, MPI_Comm comm) {
+  const FunctionId id = FunctionId::kReduce_scatter;
+  auto pmpi = [&](const void* s, void* r) { return PMPI_Reduce_scatter(s, r, recvcounts, datatype, op, comm); };
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  if (op == MPI_OP_NULL || !comm_shape(comm, &shape) || !recvcounts) return pmpi(sendbuf, recvbuf);
+  // recvcounts is indexed by the local group, also on an intercommunicator.
+  for (int i = 0; i < shape.size; ++i)
+    if (recvcounts[i] < 0) return pmpi(sendbuf, recvbuf);
+  const std::int64_t total = sum(recvcounts, shape.size);
+  count_bytes(id, total, datatype);
+  Extent full_extent, own_extent;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  if (!extent_of(total, datatype, &full_extent) || !extent_of(recvcounts[shape.rank], datatype, &own_extent))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = staging.in(sendbuf, full_extent);
+  void* recv = in_place ? staging.inout(recvbuf, full_extent) : staging.out(recvbuf, own_extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+int handle_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype,
+                                MPI_Op op, MPI_Comm comm) {
+  const FunctionId id = FunctionId::kReduce_scatter_block;
+  auto pmpi = [&](const void* s, void* r) {
+    return PMPI_Reduce_scatter_block(s, r, recvcount, datatype, op, comm);
+  };
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  Extent full_extent, own_extent;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  if (op == MPI_OP_NULL || !comm_shape(comm, &shape) ||
+      !extent_of(static_cast<std::int64_t>(recvcount) * shape.size, datatype, &full_extent) ||
+      !extent_of(recvcount, datatype, &own_extent))
+    return pmpi(sendbuf, recvbuf);
+  count_bytes(id, static_cast<std::int64_t>(recvcount) * shape.size, datatype);
+  Staging staging(id, comm);
+  const void* send = staging.in(sendbuf, full_extent);
+  void* recv = in_place ? staging.inout(recvbuf, full_extent) : staging.out(recvbuf, own_extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+}  // namespace ferry::shim

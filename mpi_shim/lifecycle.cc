@@ -1,0 +1,78 @@
+// MPI_Init / MPI_Finalize, error reporting shared by the wrappers, and
+// Open MPI's CUDA-awareness query.
+#include <new>
+
+#include "engine/common/log.h"
+#include "engine/common/params.h"
+#include "engine/gpu/gpu.h"
+#include "ferry/ferry.h"
+#include "handlers.h"
+#include "mpi_shim/staging.h"
+#include "mpi_shim/stats.h"
+#include "mpi_shim/wrapper_support.h"
+
+namespace ferry::shim {
+namespace {
+
+void after_init() {
+  int rank = -1;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  set_log_rank(rank);
+  for (const std::string& problem : param_problems()) FERRY_WARN(Init, "%s", problem.c_str());
+  FERRY_INFO(Init, "Ferry %d.%d.%d loaded; FERRY_ROUTE=%s FERRY_DEVICE=%s", FERRY_VERSION_MAJOR,
+             FERRY_VERSION_MINOR, FERRY_VERSION_PATCH, params().route.c_str(), params().device.c_str());
+}
+
+}  // namespace
+
+int raise_error(MPI_Comm comm, int error_class) {
+  PMPI_Comm_call_errhandler(comm == MPI_COMM_NULL ? MPI_COMM_WORLD : comm, error_class);
+  return error_class;
+}
+
+int fail_from_wrapper(MPI_Comm comm, FunctionId id) {
+  int error_class = MPI_ERR_INTERN;
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    error_class = MPI_ERR_NO_MEM;
+  } catch (...) {
+  }
+  FERRY_WARN(Shim, "%s failed inside Ferry (MPI error class %d)", function_name(id), error_class);
+  return raise_error(comm, error_class);
+}
+
+int handle_Init(int* argc, char*** argv) {
+  const int result = PMPI_Init(argc, argv);
+  if (result == MPI_SUCCESS) after_init();
+  return result;
+}
+
+int handle_Init_thread(int* argc, char*** argv, int required, int* provided) {
+  const int result = PMPI_Init_thread(argc, argv, required, provided);
+  if (result == MPI_SUCCESS) after_init();
+  return result;
+}
+
+int handle_Finalize() {
+  if (stats_enabled()) {
+    int rank = -1;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    print_stats(rank);
+  }
+  release_staging_pools();
+  return PMPI_Finalize();
+}
+
+}  // namespace ferry::shim
+
+// Open MPI's extension (mpi-ext.h). Codes such as PETSc and Kokkos ask it
+// before passing device pointers; with Ferry routing device buffers, they may.
+extern "C" __attribute__((visibility("default"))) int MPIX_Query_cuda_support(void) {
+  try {
+    if (ferry::params().route == "pmpi") return 0;
+    return ferry::gpu::active_backend() != nullptr ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}

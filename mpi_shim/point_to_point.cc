@@ -1,0 +1,115 @@
+// Blocking point-to-point on the staged route.
+#include "handlers.h"
+#include "mpi_shim/route.h"
+#include "mpi_shim/staging.h"
+#include "mpi_shim/stats.h"
+
+namespace ferry::shim {
+namespace {
+
+template <typename PmpiCall>
+int send_like(FunctionId id, const void* buf, int count, MPI_Datatype datatype, MPI_Comm comm, PmpiCall pmpi) {
+  count_bytes(id, count, datatype);
+  if (decide_route(id, {buf}).route == Route::kPmpi) return pmpi(buf);
+  Extent extent;
+  if (comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent)) return pmpi(buf);
+  Staging staging(id, comm);
+  const void* send = staging.in(buf, extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send));
+}
+
+// Stages a receive buffer. A dense one is copied back only as far as the
+// message reached, so a short message leaves the rest of the buffer alone.
+void* stage_receive(Staging* staging, void* buf, const Extent& extent) {
+  return extent.dense ? staging->out(buf, extent) : staging->inout(buf, extent);
+}
+
+std::size_t received_bytes(const MPI_Status& status) {
+  int bytes = 0;
+  PMPI_Get_count(&status, MPI_BYTE, &bytes);
+  return bytes == MPI_UNDEFINED ? 0 : static_cast<std::size_t>(bytes);
+}
+
+}  // namespace
+
+int handle_Send(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) {
+  return send_like(FunctionId::kSend, buf, count, datatype, comm,
+                   [&](const void* b) { return PMPI_Send(b, count, datatype, dest, tag, comm); });
+}
+
+int handle_Ssend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) {
+  return send_like(FunctionId::kSsend, buf, count, datatype, comm,
+                   [&](const void* b) { return PMPI_Ssend(b, count, datatype, dest, tag, comm); });
+}
+
+int handle_Bsend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) {
+  // The real MPI copies into the attached buffer before returning, so the
+  // staging copy can go back to the pool at once.
+  return send_like(FunctionId::kBsend, buf, count, datatype, comm,
+                   [&](const void* b) { return PMPI_Bsend(b, count, datatype, dest, tag, comm); });
+}
+
+int handle_Rsend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) {
+  return send_like(FunctionId::kRsend, buf, count, datatype, comm,
+                   [&](const void* b) { return PMPI_Rsend(b, count, datatype, dest, tag, comm); });
+}
+
+int handle_Recv(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status* status) {
+  const FunctionId id = FunctionId::kRecv;
+  count_bytes(id, count, datatype);
+  if (decide_route(id, {buf}).route == Route::kPmpi)
+    return PMPI_Recv(buf, count, datatype, source, tag, comm, status);
+  Extent extent;
+  if (comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent))
+    return PMPI_Recv(buf, count, datatype, source, tag, comm, status);
+  Staging staging(id, comm);
+  void* recv = stage_receive(&staging, buf, extent);
+  if (staging.failed()) return staging.raise();
+  MPI_Status local;
+  MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
+  const int result = PMPI_Recv(recv, count, datatype, source, tag, comm, st);
+  if (result == MPI_SUCCESS && extent.dense) staging.limit_last_copy_back(received_bytes(*st));
+  return staging.finish(result);
+}
+
+int handle_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
+                    int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status* status) {
+  const FunctionId id = FunctionId::kSendrecv;
+  count_bytes(id, sendcount, sendtype);
+  auto pmpi = [&](const void* s, void* r, MPI_Status* st) {
+    return PMPI_Sendrecv(s, sendcount, sendtype, dest, sendtag, r, recvcount, recvtype, source, recvtag, comm, st);
+  };
+  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf, status);
+  Extent send_extent, recv_extent;
+  if (comm == MPI_COMM_NULL || !extent_of(sendcount, sendtype, &send_extent) ||
+      !extent_of(recvcount, recvtype, &recv_extent))
+    return pmpi(sendbuf, recvbuf, status);
+  Staging staging(id, comm);
+  const void* send = staging.in(sendbuf, send_extent);
+  void* recv = stage_receive(&staging, recvbuf, recv_extent);
+  if (staging.failed()) return staging.raise();
+  MPI_Status local;
+  MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
+  const int result = pmpi(send, recv, st);
+  if (result == MPI_SUCCESS && recv_extent.dense) staging.limit_last_copy_back(received_bytes(*st));
+  return staging.finish(result);
+}
+
+int handle_Sendrecv_replace(void* buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source,
+                            int recvtag, MPI_Comm comm, MPI_Status* status) {
+  const FunctionId id = FunctionId::kSendrecv_replace;
+  count_bytes(id, count, datatype);
+  auto pmpi = [&](void* b) {
+    return PMPI_Sendrecv_replace(b, count, datatype, dest, sendtag, source, recvtag, comm, status);
+  };
+  if (decide_route(id, {buf}).route == Route::kPmpi) return pmpi(buf);
+  Extent extent;
+  if (comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent)) return pmpi(buf);
+  Staging staging(id, comm);
+  void* staged = staging.inout(buf, extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(staged));
+}
+
+}  // namespace ferry::shim

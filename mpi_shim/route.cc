@@ -1,0 +1,61 @@
+#include "mpi_shim/route.h"
+
+#include <mpi.h>
+
+#include <cstring>
+
+#include "engine/common/log.h"
+#include "engine/common/params.h"
+#include "engine/gpu/gpu.h"
+#include "mpi_shim/stats.h"
+
+namespace ferry::shim {
+namespace {
+
+enum class ForcedRoute { kAuto, kStaged, kPmpi };
+
+ForcedRoute forced_route() {
+  static const ForcedRoute forced = [] {
+    const std::string& text = params().route;
+    if (text == "staged") return ForcedRoute::kStaged;
+    if (text == "pmpi") return ForcedRoute::kPmpi;
+    if (text != "auto") FERRY_WARN(Route, "FERRY_ROUTE=%s is not auto, staged or pmpi; using auto", text.c_str());
+    return ForcedRoute::kAuto;
+  }();
+  return forced;
+}
+
+bool is_device_buffer(const void* buffer) {
+  if (buffer == nullptr || buffer == MPI_IN_PLACE || buffer == MPI_BOTTOM) return false;
+  // Managed memory is host-accessible: the real MPI handles it correctly.
+  return gpu::classify(buffer).kind == gpu::MemoryKind::kDevice;
+}
+
+RouteDecision decide(std::initializer_list<const void*> buffers) {
+  if (forced_route() == ForcedRoute::kPmpi) return {Route::kPmpi, "FERRY_ROUTE=pmpi"};
+  bool any_device = false;
+  for (const void* b : buffers) any_device = any_device || is_device_buffer(b);
+  if (!any_device) return {Route::kPmpi, "no device buffer"};
+  if (forced_route() == ForcedRoute::kStaged) return {Route::kStaged, "FERRY_ROUTE=staged"};
+  return {Route::kStaged, "device buffer; no engine path for this call yet"};
+}
+
+}  // namespace
+
+const char* route_name(Route route) {
+  switch (route) {
+    case Route::kEngine: return "engine";
+    case Route::kStaged: return "staged";
+    case Route::kPmpi: return "pmpi";
+  }
+  return "?";
+}
+
+RouteDecision decide_route(FunctionId id, std::initializer_list<const void*> buffers) {
+  const RouteDecision decision = decide(buffers);
+  count_route(id, decision.route);
+  FERRY_TRACE(Route, "%s -> %s (%s)", function_name(id), route_name(decision.route), decision.reason);
+  return decision;
+}
+
+}  // namespace ferry::shim

@@ -1,0 +1,28 @@
+// The one place that decides how an intercepted call runs.
+#pragma once
+
+#include <initializer_list>
+
+#include "function_ids.h"
+
+namespace ferry::shim {
+
+enum class Route : int {
+  kEngine = 0,  // Ferry's GPU-to-GPU engine
+  kStaged = 1,  // pinned host copies around the real MPI call
+  kPmpi = 2,    // the real MPI, buffers untouched
+};
+constexpr int kRouteCount = 3;
+
+const char* route_name(Route route);
+
+struct RouteDecision {
+  Route route;
+  const char* reason;  // for FERRY_DEBUG=TRACE and support questions
+};
+
+// Buffers that the call may read or write on this rank; MPI_IN_PLACE,
+// MPI_BOTTOM and null are ignored. Counts the route in the stats.
+RouteDecision decide_route(FunctionId id, std::initializer_list<const void*> buffers);
+
+}  // namespace ferry::shim

@@ -1,0 +1,244 @@
+#include "mpi_shim/staging.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <map>
+#include <mutex>
+
+#include "engine/common/log.h"
+#include "engine/common/params.h"
+#include "mpi_shim/wrapper_support.h"
+
+namespace ferry::shim {
+namespace {
+
+// Pinned host blocks by power-of-two size class, reused across calls so the
+// staged route never allocates on the steady path.
+class PinnedPool {
+ public:
+  explicit PinnedPool(gpu::Backend* backend) : backend_(backend) {}
+
+  Status acquire(std::size_t bytes, void** block, std::size_t* capacity) {
+    const std::size_t size = size_class(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(size);
+      if (it != free_.end() && !it->second.empty()) {
+        *block = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= size;
+        *capacity = size;
+        return Status::kOk;
+      }
+    }
+    FERRY_CHECK(backend_->pinned_alloc(size, block));
+    FERRY_TRACE(Stage, "pinned staging block of %zu bytes", size);
+    *capacity = size;
+    return Status::kOk;
+  }
+
+  void release(void* block, std::size_t capacity) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cached_bytes_ + capacity <= static_cast<std::size_t>(params().staging_pool_max_bytes)) {
+        free_[capacity].push_back(block);
+        cached_bytes_ += capacity;
+        return;
+      }
+    }
+    backend_->pinned_free(block);
+  }
+
+  void drain() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [size, blocks] : free_)
+      for (void* b : blocks) backend_->pinned_free(b);
+    free_.clear();
+    cached_bytes_ = 0;
+  }
+
+ private:
+  static std::size_t size_class(std::size_t bytes) {
+    std::size_t size = 64 * 1024;
+    while (size < bytes) size <<= 1;
+    return size;
+  }
+
+  gpu::Backend* backend_;
+  std::mutex mutex_;
+  std::map<std::size_t, std::vector<void*>> free_;
+  std::size_t cached_bytes_ = 0;
+};
+
+// Pinned memory comes from the backend that owns the device buffer; the
+// emulated device's "pinned" memory is plain host memory.
+// The CUDA pool is made on first use only: probing CUDA starts its driver.
+std::atomic<PinnedPool*> cuda_pool{nullptr};
+
+PinnedPool* pool_for(gpu::BackendKind owner) {
+  if (owner == gpu::BackendKind::kCuda) {
+    static PinnedPool* cuda = [] {
+      PinnedPool* pool = gpu::cuda_backend() ? new PinnedPool(gpu::cuda_backend()) : nullptr;
+      cuda_pool.store(pool);
+      return pool;
+    }();
+    return cuda;
+  }
+  static PinnedPool* emulated = new PinnedPool(gpu::emulated_backend());
+  return emulated;
+}
+
+bool type_bounds(MPI_Datatype type, MPI_Aint* true_lb, MPI_Aint* true_extent, MPI_Aint* extent, int* size) {
+  if (type == MPI_DATATYPE_NULL) return false;
+  MPI_Aint lb = 0;
+  return PMPI_Type_get_true_extent(type, true_lb, true_extent) == MPI_SUCCESS &&
+         PMPI_Type_get_extent(type, &lb, extent) == MPI_SUCCESS && PMPI_Type_size(type, size) == MPI_SUCCESS;
+}
+
+// Accumulates byte ranges [first, last) into one covering extent.
+struct RangeUnion {
+  MPI_Aint first = LLONG_MAX;
+  MPI_Aint last = LLONG_MIN;
+  MPI_Aint data_bytes = 0;
+
+  void add(MPI_Aint begin, MPI_Aint end, MPI_Aint data) {
+    if (end <= begin) return;
+    first = std::min(first, begin);
+    last = std::max(last, end);
+    data_bytes += data;
+  }
+  Extent extent() const {
+    Extent e;
+    if (last <= first) return e;
+    e.lb = first;
+    e.bytes = static_cast<std::size_t>(last - first);
+    e.dense = data_bytes == last - first;
+    return e;
+  }
+};
+
+// Bytes touched by count elements of a type whose first element starts at offset.
+void add_elements(RangeUnion* range, MPI_Aint offset, std::int64_t count, MPI_Aint true_lb, MPI_Aint true_extent,
+                  MPI_Aint extent, int size) {
+  if (count <= 0) return;
+  const MPI_Aint a = offset + true_lb;
+  const MPI_Aint b = offset + true_lb + static_cast<MPI_Aint>(count - 1) * extent;
+  range->add(std::min(a, b), std::max(a, b) + true_extent, static_cast<MPI_Aint>(count) * size);
+}
+
+}  // namespace
+
+bool extent_of(std::int64_t count, MPI_Datatype type, Extent* out) {
+  MPI_Aint true_lb, true_extent, extent;
+  int size;
+  if (count < 0 || !type_bounds(type, &true_lb, &true_extent, &extent, &size)) return false;
+  RangeUnion range;
+  add_elements(&range, 0, count, true_lb, true_extent, extent, size);
+  *out = range.extent();
+  return true;
+}
+
+bool extent_of_blocks(int blocks, const int counts[], const int displs[], MPI_Datatype type, Extent* out) {
+  MPI_Aint true_lb, true_extent, extent;
+  int size;
+  if (blocks < 0 || (blocks > 0 && !counts) || !type_bounds(type, &true_lb, &true_extent, &extent, &size))
+    return false;
+  RangeUnion range;
+  for (int i = 0; i < blocks; ++i) {
+    if (counts[i] < 0) return false;
+    const MPI_Aint offset = displs ? static_cast<MPI_Aint>(displs[i]) * extent : 0;
+    add_elements(&range, offset, counts[i], true_lb, true_extent, extent, size);
+  }
+  *out = range.extent();
+  // Overlapping blocks would be counted twice; treat them as not dense.
+  if (range.data_bytes > static_cast<MPI_Aint>(out->bytes)) out->dense = false;
+  return true;
+}
+
+bool extent_of_typed_blocks(int blocks, const int counts[], const int byte_displs[], const MPI_Datatype types[],
+                            Extent* out) {
+  if (blocks < 0 || (blocks > 0 && (!counts || !byte_displs || !types))) return false;
+  RangeUnion range;
+  for (int i = 0; i < blocks; ++i) {
+    if (counts[i] < 0) return false;
+    if (counts[i] == 0) continue;
+    MPI_Aint true_lb, true_extent, extent;
+    int size;
+    if (!type_bounds(types[i], &true_lb, &true_extent, &extent, &size)) return false;
+    add_elements(&range, byte_displs[i], counts[i], true_lb, true_extent, extent, size);
+  }
+  *out = range.extent();
+  if (range.data_bytes > static_cast<MPI_Aint>(out->bytes)) out->dense = false;
+  return true;
+}
+
+Staging::~Staging() {
+  for (const Staged& s : staged_) pool_for(s.owner)->release(s.host, s.capacity);
+}
+
+void* Staging::stage(const void* buffer, const Extent& extent, bool copy_in, bool copy_out) {
+  if (failed()) return nullptr;
+  if (buffer == nullptr || buffer == MPI_IN_PLACE || buffer == MPI_BOTTOM || extent.bytes == 0)
+    return const_cast<void*>(buffer);
+  char* first = const_cast<char*>(static_cast<const char*>(buffer)) + extent.lb;
+  const gpu::PointerInfo info = gpu::classify(first);
+  if (info.kind != gpu::MemoryKind::kDevice) return const_cast<void*>(buffer);
+
+  PinnedPool* pool = pool_for(info.owner);
+  void* host = nullptr;
+  std::size_t capacity = 0;
+  if (!pool || !ok(pool->acquire(extent.bytes, &host, &capacity))) {
+    FERRY_WARN(Stage, "%s: no pinned host memory for %zu staging bytes", function_name(id_), extent.bytes);
+    error_class_ = MPI_ERR_NO_MEM;
+    return nullptr;
+  }
+  staged_.push_back({first, host, capacity, copy_out ? extent.bytes : 0, info.owner});
+  if (copy_in && !ok(gpu::copy(host, first, extent.bytes))) {
+    FERRY_WARN(Stage, "%s: copying %zu bytes from the device failed", function_name(id_), extent.bytes);
+    error_class_ = MPI_ERR_OTHER;
+    return nullptr;
+  }
+  FERRY_TRACE(Stage, "%s: staged %zu bytes at %p (in=%d out=%d)", function_name(id_), extent.bytes, buffer,
+              copy_in, copy_out);
+  return static_cast<char*>(host) - extent.lb;
+}
+
+const void* Staging::in(const void* buffer, const Extent& extent) {
+  return stage(buffer, extent, /*copy_in=*/true, /*copy_out=*/false);
+}
+
+void* Staging::out(void* buffer, const Extent& extent) {
+  // Holes in the layout keep the device's bytes: copy them in first.
+  return stage(buffer, extent, /*copy_in=*/!extent.dense, /*copy_out=*/true);
+}
+
+void* Staging::inout(void* buffer, const Extent& extent) {
+  return stage(buffer, extent, /*copy_in=*/true, /*copy_out=*/true);
+}
+
+void Staging::limit_last_copy_back(std::size_t bytes) {
+  if (!staged_.empty()) staged_.back().copy_back = std::min(staged_.back().copy_back, bytes);
+}
+
+int Staging::raise() { return raise_error(comm_, error_class_); }
+
+int Staging::finish(int mpi_result) {
+  if (mpi_result != MPI_SUCCESS) return mpi_result;  // outputs stay as they were
+  for (const Staged& s : staged_) {
+    if (s.copy_back == 0) continue;
+    if (!ok(gpu::copy(s.device, s.host, s.copy_back))) {
+      FERRY_WARN(Stage, "%s: copying %zu bytes back to the device failed", function_name(id_), s.copy_back);
+      error_class_ = MPI_ERR_OTHER;
+      return raise();
+    }
+  }
+  return MPI_SUCCESS;
+}
+
+void release_staging_pools() {
+  pool_for(gpu::BackendKind::kEmulated)->drain();
+  if (PinnedPool* cuda = cuda_pool.load()) cuda->drain();
+}
+
+}  // namespace ferry::shim

@@ -1,0 +1,77 @@
+// The staged route: device buffers are copied to pinned host memory, the real
+// MPI runs on the host copies, and outputs are copied back. Always correct,
+// never the fast path. Host buffers pass through unchanged, so ranks of one
+// call may mix buffer kinds freely.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/gpu/gpu.h"
+#include "function_ids.h"
+
+namespace ferry::shim {
+
+// The bytes an MPI buffer argument touches, relative to its pointer.
+struct Extent {
+  std::ptrdiff_t lb = 0;   // first byte touched (true lower bound)
+  std::size_t bytes = 0;   // from lb to one past the last byte touched
+  bool dense = true;       // no holes: every byte in the range is data
+};
+
+// count elements of type. False when the arguments are invalid; the caller
+// then hands the call to the real MPI so that it reports the error itself.
+bool extent_of(std::int64_t count, MPI_Datatype type, Extent* out);
+// Blocks of counts[i] elements at displs[i] * extent(type), as in the v-calls.
+bool extent_of_blocks(int blocks, const int counts[], const int displs[], MPI_Datatype type, Extent* out);
+// Blocks with their own types at byte displacements, as in Alltoallw.
+bool extent_of_typed_blocks(int blocks, const int counts[], const int byte_displs[], const MPI_Datatype types[],
+                            Extent* out);
+
+class Staging {
+ public:
+  Staging(FunctionId id, MPI_Comm comm) : id_(id), comm_(comm) {}
+  ~Staging();
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+
+  // Each returns the pointer to give the real MPI: the buffer itself unless it
+  // is device memory, else a host copy (positioned so extent.lb still applies).
+  const void* in(const void* buffer, const Extent& extent);  // copied to host now
+  void* out(void* buffer, const Extent& extent);             // copied back by finish()
+  void* inout(void* buffer, const Extent& extent);           // both
+
+  // Copy back only the first bytes of the most recent out() (a receive that
+  // delivered less than it posted must not overwrite the rest).
+  void limit_last_copy_back(std::size_t bytes);
+
+  bool failed() const { return error_class_ != MPI_SUCCESS; }
+  // The staging failure as an MPI error class, raised through comm's handler.
+  int raise();
+  // Copies outputs back when the MPI call succeeded; returns its result, or
+  // the error class of a failed copy.
+  int finish(int mpi_result);
+
+ private:
+  struct Staged {
+    void* device;           // user's pointer + extent.lb
+    void* host;             // start of the host copy
+    std::size_t capacity;
+    std::size_t copy_back;  // bytes to copy back; 0 for inputs
+    gpu::BackendKind owner;
+  };
+  void* stage(const void* buffer, const Extent& extent, bool copy_in, bool copy_out);
+
+  FunctionId id_;
+  MPI_Comm comm_;
+  int error_class_ = MPI_SUCCESS;
+  std::vector<Staged> staged_;
+};
+
+// Frees the pinned memory cached between calls (MPI_Finalize).
+void release_staging_pools();
+
+}  // namespace ferry::shim

@@ -1,0 +1,58 @@
+#include "mpi_shim/stats.h"
+
+#include <atomic>
+#include <cstdio>
+
+#include "engine/common/params.h"
+
+namespace ferry::shim {
+namespace {
+
+struct Counters {
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::uint64_t> bytes{0};
+  std::atomic<std::uint64_t> by_route[kRouteCount] = {};
+};
+
+Counters counters[static_cast<int>(FunctionId::kCount)];
+
+Counters& of(FunctionId id) { return counters[static_cast<int>(id)]; }
+
+}  // namespace
+
+bool stats_enabled() {
+  static const bool enabled = params().stats;
+  return enabled;
+}
+
+void count_call(FunctionId id) { of(id).calls.fetch_add(1, std::memory_order_relaxed); }
+
+void count_route(FunctionId id, Route route) {
+  of(id).by_route[static_cast<int>(route)].fetch_add(1, std::memory_order_relaxed);
+}
+
+void count_bytes(FunctionId id, std::int64_t count, MPI_Datatype datatype) {
+  if (!stats_enabled() || count <= 0 || datatype == MPI_DATATYPE_NULL) return;
+  int size = 0;
+  if (PMPI_Type_size(datatype, &size) != MPI_SUCCESS) return;
+  of(id).bytes.fetch_add(static_cast<std::uint64_t>(count) * size, std::memory_order_relaxed);
+}
+
+void print_stats(int rank) {
+  std::fprintf(stderr, "ferry stats rank %d: %-26s %10s %14s %8s %8s %8s\n", rank, "function", "calls", "bytes",
+               route_name(Route::kEngine), route_name(Route::kStaged), route_name(Route::kPmpi));
+  for (int i = 0; i < static_cast<int>(FunctionId::kCount); ++i) {
+    const Counters& c = counters[i];
+    const auto calls = c.calls.load();
+    if (calls == 0) continue;
+    std::fprintf(stderr, "ferry stats rank %d: %-26s %10llu %14llu %8llu %8llu %8llu\n", rank,
+                 function_name(static_cast<FunctionId>(i)), static_cast<unsigned long long>(calls),
+                 static_cast<unsigned long long>(c.bytes.load()),
+                 static_cast<unsigned long long>(c.by_route[static_cast<int>(Route::kEngine)].load()),
+                 static_cast<unsigned long long>(c.by_route[static_cast<int>(Route::kStaged)].load()),
+                 static_cast<unsigned long long>(c.by_route[static_cast<int>(Route::kPmpi)].load()));
+  }
+  std::fflush(stderr);
+}
+
+}  // namespace ferry::shim

@@ -1,0 +1,19 @@
+// What the generated wrappers need besides the handlers.
+#pragma once
+
+#include <mpi.h>
+
+#include "function_ids.h"
+#include "mpi_shim/stats.h"
+
+namespace ferry::shim {
+
+// An exception escaped a handler (in practice std::bad_alloc): report it as
+// the MPI error class it maps to, through comm's error handler.
+int fail_from_wrapper(MPI_Comm comm, FunctionId id);
+
+// Reports an error class through comm's error handler and returns it, as the
+// real MPI does for its own errors.
+int raise_error(MPI_Comm comm, int error_class);
+
+}  // namespace ferry::shim

@@ -1,0 +1,124 @@
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "engine/gpu/gpu.h"
+
+namespace ferry::gpu {
+namespace {
+
+class EmulatedDevice : public ::testing::Test {
+ protected:
+  Backend* device = emulated_backend();
+};
+
+TEST_F(EmulatedDevice, CopiesRoundTripAtUnalignedOffsets) {
+  void* buffer = nullptr;
+  ASSERT_EQ(device->device_alloc(4099, &buffer), Status::kOk);
+  std::vector<std::uint8_t> in(4000), out(4000, 0);
+  std::iota(in.begin(), in.end(), 7);
+  char* at = static_cast<char*>(buffer) + 3;
+  ASSERT_EQ(copy(at, in.data(), in.size()), Status::kOk);
+  ASSERT_EQ(copy(out.data(), at, out.size()), Status::kOk);
+  EXPECT_EQ(in, out);
+  EXPECT_EQ(device->device_free(buffer), Status::kOk);
+}
+
+TEST_F(EmulatedDevice, ClassifiesWholeAllocationAndForgetsItWhenFreed) {
+  void* buffer = nullptr;
+  ASSERT_EQ(device->device_alloc(1000, &buffer), Status::kOk);
+  const PointerInfo inside = classify(static_cast<char*>(buffer) + 999);
+  EXPECT_EQ(inside.kind, MemoryKind::kDevice);
+  EXPECT_EQ(inside.owner, BackendKind::kEmulated);
+  EXPECT_EQ(inside.base, reinterpret_cast<std::uintptr_t>(buffer));
+  EXPECT_EQ(inside.size, 1000u);
+  int on_stack = 0;
+  EXPECT_EQ(classify(&on_stack).kind, MemoryKind::kHost);
+  ASSERT_EQ(device->device_free(buffer), Status::kOk);
+  EXPECT_EQ(classify(buffer).kind, MemoryKind::kHost);
+}
+
+TEST_F(EmulatedDevice, HostCodeTouchingDeviceMemoryFaultsLikeAGpuPointer) {
+  void* buffer = nullptr;
+  ASSERT_EQ(device->device_alloc(64, &buffer), Status::kOk);
+  volatile int* p = static_cast<volatile int*>(buffer);
+  EXPECT_DEATH({ (void)*p; }, "");
+  device->device_free(buffer);
+}
+
+TEST_F(EmulatedDevice, CopyPastTheEndOfAnAllocationFails) {
+  void* buffer = nullptr;
+  ASSERT_EQ(device->device_alloc(100, &buffer), Status::kOk);
+  std::vector<char> host(200);
+  EXPECT_NE(copy(host.data(), buffer, 200), Status::kOk);
+  device->device_free(buffer);
+}
+
+TEST_F(EmulatedDevice, AllocationBeyondTheLimitFailsCleanly) {
+  void* buffer = reinterpret_cast<void*>(1);
+  EXPECT_EQ(device->device_alloc(std::size_t{1} << 50, &buffer), Status::kOutOfMemory);
+  EXPECT_EQ(buffer, nullptr);
+}
+
+TEST_F(EmulatedDevice, AnotherProcessSeesExportedMemory) {
+  void* buffer = nullptr;
+  ASSERT_EQ(device->device_alloc(8192, &buffer), Status::kOk);
+  std::vector<int> values(2048);
+  std::iota(values.begin(), values.end(), 100);
+  ASSERT_EQ(copy(buffer, values.data(), 8192), Status::kOk);
+  IpcHandle handle;
+  ASSERT_EQ(device->ipc_export(buffer, &handle), Status::kOk);
+
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The child maps the parent's memory through the handle, doubles it.
+    void* mapped = nullptr;
+    if (device->ipc_import(handle, &mapped) != Status::kOk || mapped == buffer) _exit(1);
+    std::vector<int> seen(2048);
+    if (copy(seen.data(), mapped, 8192) != Status::kOk) _exit(2);
+    for (int& v : seen) v *= 2;
+    if (copy(mapped, seen.data(), 8192) != Status::kOk) _exit(3);
+    _exit(device->ipc_close(mapped) == Status::kOk ? 0 : 4);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  std::vector<int> back(2048);
+  ASSERT_EQ(copy(back.data(), buffer, 8192), Status::kOk);
+  for (int i = 0; i < 2048; ++i) ASSERT_EQ(back[i], 2 * (100 + i));
+  device->device_free(buffer);
+}
+
+TEST_F(EmulatedDevice, StreamsRunCopiesInOrderAndEventsTimeThem) {
+  void* buffer = nullptr;
+  ASSERT_EQ(device->device_alloc(1 << 20, &buffer), Status::kOk);
+  Stream stream = nullptr;
+  Event start = nullptr, end = nullptr;
+  ASSERT_EQ(device->stream_create(&stream), Status::kOk);
+  ASSERT_EQ(device->event_create(&start), Status::kOk);
+  ASSERT_EQ(device->event_create(&end), Status::kOk);
+  std::vector<char> a(1 << 20, 'a'), b(1 << 20, 'b'), out(1 << 20);
+  ASSERT_EQ(device->event_record(start, stream), Status::kOk);
+  ASSERT_EQ(device->copy_async(buffer, a.data(), a.size(), stream), Status::kOk);
+  ASSERT_EQ(device->copy_async(buffer, b.data(), b.size(), stream), Status::kOk);
+  ASSERT_EQ(device->copy_async(out.data(), buffer, out.size(), stream), Status::kOk);
+  ASSERT_EQ(device->event_record(end, stream), Status::kOk);
+  ASSERT_EQ(device->stream_synchronize(stream), Status::kOk);
+  EXPECT_EQ(out, b);
+  float ms = -1;
+  ASSERT_EQ(device->event_elapsed_ms(start, end, &ms), Status::kOk);
+  EXPECT_GE(ms, 0.0f);
+  device->event_destroy(start);
+  device->event_destroy(end);
+  device->stream_destroy(stream);
+  device->device_free(buffer);
+}
+
+}  // namespace
+}  // namespace ferry::gpu

@@ -1,0 +1,55 @@
+#include "engine/common/params.h"
+
+#include <gtest/gtest.h>
+
+namespace ferry {
+namespace {
+
+TEST(Params, DefaultsWhenUnset) {
+  std::vector<std::string> problems;
+  const Params p = parse_params({}, &problems);
+  EXPECT_EQ(p.device, "auto");
+  EXPECT_EQ(p.route, "auto");
+  EXPECT_FALSE(p.stats);
+  EXPECT_EQ(p.staging_pool_max_bytes, 1LL << 30);
+  EXPECT_TRUE(problems.empty());
+}
+
+TEST(Params, ParsesEachType) {
+  std::vector<std::string> problems;
+  const Params p = parse_params({"FERRY_ROUTE=staged", "FERRY_STATS=yes", "FERRY_STAGING_POOL_MAX_BYTES=64M"},
+                                &problems);
+  EXPECT_EQ(p.route, "staged");
+  EXPECT_TRUE(p.stats);
+  EXPECT_EQ(p.staging_pool_max_bytes, 64LL << 20);
+  EXPECT_TRUE(problems.empty());
+}
+
+TEST(Params, MalformedValueKeepsDefaultAndIsReported) {
+  std::vector<std::string> problems;
+  const Params p = parse_params({"FERRY_STATS=maybe", "FERRY_EMULATED_MAX_BYTES=12Q"}, &problems);
+  EXPECT_FALSE(p.stats);
+  EXPECT_EQ(p.emulated_max_bytes, 16LL << 30);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_NE(problems[0].find("FERRY_STATS=maybe"), std::string::npos);
+}
+
+TEST(Params, UnknownFerryVariableIsReported) {
+  std::vector<std::string> problems;
+  parse_params({"FERRY_ROUT=staged"}, &problems);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("FERRY_ROUT"), std::string::npos);
+}
+
+TEST(Params, DescribeListsEveryParameterOnce) {
+  const auto all = describe_params();
+  ASSERT_FALSE(all.empty());
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(all[i].env_name.rfind("FERRY_", 0), 0u);
+    EXPECT_NE(std::string(all[i].description), "");
+    for (size_t j = i + 1; j < all.size(); ++j) EXPECT_NE(all[i].env_name, all[j].env_name);
+  }
+}
+
+}  // namespace
+}  // namespace ferry
