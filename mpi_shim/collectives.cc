@@ -4,15 +4,43 @@
 // Arguments the real MPI would reject go to it unchanged, so users get the
 // real MPI's error class through their error handler.
 #include <cstdint>
+#include <vector>
 
+#include "engine/collectives/collectives.h"
 #include "handlers.h"
 #include "mpi_shim/comm_shape.h"
+#include "mpi_shim/engine_route.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/stats.h"
+#include "mpi_shim/translate.h"
 
 namespace ferry::shim {
 namespace {
+
+// Byte offsets and sizes of an Alltoallv the engine can run: dense types of
+// equal size on both sides, not in place. False otherwise.
+bool alltoallv_layout(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
+                      const void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype,
+                      MPI_Comm comm, std::vector<std::size_t>* send_offsets, std::vector<std::size_t>* recv_bytes,
+                      std::vector<std::size_t>* recv_offsets) {
+  CommShape shape;
+  int send_size = 0, recv_size = 0;
+  if (sendbuf == MPI_IN_PLACE || !recvbuf || !comm_shape(comm, &shape) || shape.inter || !sendcounts || !sdispls ||
+      !recvcounts || !rdispls || !dense_data_type(sendtype, &send_size) || !dense_data_type(recvtype, &recv_size) ||
+      send_size != recv_size)
+    return false;
+  send_offsets->resize(shape.size);
+  recv_bytes->resize(shape.size);
+  recv_offsets->resize(shape.size);
+  for (int p = 0; p < shape.size; ++p) {
+    if (sendcounts[p] < 0 || sdispls[p] < 0 || recvcounts[p] < 0 || rdispls[p] < 0) return false;
+    (*send_offsets)[p] = static_cast<std::size_t>(sdispls[p]) * send_size;
+    (*recv_bytes)[p] = static_cast<std::size_t>(recvcounts[p]) * recv_size;
+    (*recv_offsets)[p] = static_cast<std::size_t>(rdispls[p]) * recv_size;
+  }
+  return true;
+}
 
 std::int64_t sum(const int counts[], int n) {
   std::int64_t total = 0;
@@ -20,12 +48,14 @@ std::int64_t sum(const int counts[], int n) {
   return total;
 }
 
-// Allreduce, Scan and Exscan share their buffer rules.
+// Allreduce, Scan and Exscan share their buffer rules. A route already
+// decided and recorded (Allreduce after the engine handshake) is passed in.
 template <typename PmpiCall>
 int reduce_like(FunctionId id, const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-                MPI_Comm comm, bool preserve_recv, PmpiCall pmpi) {
+                MPI_Comm comm, bool preserve_recv, PmpiCall pmpi, const RouteDecision* decided = nullptr) {
   count_bytes(id, count, datatype);
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  const Route route = decided ? decided->route : route_call(id, {sendbuf, recvbuf}).route;
+  if (route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   Extent extent;
   if (op == MPI_OP_NULL || comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent))
     return pmpi(sendbuf, recvbuf);
@@ -41,8 +71,25 @@ int reduce_like(FunctionId id, const void* sendbuf, void* recvbuf, int count, MP
 
 int handle_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                      MPI_Comm comm) {
-  return reduce_like(FunctionId::kAllreduce, sendbuf, recvbuf, count, datatype, op, comm, false,
-                     [&](const void* s, void* r) { return PMPI_Allreduce(s, r, count, datatype, op, comm); });
+  const FunctionId id = FunctionId::kAllreduce;
+  DataType type;
+  ReduceOp reduce_op;
+  const bool supported = count > 0 && engine_data_type(datatype, &type) && engine_reduce_op(op, &reduce_op) &&
+                         reduction_defined(type, reduce_op);
+  RouteDecision route = decide_route(id, {sendbuf, recvbuf}, supported);
+  int result = MPI_SUCCESS;
+  if (run_on_engine(id, comm, &route,
+                    [&](Communicator& engine, bool eligible, bool* ran) {
+                      return allreduce(engine, sendbuf == MPI_IN_PLACE ? nullptr : sendbuf, recvbuf, count, type,
+                                       reduce_op, eligible, ran);
+                    },
+                    &result)) {
+    count_bytes(id, count, datatype);
+    return result;
+  }
+  return reduce_like(
+      id, sendbuf, recvbuf, count, datatype, op, comm, false,
+      [&](const void* s, void* r) { return PMPI_Allreduce(s, r, count, datatype, op, comm); }, &route);
 }
 
 int handle_Scan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
@@ -62,7 +109,7 @@ int handle_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype da
   const FunctionId id = FunctionId::kReduce;
   count_bytes(id, count, datatype);
   auto pmpi = [&](const void* s, void* r) { return PMPI_Reduce(s, r, count, datatype, op, root, comm); };
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   RootRole role;
   Extent extent;
@@ -83,7 +130,18 @@ int handle_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_C
   const FunctionId id = FunctionId::kBcast;
   count_bytes(id, count, datatype);
   auto pmpi = [&](void* b) { return PMPI_Bcast(b, count, datatype, root, comm); };
-  if (decide_route(id, {buffer}).route == Route::kPmpi) return pmpi(buffer);
+  int element_size = 0;
+  const bool supported = count > 0 && dense_data_type(datatype, &element_size);
+  RouteDecision route = decide_route(id, {buffer}, supported);
+  int result = MPI_SUCCESS;
+  if (run_on_engine(id, comm, &route,
+                    [&](Communicator& engine, bool eligible, bool* ran) {
+                      return bcast(engine, buffer, static_cast<std::size_t>(count) * element_size, root, eligible,
+                                   ran);
+                    },
+                    &result))
+    return result;
+  if (route.route == Route::kPmpi) return pmpi(buffer);
   CommShape shape;
   RootRole role;
   Extent extent;
@@ -107,7 +165,7 @@ int handle_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, 
   auto pmpi = [&](const void* s, void* r) {
     return PMPI_Allgather(s, sendcount, sendtype, r, recvcount, recvtype, comm);
   };
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   Extent send_extent, recv_extent;
   const bool in_place = sendbuf == MPI_IN_PLACE;
@@ -128,7 +186,7 @@ int handle_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
   auto pmpi = [&](const void* s, void* r) {
     return PMPI_Allgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm);
   };
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   Extent send_extent, recv_extent;
   const bool in_place = sendbuf == MPI_IN_PLACE;
@@ -149,7 +207,7 @@ int handle_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, voi
   auto pmpi = [&](const void* s, void* r) {
     return PMPI_Gather(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
   };
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   RootRole role;
   if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
@@ -176,7 +234,7 @@ int handle_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
   auto pmpi = [&](const void* s, void* r) {
     return PMPI_Gatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, root, comm);
   };
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   RootRole role;
   if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
@@ -203,7 +261,7 @@ int handle_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
   auto pmpi = [&](const void* s, void* r) {
     return PMPI_Scatter(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
   };
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   RootRole role;
   if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
@@ -228,7 +286,7 @@ int handle_Scatterv(const void* sendbuf, const int* sendcounts, const int* displ
   auto pmpi = [&](const void* s, void* r) {
     return PMPI_Scatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm);
   };
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   RootRole role;
   if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
@@ -253,7 +311,7 @@ int handle_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, v
   auto pmpi = [&](const void* s, void* r) {
     return PMPI_Alltoall(s, sendcount, sendtype, r, recvcount, recvtype, comm);
   };
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   Extent send_extent, recv_extent;
   const bool in_place = sendbuf == MPI_IN_PLACE;
@@ -274,7 +332,24 @@ int handle_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
   auto pmpi = [&](const void* s, void* r) {
     return PMPI_Alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm);
   };
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  // The layout is worked out only when this rank would take the engine route.
+  RouteDecision route = decide_route(id, {sendbuf, recvbuf}, true);
+  std::vector<std::size_t> send_offsets, recv_bytes, recv_offsets;
+  if (route.route == Route::kEngine &&
+      !alltoallv_layout(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
+                        &send_offsets, &recv_bytes, &recv_offsets))
+    route = decide_route(id, {sendbuf, recvbuf}, false);
+  int result = MPI_SUCCESS;
+  if (run_on_engine(id, comm, &route,
+                    [&](Communicator& engine, bool eligible, bool* ran) {
+                      return alltoallv(engine, sendbuf, send_offsets.data(), recvbuf, recv_bytes.data(),
+                                       recv_offsets.data(), eligible, ran);
+                    },
+                    &result)) {
+    count_bytes(id, sum(sendcounts, static_cast<int>(send_offsets.size())), sendtype);
+    return result;
+  }
+  if (route.route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   Extent send_extent, recv_extent;
   const bool in_place = sendbuf == MPI_IN_PLACE;
@@ -297,7 +372,7 @@ int handle_Alltoallw(const void* sendbuf, const int* sendcounts, const int* sdis
   auto pmpi = [&](const void* s, void* r) {
     return PMPI_Alltoallw(s, sendcounts, sdispls, sendtypes, r, recvcounts, rdispls, recvtypes, comm);
   };
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   Extent send_extent, recv_extent;
   const bool in_place = sendbuf == MPI_IN_PLACE;
@@ -316,7 +391,7 @@ int handle_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcou
                           MPI_Op op, MPI_Comm comm) {
   const FunctionId id = FunctionId::kReduce_scatter;
   auto pmpi = [&](const void* s, void* r) { return PMPI_Reduce_scatter(s, r, recvcounts, datatype, op, comm); };
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   if (op == MPI_OP_NULL || !comm_shape(comm, &shape) || !recvcounts) return pmpi(sendbuf, recvbuf);
   // recvcounts is indexed by the local group, also on an intercommunicator.
@@ -341,7 +416,7 @@ int handle_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcoun
   auto pmpi = [&](const void* s, void* r) {
     return PMPI_Reduce_scatter_block(s, r, recvcount, datatype, op, comm);
   };
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   Extent full_extent, own_extent;
   const bool in_place = sendbuf == MPI_IN_PLACE;

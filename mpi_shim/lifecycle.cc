@@ -7,6 +7,7 @@
 #include "engine/gpu/gpu.h"
 #include "ferry/ferry.h"
 #include "handlers.h"
+#include "mpi_shim/engine_route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/stats.h"
 #include "mpi_shim/wrapper_support.h"
@@ -60,6 +61,7 @@ int handle_Finalize() {
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     print_stats(rank);
   }
+  release_engine_communicators();
   release_staging_pools();
   return PMPI_Finalize();
 }

@@ -10,7 +10,7 @@ namespace {
 template <typename PmpiCall>
 int send_like(FunctionId id, const void* buf, int count, MPI_Datatype datatype, MPI_Comm comm, PmpiCall pmpi) {
   count_bytes(id, count, datatype);
-  if (decide_route(id, {buf}).route == Route::kPmpi) return pmpi(buf);
+  if (route_call(id, {buf}).route == Route::kPmpi) return pmpi(buf);
   Extent extent;
   if (comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent)) return pmpi(buf);
   Staging staging(id, comm);
@@ -58,7 +58,7 @@ int handle_Rsend(const void* buf, int count, MPI_Datatype datatype, int dest, in
 int handle_Recv(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status* status) {
   const FunctionId id = FunctionId::kRecv;
   count_bytes(id, count, datatype);
-  if (decide_route(id, {buf}).route == Route::kPmpi)
+  if (route_call(id, {buf}).route == Route::kPmpi)
     return PMPI_Recv(buf, count, datatype, source, tag, comm, status);
   Extent extent;
   if (comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent))
@@ -80,7 +80,7 @@ int handle_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, i
   auto pmpi = [&](const void* s, void* r, MPI_Status* st) {
     return PMPI_Sendrecv(s, sendcount, sendtype, dest, sendtag, r, recvcount, recvtype, source, recvtag, comm, st);
   };
-  if (decide_route(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf, status);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf, status);
   Extent send_extent, recv_extent;
   if (comm == MPI_COMM_NULL || !extent_of(sendcount, sendtype, &send_extent) ||
       !extent_of(recvcount, recvtype, &recv_extent))
@@ -103,7 +103,7 @@ int handle_Sendrecv_replace(void* buf, int count, MPI_Datatype datatype, int des
   auto pmpi = [&](void* b) {
     return PMPI_Sendrecv_replace(b, count, datatype, dest, sendtag, source, recvtag, comm, status);
   };
-  if (decide_route(id, {buf}).route == Route::kPmpi) return pmpi(buf);
+  if (route_call(id, {buf}).route == Route::kPmpi) return pmpi(buf);
   Extent extent;
   if (comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent)) return pmpi(buf);
   Staging staging(id, comm);

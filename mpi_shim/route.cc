@@ -31,15 +31,6 @@ bool is_device_buffer(const void* buffer) {
   return gpu::classify(buffer).kind == gpu::MemoryKind::kDevice;
 }
 
-RouteDecision decide(std::initializer_list<const void*> buffers) {
-  if (forced_route() == ForcedRoute::kPmpi) return {Route::kPmpi, "FERRY_ROUTE=pmpi"};
-  bool any_device = false;
-  for (const void* b : buffers) any_device = any_device || is_device_buffer(b);
-  if (!any_device) return {Route::kPmpi, "no device buffer"};
-  if (forced_route() == ForcedRoute::kStaged) return {Route::kStaged, "FERRY_ROUTE=staged"};
-  return {Route::kStaged, "device buffer; no engine path for this call yet"};
-}
-
 }  // namespace
 
 const char* route_name(Route route) {
@@ -51,10 +42,24 @@ const char* route_name(Route route) {
   return "?";
 }
 
-RouteDecision decide_route(FunctionId id, std::initializer_list<const void*> buffers) {
-  const RouteDecision decision = decide(buffers);
+RouteDecision decide_route(FunctionId, std::initializer_list<const void*> buffers, bool engine_supported) {
+  if (forced_route() == ForcedRoute::kPmpi) return {Route::kPmpi, "FERRY_ROUTE=pmpi"};
+  bool any_device = false;
+  for (const void* b : buffers) any_device = any_device || is_device_buffer(b);
+  if (!any_device) return {Route::kPmpi, "no device buffer"};
+  if (forced_route() == ForcedRoute::kStaged) return {Route::kStaged, "FERRY_ROUTE=staged"};
+  if (!engine_supported) return {Route::kStaged, "the engine does not run this call or these arguments"};
+  return {Route::kEngine, "device buffers the engine supports"};
+}
+
+void record_route(FunctionId id, const RouteDecision& decision) {
   count_route(id, decision.route);
   FERRY_TRACE(Route, "%s -> %s (%s)", function_name(id), route_name(decision.route), decision.reason);
+}
+
+RouteDecision route_call(FunctionId id, std::initializer_list<const void*> buffers) {
+  const RouteDecision decision = decide_route(id, buffers, false);
+  record_route(id, decision);
   return decision;
 }
 

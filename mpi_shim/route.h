@@ -21,8 +21,14 @@ struct RouteDecision {
   const char* reason;  // for FERRY_DEBUG=TRACE and support questions
 };
 
-// Buffers that the call may read or write on this rank; MPI_IN_PLACE,
-// MPI_BOTTOM and null are ignored. Counts the route in the stats.
-RouteDecision decide_route(FunctionId id, std::initializer_list<const void*> buffers);
+// This rank's choice from its own buffers (MPI_IN_PLACE, MPI_BOTTOM and null
+// are ignored) and whether the engine supports the call's arguments.
+RouteDecision decide_route(FunctionId id, std::initializer_list<const void*> buffers, bool engine_supported);
+
+// Counts the route in the stats and logs it with its reason.
+void record_route(FunctionId id, const RouteDecision& decision);
+
+// decide_route + record_route for calls the engine does not run.
+RouteDecision route_call(FunctionId id, std::initializer_list<const void*> buffers);
 
 }  // namespace ferry::shim

@@ -63,6 +63,8 @@ class CudaBackend final : public Backend {
     return out;
   }
 
+  Status set_device(int device) override { return FERRY_CUDA(cudaSetDevice(device)); }
+
   Status device_alloc(std::size_t bytes, void** ptr) override {
     ensure_device_for_thread(device_count_);
     return FERRY_CUDA(cudaMalloc(ptr, bytes));
@@ -87,7 +89,9 @@ class CudaBackend final : public Backend {
   Status stream_create(Stream* stream) override {
     ensure_device_for_thread(device_count_);
     cudaStream_t s = nullptr;
-    FERRY_CHECK(FERRY_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)));
+    // A blocking stream: engine work queues behind the application's work on
+    // the legacy default stream, which is where most codes produce buffers.
+    FERRY_CHECK(FERRY_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamDefault)));
     *stream = reinterpret_cast<Stream>(s);
     return Status::kOk;
   }
@@ -121,7 +125,9 @@ class CudaBackend final : public Backend {
   Status ipc_export(void* device_ptr, IpcHandle* handle) override {
     static_assert(sizeof(cudaIpcMemHandle_t) <= sizeof(IpcHandle::bytes), "CUDA IPC handle must fit");
     PointerInfo info;
-    if (!cuda_query_pointer(device_ptr, &info) || info.kind != MemoryKind::kDevice) return Status::kInvalidArgument;
+    if (!cuda_query_pointer(device_ptr, &info) || info.kind != MemoryKind::kDevice ||
+        info.base != reinterpret_cast<std::uintptr_t>(device_ptr))
+      return Status::kInvalidArgument;
     cudaIpcMemHandle_t cuda_handle;
     FERRY_CHECK(FERRY_CUDA(cudaIpcGetMemHandle(&cuda_handle, device_ptr)));
     *handle = IpcHandle{};

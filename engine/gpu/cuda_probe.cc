@@ -60,11 +60,12 @@ bool cuda_query_pointer(const void* ptr, PointerInfo* info) {
   int ordinal = -1;
   CUdeviceptr range_start = 0;
   size_t range_size = 0;
-  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                                      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                      CU_POINTER_ATTRIBUTE_RANGE_SIZE};
-  void* values[] = {&memory_type, &is_managed, &ordinal, &range_start, &range_size};
-  if (d->pointer_get_attributes(5, attributes, values, reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS)
+  unsigned long long buffer_id = 0;
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                      CU_POINTER_ATTRIBUTE_RANGE_SIZE,       CU_POINTER_ATTRIBUTE_BUFFER_ID};
+  void* values[] = {&memory_type, &is_managed, &ordinal, &range_start, &range_size, &buffer_id};
+  if (d->pointer_get_attributes(6, attributes, values, reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS)
     return false;
   if (memory_type != CU_MEMORYTYPE_DEVICE && !is_managed) return false;  // pinned host memory is host memory
   info->kind = is_managed ? MemoryKind::kManaged : MemoryKind::kDevice;
@@ -72,6 +73,7 @@ bool cuda_query_pointer(const void* ptr, PointerInfo* info) {
   info->device = ordinal;
   info->base = static_cast<std::uintptr_t>(range_start);
   info->size = range_size;
+  info->allocation_id = buffer_id;
   return true;
 }
 

@@ -47,6 +47,7 @@ struct EventImpl {
 namespace {
 
 struct Allocation {
+  std::uint64_t id = 0;     // never reused, unlike addresses and descriptors
   std::uintptr_t user = 0;  // PROT_NONE address given to the caller
   char* shadow = nullptr;   // read-write view used by the backend
   std::size_t size = 0;     // bytes requested
@@ -58,6 +59,7 @@ struct Allocation {
 struct EmulatedIpcPayload {
   std::int32_t pid;
   std::int32_t fd;
+  std::uint64_t allocation_id;  // tells apart allocations that reuse a descriptor
 };
 static_assert(sizeof(EmulatedIpcPayload) <= sizeof(IpcHandle::bytes), "payload must fit the handle");
 
@@ -94,6 +96,7 @@ class EmulatedBackend final : public Backend {
  public:
   BackendKind kind() const override { return BackendKind::kEmulated; }
   int device_count() const override { return 1; }
+  Status set_device(int device) override { return device == 0 ? Status::kOk : Status::kInvalidArgument; }
   std::string describe_devices() const override {
     return "emulated device 0: host shared memory, limit " +
            std::to_string(params().emulated_max_bytes) + " bytes (FERRY_EMULATED_MAX_BYTES)";
@@ -241,8 +244,11 @@ class EmulatedBackend final : public Backend {
     info->device = 0;
     info->base = a->user;
     info->size = a->size;
+    info->allocation_id = a->id;
     return true;
   }
+
+  void* host_view(const void* device_ptr) override { return translate(device_ptr, 0); }
 
   Status ipc_export(void* device_ptr, IpcHandle* handle) override {
     std::shared_lock<std::shared_mutex> lock(mutex_);
@@ -251,7 +257,7 @@ class EmulatedBackend final : public Backend {
     std::memset(handle, 0, sizeof(*handle));
     handle->owner = BackendKind::kEmulated;
     handle->size = a->size;
-    EmulatedIpcPayload payload{static_cast<std::int32_t>(getpid()), a->fd};
+    EmulatedIpcPayload payload{static_cast<std::int32_t>(getpid()), a->fd, a->id};
     std::memcpy(handle->bytes, &payload, sizeof(payload));
     return Status::kOk;
   }
@@ -322,8 +328,10 @@ class EmulatedBackend final : public Backend {
     close(a.fd);
   }
 
-  void register_allocation(const Allocation& a) {
+  void register_allocation(Allocation a) {
     std::unique_lock<std::shared_mutex> lock(mutex_);
+    a.id = ++last_id_;
+    used_.store(true, std::memory_order_relaxed);
     allocations_[a.user] = a;
     count_.fetch_add(1, std::memory_order_release);
   }
@@ -350,14 +358,22 @@ class EmulatedBackend final : public Backend {
   std::map<std::uintptr_t, Allocation> allocations_;
   std::atomic<std::size_t> count_{0};
   std::atomic<std::size_t> allocated_bytes_{0};
+  std::uint64_t last_id_ = 0;
+
+ public:
+  std::atomic<bool> used_{false};
 };
 
-}  // namespace
-
-Backend* emulated_backend() {
+EmulatedBackend* emulated() {
   // Never destroyed: allocations may be freed from atexit handlers.
   static EmulatedBackend* backend = new EmulatedBackend;
   return backend;
 }
+
+}  // namespace
+
+Backend* emulated_backend() { return emulated(); }
+
+bool emulated_device_used() { return emulated()->used_.load(std::memory_order_relaxed); }
 
 }  // namespace ferry::gpu

@@ -50,6 +50,23 @@ PointerInfo classify(const void* ptr) {
   return info;
 }
 
+Backend* owner_backend(const PointerInfo& info) {
+  switch (info.owner) {
+    case BackendKind::kEmulated: return emulated_backend();
+    case BackendKind::kCuda: return cuda_backend();
+    case BackendKind::kNone: break;
+  }
+  return nullptr;
+}
+
+bool device_runtime_active() {
+  if (emulated_device_used()) return true;
+#ifdef FERRY_HAVE_CUDA
+  if (cuda_driver_loaded()) return true;
+#endif
+  return false;
+}
+
 Status copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return Status::kOk;
   const PointerInfo d = classify(dst);

@@ -27,6 +27,7 @@ struct PointerInfo {
   int device = -1;
   std::uintptr_t base = 0;  // allocation range, when known
   std::size_t size = 0;
+  std::uint64_t allocation_id = 0;  // unique per allocation in this process, when known
 };
 
 // Opaque, fixed-size handle that another process on the machine can import.
@@ -51,6 +52,9 @@ class Backend {
   // One line per device, for ferry-info.
   virtual std::string describe_devices() const = 0;
 
+  // Makes device the current one for this thread's later calls.
+  virtual Status set_device(int device) = 0;
+
   virtual Status device_alloc(std::size_t bytes, void** ptr) = 0;
   virtual Status device_free(void* ptr) = 0;
   // Host memory the device copies to and from at full speed.
@@ -73,6 +77,11 @@ class Backend {
   // True when ptr lies in memory this backend manages; fills info.
   virtual bool query_pointer(const void* ptr, PointerInfo* info) = 0;
 
+  // The address host-side executors use for device memory: the pointer
+  // itself on a GPU, the read-write view on the emulated device.
+  virtual void* host_view(const void* device_ptr) { return const_cast<void*>(device_ptr); }
+
+  // Exports the allocation that begins at device_ptr.
   virtual Status ipc_export(void* device_ptr, IpcHandle* handle) = 0;
   virtual Status ipc_import(const IpcHandle& handle, void** device_ptr) = 0;
   virtual Status ipc_close(void* device_ptr) = 0;
@@ -84,6 +93,8 @@ Backend* active_backend();
 
 // The emulated device, always available.
 Backend* emulated_backend();
+// Whether any emulated device memory was ever allocated or imported here.
+bool emulated_device_used();
 
 // The CUDA backend if it was compiled in and a GPU is usable, else nullptr.
 // Probing starts the CUDA driver: call only when CUDA is wanted.
@@ -95,5 +106,12 @@ PointerInfo classify(const void* ptr);
 
 // Blocking copy between any two pointers, by whichever backend owns them.
 Status copy(void* dst, const void* src, std::size_t bytes);
+
+// The backend that owns a pointer's memory, or nullptr for host memory.
+Backend* owner_backend(const PointerInfo& info);
+
+// True once this process has a device runtime in use: emulated device
+// memory was allocated or a GPU driver is loaded. Never starts one.
+bool device_runtime_active();
 
 }  // namespace ferry::gpu

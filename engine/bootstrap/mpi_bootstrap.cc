@@ -1,0 +1,73 @@
+#include "engine/bootstrap/mpi_bootstrap.h"
+
+#include <chrono>
+
+#include "engine/common/params.h"
+
+namespace ferry {
+namespace {
+
+class MpiBootstrap final : public Bootstrap {
+ public:
+  MpiBootstrap(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  ~MpiBootstrap() override {
+    int finalized = 0;
+    PMPI_Finalized(&finalized);
+    if (!finalized) PMPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  Status allgather(const void* mine, void* all, std::size_t bytes) override {
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (PMPI_Iallgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, comm_,
+                        &request) != MPI_SUCCESS)
+      return Status::kSystemError;
+    return wait(&request, "allgather");
+  }
+
+  Status barrier() override {
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (PMPI_Ibarrier(comm_, &request) != MPI_SUCCESS) return Status::kSystemError;
+    return wait(&request, "barrier");
+  }
+
+ private:
+  // A peer that never arrives (one that took another route, or hung) must
+  // end in an error, not a silent hang: wait at most FERRY_HANDSHAKE_TIMEOUT.
+  Status wait(MPI_Request* request, const char* what) {
+    const auto limit = std::chrono::seconds(params().handshake_timeout);
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      int done = 0;
+      if (PMPI_Test(request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return Status::kSystemError;
+      if (done) return Status::kOk;
+      if (limit.count() > 0 && std::chrono::steady_clock::now() - start > limit) {
+        FERRY_WARN(Bootstrap, "%s among %d ranks did not complete in %lld s (FERRY_HANDSHAKE_TIMEOUT): a peer is "
+                   "not in the same call, or took another route", what, size_,
+                   static_cast<long long>(limit.count()));
+        return Status::kTimeout;
+      }
+    }
+  }
+
+  MPI_Comm comm_;
+  int rank_;
+  int size_;
+};
+
+}  // namespace
+
+std::unique_ptr<Bootstrap> make_mpi_bootstrap(MPI_Comm comm) {
+  MPI_Comm dup = MPI_COMM_NULL;
+  if (PMPI_Comm_dup(comm, &dup) != MPI_SUCCESS) return nullptr;
+  // Ferry's internal exchanges report failures as statuses, never abort.
+  PMPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  int rank = 0, size = 0;
+  PMPI_Comm_rank(dup, &rank);
+  PMPI_Comm_size(dup, &size);
+  return std::make_unique<MpiBootstrap>(dup, rank, size);
+}
+
+}  // namespace ferry

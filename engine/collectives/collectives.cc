@@ -1,0 +1,199 @@
+#include "engine/collectives/collectives.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/collectives/executor.h"
+#include "engine/collectives/schedule.h"
+
+namespace ferry {
+namespace {
+
+enum class CollectiveKind : std::uint32_t { kAllreduce = 1, kBcast = 2, kAlltoallv = 3 };
+
+// What each rank says before a collective: whether it takes the engine
+// route, and the buffers its peers will map.
+struct Handshake {
+  CollectiveKind kind;
+  std::uint32_t eligible;
+  ExportedBuffer first;
+  ExportedBuffer second;
+};
+static_assert(sizeof(Handshake) == 184, "Handshake travels between processes; keep its layout fixed");
+
+// Where this rank's device work runs: the owner of its buffer.
+struct Placement {
+  gpu::Backend* backend = nullptr;
+  int device = -1;
+};
+
+Placement placement_of(const void* buffer) {
+  const gpu::PointerInfo info = gpu::classify(buffer);
+  if (info.kind != gpu::MemoryKind::kDevice) return {};
+  return {gpu::owner_backend(info), info.device};
+}
+
+// Exchanges handshakes; true when every rank is eligible.
+Status agree(Communicator& comm, Handshake& mine, std::vector<Handshake>* all, bool* everyone) {
+  all->resize(comm.size());
+  FERRY_CHECK(comm.bootstrap().allgather(&mine, all->data(), sizeof(Handshake)));
+  *everyone = true;
+  for (const Handshake& h : *all) {
+    if (h.kind != mine.kind) {
+      FERRY_WARN(Coll, "ranks entered different collectives on one communicator");
+      return Status::kInvalidArgument;
+    }
+    *everyone = *everyone && h.eligible;
+  }
+  return Status::kOk;
+}
+
+// After the device work: every rank learns whether any rank failed, and no
+// rank returns while a peer may still read or write its buffers.
+Status finish_together(Communicator& comm, Status local) {
+  std::vector<std::int32_t> statuses(comm.size());
+  const std::int32_t mine = static_cast<std::int32_t>(local);
+  FERRY_CHECK(comm.bootstrap().allgather(&mine, statuses.data(), sizeof(mine)));
+  for (int r = 0; r < comm.size(); ++r) {
+    if (statuses[r] != 0) {
+      if (r != comm.rank())
+        FERRY_WARN(Coll, "rank %d failed its part of the collective: %s", r,
+                   status_name(static_cast<Status>(statuses[r])));
+      return local != Status::kOk ? local : Status::kGpuError;
+    }
+  }
+  return Status::kOk;
+}
+
+Status run_direct_reduce(Communicator& comm, const std::vector<Handshake>& all, const Placement& where,
+                         const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
+  const int n = comm.size();
+  const std::size_t element = data_type_size(type);
+  const ElementRange slice = direct_slice(comm.rank(), n, count, std::max<std::size_t>(1, 16 / element));
+  DirectReduceArgs args{};
+  args.nranks = n;
+  args.count = slice.size();
+  args.type = type;
+  args.op = op;
+  const std::size_t offset = slice.begin * element;
+  for (int r = 0; r < n; ++r) {
+    void* in = const_cast<void*>(input);
+    void* out = output;
+    if (r != comm.rank()) {
+      FERRY_CHECK(comm.peer_memory().import_buffer(all[r].first, &in));
+      FERRY_CHECK(comm.peer_memory().import_buffer(all[r].second, &out));
+    }
+    args.inputs[r] = static_cast<const char*>(in) + offset;
+    args.outputs[r] = static_cast<char*>(out) + offset;
+  }
+  gpu::Stream stream = nullptr;
+  FERRY_CHECK(where.backend->set_device(where.device));
+  FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
+  FERRY_CHECK(launch_direct_reduce(where.backend, args, stream));
+  return where.backend->stream_synchronize(stream);
+}
+
+}  // namespace
+
+Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                 bool eligible, bool* ran) {
+  *ran = false;
+  const void* input = send ? send : recv;
+  Placement where;
+  Handshake mine{CollectiveKind::kAllreduce, 0, {}, {}};
+  if (eligible && count > 0 && comm.all_peers_mapped() && comm.size() <= kMaxDirectRanks &&
+      reduction_defined(type, op)) {
+    where = placement_of(recv);
+    const Placement in = placement_of(input);
+    mine.eligible = where.backend && in.backend == where.backend && in.device == where.device &&
+                    ok(comm.peer_memory().export_buffer(input, &mine.first)) &&
+                    ok(comm.peer_memory().export_buffer(recv, &mine.second));
+  }
+  std::vector<Handshake> all;
+  bool everyone = false;
+  FERRY_CHECK(agree(comm, mine, &all, &everyone));
+  if (!everyone) return Status::kOk;
+  *ran = true;
+  return finish_together(comm, run_direct_reduce(comm, all, where, input, recv, count, type, op));
+}
+
+Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool eligible, bool* ran) {
+  *ran = false;
+  Placement where;
+  Handshake mine{CollectiveKind::kBcast, 0, {}, {}};
+  if (eligible && bytes > 0 && comm.all_peers_mapped() && root >= 0 && root < comm.size()) {
+    where = placement_of(buffer);
+    mine.eligible = where.backend != nullptr &&
+                    (comm.rank() != root || ok(comm.peer_memory().export_buffer(buffer, &mine.first)));
+  }
+  std::vector<Handshake> all;
+  bool everyone = false;
+  FERRY_CHECK(agree(comm, mine, &all, &everyone));
+  if (!everyone) return Status::kOk;
+  *ran = true;
+
+  // Every non-root rank pulls the root's buffer with its copy engine.
+  Status local = Status::kOk;
+  if (comm.rank() != root) {
+    local = [&] {
+      void* source = nullptr;
+      gpu::Stream stream = nullptr;
+      FERRY_CHECK(comm.peer_memory().import_buffer(all[root].first, &source));
+      FERRY_CHECK(where.backend->set_device(where.device));
+      FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
+      FERRY_CHECK(where.backend->copy_async(buffer, source, bytes, stream));
+      return where.backend->stream_synchronize(stream);
+    }();
+  }
+  return finish_together(comm, local);
+}
+
+Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_offsets, void* recv,
+                 const std::size_t* recv_bytes, const std::size_t* recv_offsets, bool eligible, bool* ran) {
+  *ran = false;
+  const int n = comm.size();
+  Placement where;
+  Handshake mine{CollectiveKind::kAlltoallv, 0, {}, {}};
+  if (eligible && comm.all_peers_mapped()) {
+    where = placement_of(recv);
+    const Placement from = placement_of(send);
+    mine.eligible = where.backend && from.backend == where.backend &&
+                    ok(comm.peer_memory().export_buffer(send, &mine.first));
+  }
+  std::vector<Handshake> all;
+  bool everyone = false;
+  FERRY_CHECK(agree(comm, mine, &all, &everyone));
+  if (!everyone) return Status::kOk;
+  *ran = true;
+
+  // Each sender's offset of its block for each receiver.
+  std::vector<std::uint64_t> my_offsets(send_offsets, send_offsets + n);
+  std::vector<std::uint64_t> offsets(static_cast<std::size_t>(n) * n);
+  FERRY_CHECK(comm.bootstrap().allgather(my_offsets.data(), offsets.data(), n * sizeof(std::uint64_t)));
+
+  // Each rank pulls its blocks from every peer; its own block is a local copy.
+  Status local = [&] {
+    gpu::Stream stream = nullptr;
+    FERRY_CHECK(where.backend->set_device(where.device));
+    FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
+    for (int step = 0; step < n; ++step) {
+      // Start with the next rank so that peers do not all read one rank at once.
+      const int peer = (comm.rank() + step) % n;
+      if (recv_bytes[peer] == 0) continue;
+      const void* source = send;
+      if (peer != comm.rank()) {
+        void* mapped = nullptr;
+        FERRY_CHECK(comm.peer_memory().import_buffer(all[peer].first, &mapped));
+        source = mapped;
+      }
+      const char* block = static_cast<const char*>(source) + offsets[static_cast<std::size_t>(peer) * n + comm.rank()];
+      FERRY_CHECK(where.backend->copy_async(static_cast<char*>(recv) + recv_offsets[peer], block, recv_bytes[peer],
+                                            stream));
+    }
+    return where.backend->stream_synchronize(stream);
+  }();
+  return finish_together(comm, local);
+}
+
+}  // namespace ferry

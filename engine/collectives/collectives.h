@@ -1,0 +1,28 @@
+// Engine collectives on device buffers. Every rank of the communicator
+// calls the same collective. A rank passes eligible = false when it will not
+// use the engine for this call (host buffers, an unsupported type); then no
+// rank does, *ran comes back false everywhere, and the caller takes another
+// route, consistently with the others. A failure on any rank after the
+// ranks agreed is reported on every rank.
+#pragma once
+
+#include <cstddef>
+
+#include "engine/collectives/communicator.h"
+#include "engine/common/types.h"
+
+namespace ferry {
+
+// send == nullptr means in place (the input is in recv).
+Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                 bool eligible, bool* ran);
+
+Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool eligible, bool* ran);
+
+// Byte counts and offsets, one per peer: send_offsets[p] is where the block
+// for peer p starts in send; this rank receives recv_bytes[p] from p at
+// recv + recv_offsets[p].
+Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_offsets, void* recv,
+                 const std::size_t* recv_bytes, const std::size_t* recv_offsets, bool eligible, bool* ran);
+
+}  // namespace ferry

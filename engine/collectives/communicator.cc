@@ -1,0 +1,73 @@
+#include "engine/collectives/communicator.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+#include <string>
+
+namespace ferry {
+namespace {
+
+// Host name plus boot id: two containers with one name on different hosts
+// must not believe they share memory.
+std::uint64_t this_host_hash() {
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  return std::hash<std::string>{}(std::string(host) + "/" + boot_id);
+}
+
+}  // namespace
+
+Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_ptr<Communicator>* out) {
+  if (!bootstrap) return Status::kUnavailable;
+  std::unique_ptr<Communicator> comm(new Communicator(std::move(bootstrap)));
+  const int n = comm->size();
+
+  gpu::Backend* backend = gpu::active_backend();
+  RankIdentity mine{this_host_hash(), static_cast<std::int32_t>(getpid()),
+                    static_cast<std::int32_t>(backend ? backend->kind() : gpu::BackendKind::kNone),
+                    backend ? backend->device_count() : 0, 0};
+  comm->ranks_.resize(n);
+  FERRY_CHECK(comm->bootstrap_->allgather(&mine, comm->ranks_.data(), sizeof(mine)));
+
+  // Same machine and same device backend: peer memory maps. On NVLink or
+  // PCIe peer access CUDA IPC maps too; the driver enables peer access
+  // lazily when the mapping is opened.
+  comm->transports_.assign(n, TransportKind::kNone);
+  comm->all_peers_mapped_ = true;
+  for (int peer = 0; peer < n; ++peer) {
+    const RankIdentity& other = comm->ranks_[peer];
+    if (peer == comm->rank()) {
+      comm->transports_[peer] = TransportKind::kSelf;
+    } else if (other.host_hash == mine.host_hash && other.backend == mine.backend &&
+               mine.backend != static_cast<std::int32_t>(gpu::BackendKind::kNone)) {
+      comm->transports_[peer] = TransportKind::kP2p;
+    } else {
+      comm->all_peers_mapped_ = false;
+    }
+  }
+  FERRY_INFO(Init, "engine communicator of %d ranks: %s", n,
+             comm->all_peers_mapped_ ? "every peer mapped (p2p)" : "some peers unreachable by p2p");
+  *out = std::move(comm);
+  return Status::kOk;
+}
+
+Communicator::~Communicator() {
+  for (auto& [key, stream] : streams_) key.first->stream_destroy(stream);
+}
+
+Status Communicator::stream_for(gpu::Backend* backend, int device, gpu::Stream* stream) {
+  auto it = streams_.find({backend, device});
+  if (it == streams_.end()) {
+    gpu::Stream created = nullptr;
+    FERRY_CHECK(backend->stream_create(&created));
+    it = streams_.emplace(std::make_pair(backend, device), created).first;
+  }
+  *stream = it->second;
+  return Status::kOk;
+}
+
+}  // namespace ferry

@@ -1,0 +1,58 @@
+// The engine communicator: the ranks of one application communicator, what
+// each one is (host, process, device), how this rank reaches each peer, and
+// the resources its collectives reuse from call to call.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "engine/bootstrap/bootstrap.h"
+#include "engine/gpu/gpu.h"
+#include "engine/transport/p2p.h"
+
+namespace ferry {
+
+enum class TransportKind : int { kSelf, kP2p, kNone };
+
+// What each rank tells the others at set-up.
+struct RankIdentity {
+  std::uint64_t host_hash;  // same value on every process of one machine (boot)
+  std::int32_t pid;
+  std::int32_t backend;     // gpu::BackendKind of the process's active backend
+  std::int32_t device_count;
+  std::int32_t reserved;
+};
+static_assert(sizeof(RankIdentity) == 24, "RankIdentity travels between processes; keep its layout fixed");
+
+class Communicator {
+ public:
+  // Collective over the bootstrap's ranks.
+  static Status create(std::unique_ptr<Bootstrap> bootstrap, std::unique_ptr<Communicator>* out);
+  ~Communicator();
+
+  int rank() const { return bootstrap_->rank(); }
+  int size() const { return bootstrap_->size(); }
+  Bootstrap& bootstrap() { return *bootstrap_; }
+  PeerMemory& peer_memory() { return peer_memory_; }
+  TransportKind transport_to(int peer) const { return transports_[peer]; }
+  // True when every peer's device memory can be mapped here (one machine,
+  // same device backend): the precondition of the direct algorithms.
+  bool all_peers_mapped() const { return all_peers_mapped_; }
+
+  // A stream on device of backend, created on first use and kept.
+  Status stream_for(gpu::Backend* backend, int device, gpu::Stream* stream);
+
+ private:
+  explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
+
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::vector<RankIdentity> ranks_;
+  std::vector<TransportKind> transports_;
+  bool all_peers_mapped_ = false;
+  PeerMemory peer_memory_;
+  std::map<std::pair<gpu::Backend*, int>, gpu::Stream> streams_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,49 @@
+#include "engine/collectives/executor.h"
+
+#include "engine/collectives/reduce_common.h"
+
+namespace ferry {
+namespace {
+
+// The emulated device's "kernel": the same arithmetic on the host views.
+struct HostDirectReduce {
+  const DirectReduceArgs& args;
+  gpu::Backend* backend;
+
+  template <typename T, ReduceOp Op>
+  void run() {
+    const T* in[kMaxDirectRanks];
+    T* out[kMaxDirectRanks];
+    for (int r = 0; r < args.nranks; ++r) {
+      in[r] = static_cast<const T*>(backend->host_view(args.inputs[r]));
+      out[r] = static_cast<T*>(backend->host_view(args.outputs[r]));
+    }
+    for (std::size_t i = 0; i < args.count; ++i) {
+      T acc = in[0][i];
+      for (int r = 1; r < args.nranks; ++r) acc = reduce<T, Op>(acc, in[r][i]);
+      for (int r = 0; r < args.nranks; ++r) out[r][i] = acc;
+    }
+  }
+};
+
+}  // namespace
+
+Status launch_direct_reduce(gpu::Backend* backend, const DirectReduceArgs& args, gpu::Stream stream) {
+  if (args.nranks < 1 || args.nranks > kMaxDirectRanks) return Status::kInvalidArgument;
+  if (args.count == 0) return Status::kOk;
+  switch (backend->kind()) {
+#ifdef FERRY_HAVE_CUDA
+    case gpu::BackendKind::kCuda:
+      return cuda_launch_direct_reduce(args, stream);
+#endif
+    case gpu::BackendKind::kEmulated: {
+      FERRY_CHECK(backend->stream_synchronize(stream));
+      HostDirectReduce visitor{args, backend};
+      return dispatch_reduction(args.type, args.op, visitor) ? Status::kOk : Status::kUnsupported;
+    }
+    default:
+      return Status::kUnsupported;
+  }
+}
+
+}  // namespace ferry

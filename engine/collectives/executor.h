@@ -1,0 +1,31 @@
+// Executors carry out one step of a schedule on a device backend: GPU
+// kernels (kernels.cu) or host code on the emulated device.
+#pragma once
+
+#include <cstddef>
+
+#include "engine/common/types.h"
+#include "engine/gpu/gpu.h"
+
+namespace ferry {
+
+constexpr int kMaxDirectRanks = 16;
+
+// out[r][i] = in[0][i] op ... op in[n-1][i] for every rank r, i < count.
+// Pointers are already mapped into this process.
+struct DirectReduceArgs {
+  const void* inputs[kMaxDirectRanks];
+  void* outputs[kMaxDirectRanks];
+  int nranks;
+  std::size_t count;
+  DataType type;
+  ReduceOp op;
+};
+
+Status launch_direct_reduce(gpu::Backend* backend, const DirectReduceArgs& args, gpu::Stream stream);
+
+#ifdef FERRY_HAVE_CUDA
+Status cuda_launch_direct_reduce(const DirectReduceArgs& args, gpu::Stream stream);
+#endif
+
+}  // namespace ferry

@@ -1,0 +1,123 @@
+// GPU kernels of the collectives. The direct reduce reads every rank's
+// input slice over NVLink (mapped peer memory), reduces, and stores the
+// result into every rank's output: one pass, no staging buffers.
+#include <cuda_runtime.h>
+
+#include "engine/collectives/executor.h"
+#include "engine/collectives/reduce_common.h"
+
+namespace ferry {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread and rank
+
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int kCount = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
+  T v[kCount];
+};
+static_assert(sizeof(Pack<float>) == 16 && sizeof(Pack<Complex128>) == 16, "packs are one 16-byte access");
+
+template <typename T, ReduceOp Op>
+__device__ __forceinline__ Pack<T> reduce_pack(Pack<T> a, const Pack<T>& b) {
+#pragma unroll
+  for (int k = 0; k < Pack<T>::kCount; ++k) a.v[k] = reduce<T, Op>(a.v[k], b.v[k]);
+  return a;
+}
+
+template <typename T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreads) direct_reduce_packed(DirectReduceArgs args, std::size_t packs) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * kThreads * kUnroll;
+  for (std::size_t base = static_cast<std::size_t>(blockIdx.x) * kThreads * kUnroll + threadIdx.x; base < packs;
+       base += stride) {
+    Pack<T> acc[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::size_t p = base + u * kThreads;
+      if (p < packs) acc[u] = static_cast<const Pack<T>*>(args.inputs[0])[p];
+    }
+    for (int r = 1; r < args.nranks; ++r) {
+      Pack<T> in[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::size_t p = base + u * kThreads;
+        if (p < packs) in[u] = static_cast<const Pack<T>*>(args.inputs[r])[p];
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) acc[u] = reduce_pack<T, Op>(acc[u], in[u]);
+    }
+    for (int r = 0; r < args.nranks; ++r) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::size_t p = base + u * kThreads;
+        if (p < packs) static_cast<Pack<T>*>(args.outputs[r])[p] = acc[u];
+      }
+    }
+  }
+}
+
+// Elements from first on, one at a time: the tail after the packs, or all of
+// it when a buffer is not 16-byte aligned.
+template <typename T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreads) direct_reduce_scalar(DirectReduceArgs args, std::size_t first) {
+  for (std::size_t i = first + static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x; i < args.count;
+       i += static_cast<std::size_t>(gridDim.x) * kThreads) {
+    T acc = static_cast<const T*>(args.inputs[0])[i];
+    for (int r = 1; r < args.nranks; ++r) acc = reduce<T, Op>(acc, static_cast<const T*>(args.inputs[r])[i]);
+    for (int r = 0; r < args.nranks; ++r) static_cast<T*>(args.outputs[r])[i] = acc;
+  }
+}
+
+int grid_limit() {
+  static const int limit = [] {
+    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    return sms > 0 ? sms * 4 : 512;
+  }();
+  return limit;
+}
+
+unsigned blocks_for(std::size_t work_items) {
+  const std::size_t blocks = (work_items + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > static_cast<std::size_t>(grid_limit()) ? grid_limit() : blocks));
+}
+
+struct CudaDirectReduce {
+  const DirectReduceArgs& args;
+  cudaStream_t stream;
+  cudaError_t error = cudaSuccess;
+
+  template <typename T, ReduceOp Op>
+  void run() {
+    bool aligned = true;
+    for (int r = 0; r < args.nranks; ++r) {
+      aligned = aligned && reinterpret_cast<std::uintptr_t>(args.inputs[r]) % 16 == 0 &&
+                reinterpret_cast<std::uintptr_t>(args.outputs[r]) % 16 == 0;
+    }
+    const std::size_t packs = aligned ? args.count / Pack<T>::kCount : 0;
+    if (packs > 0) {
+      direct_reduce_packed<T, Op><<<blocks_for((packs + kUnroll - 1) / kUnroll), kThreads, 0, stream>>>(args, packs);
+    }
+    const std::size_t first = packs * Pack<T>::kCount;
+    if (first < args.count) {
+      direct_reduce_scalar<T, Op><<<blocks_for(args.count - first), kThreads, 0, stream>>>(args, first);
+    }
+    error = cudaGetLastError();
+  }
+};
+
+}  // namespace
+
+Status cuda_launch_direct_reduce(const DirectReduceArgs& args, gpu::Stream stream) {
+  CudaDirectReduce visitor{args, reinterpret_cast<cudaStream_t>(stream)};
+  if (!dispatch_reduction(args.type, args.op, visitor)) return Status::kUnsupported;
+  if (visitor.error != cudaSuccess) {
+    FERRY_WARN(Coll, "direct reduce launch failed: %s", cudaGetErrorString(visitor.error));
+    return Status::kGpuError;
+  }
+  return Status::kOk;
+}
+
+}  // namespace ferry

@@ -1,0 +1,65 @@
+#include "mpi_shim/translate.h"
+
+#include <climits>
+
+namespace ferry::shim {
+
+bool engine_data_type(MPI_Datatype datatype, DataType* type) {
+  struct Entry {
+    MPI_Datatype mpi;
+    DataType engine;
+  };
+  static_assert(sizeof(long) == 8 && sizeof(long long) == 8, "LP64: MPI_LONG is 64-bit");
+  static const Entry kTable[] = {
+      {MPI_INT8_T, DataType::kInt8},          {MPI_SIGNED_CHAR, DataType::kInt8},
+      {MPI_UINT8_T, DataType::kUint8},        {MPI_UNSIGNED_CHAR, DataType::kUint8},
+      {MPI_BYTE, DataType::kUint8},           {MPI_INT16_T, DataType::kInt16},
+      {MPI_SHORT, DataType::kInt16},          {MPI_UINT16_T, DataType::kUint16},
+      {MPI_UNSIGNED_SHORT, DataType::kUint16}, {MPI_INT32_T, DataType::kInt32},
+      {MPI_INT, DataType::kInt32},            {MPI_UINT32_T, DataType::kUint32},
+      {MPI_UNSIGNED, DataType::kUint32},      {MPI_INT64_T, DataType::kInt64},
+      {MPI_LONG, DataType::kInt64},           {MPI_LONG_LONG, DataType::kInt64},
+      {MPI_UINT64_T, DataType::kUint64},      {MPI_UNSIGNED_LONG, DataType::kUint64},
+      {MPI_UNSIGNED_LONG_LONG, DataType::kUint64}, {MPI_FLOAT, DataType::kFloat32},
+      {MPI_DOUBLE, DataType::kFloat64},       {MPI_C_FLOAT_COMPLEX, DataType::kComplex64},
+      {MPI_C_DOUBLE_COMPLEX, DataType::kComplex128},
+  };
+  for (const Entry& e : kTable) {
+    if (e.mpi == datatype) {
+      *type = e.engine;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool engine_reduce_op(MPI_Op op, ReduceOp* reduce_op) {
+  struct Entry {
+    MPI_Op mpi;
+    ReduceOp engine;
+  };
+  static const Entry kTable[] = {
+      {MPI_SUM, ReduceOp::kSum},   {MPI_PROD, ReduceOp::kProd}, {MPI_MIN, ReduceOp::kMin},
+      {MPI_MAX, ReduceOp::kMax},   {MPI_LAND, ReduceOp::kLand}, {MPI_LOR, ReduceOp::kLor},
+      {MPI_LXOR, ReduceOp::kLxor}, {MPI_BAND, ReduceOp::kBand}, {MPI_BOR, ReduceOp::kBor},
+      {MPI_BXOR, ReduceOp::kBxor},
+  };
+  for (const Entry& e : kTable) {
+    if (e.mpi == op) {
+      *reduce_op = e.engine;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool dense_data_type(MPI_Datatype datatype, int* size) {
+  if (datatype == MPI_DATATYPE_NULL) return false;
+  MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+  if (PMPI_Type_size(datatype, size) != MPI_SUCCESS || PMPI_Type_get_extent(datatype, &lb, &extent) != MPI_SUCCESS ||
+      PMPI_Type_get_true_extent(datatype, &true_lb, &true_extent) != MPI_SUCCESS)
+    return false;
+  return *size > 0 && lb == 0 && true_lb == 0 && extent == *size && true_extent == *size;
+}
+
+}  // namespace ferry::shim

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Fresh-machine set-up for Ferry (Debian/Ubuntu):
+#   tools/setup.sh demo   install what is missing, build, run the device-buffer demo under mpirun
+#   tools/setup.sh test   install what is missing, build, run every test
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+mode=${1:-}
+build_dir=${FERRY_BUILD_DIR:-build}
+jobs=$(nproc)
+
+packages=(build-essential cmake ninja-build python3 pkg-config
+          libopenmpi-dev openmpi-bin libpmix-dev libhwloc-dev libibverbs-dev
+          libgtest-dev libbenchmark-dev scalapack-mpi-test)
+
+install_missing() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  echo "installing: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+build() {
+  cmake -S . -B "$build_dir" -G Ninja >/dev/null
+  cmake --build "$build_dir" -j "$jobs"
+}
+
+# Open MPI refuses root unless told; CI and containers run as root.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+case "$mode" in
+  demo)
+    install_missing
+    build
+    mpirun --oversubscribe -np 2 --bind-to none -x LD_PRELOAD="$PWD/$build_dir/libferry.so" \
+      "$build_dir/ferry-demo"
+    ;;
+  test)
+    install_missing
+    build
+    ctest --test-dir "$build_dir" --output-on-failure --timeout 1800
+    ;;
+  *)
+    echo "usage: tools/setup.sh demo|test" >&2
+    exit 2
+    ;;
+esac
