@@ -1,0 +1,230 @@
+// Engine collectives with every rank a thread of this process, on the
+// emulated device, checked against references computed here on the host.
+#include "engine/collectives/collectives.h"
+
+#include <gtest/gtest.h>
+
+#include <complex>
+#include <cstring>
+#include <random>
+#include <type_traits>
+
+#include "engine/collectives/reduce_common.h"
+#include "tests/unit/thread_bootstrap.h"
+
+namespace ferry {
+namespace {
+
+using testing::run_ranks;
+
+gpu::Backend* device() { return gpu::emulated_backend(); }
+
+void* device_copy_of(const void* host, std::size_t bytes) {
+  void* d = nullptr;
+  EXPECT_EQ(device()->device_alloc(bytes ? bytes : 1, &d), Status::kOk);
+  EXPECT_EQ(gpu::copy(d, host, bytes), Status::kOk);
+  return d;
+}
+
+std::vector<char> host_copy_of(const void* device_ptr, std::size_t bytes) {
+  std::vector<char> host(bytes);
+  EXPECT_EQ(gpu::copy(host.data(), device_ptr, bytes), Status::kOk);
+  return host;
+}
+
+// Inputs small enough that sums and products of up to 8 ranks are exact.
+template <typename T>
+T sample(std::mt19937& rng, ReduceOp op) {
+  std::uniform_int_distribution<int> small(-3, 3), positive(1, 2), bit(0, 1), byte(0, 255);
+  auto pick = [&]() -> int {
+    switch (op) {
+      case ReduceOp::kProd: return positive(rng);
+      case ReduceOp::kLand: case ReduceOp::kLor: case ReduceOp::kLxor: return bit(rng) * (1 + bit(rng));
+      case ReduceOp::kBand: case ReduceOp::kBor: case ReduceOp::kBxor: return byte(rng);
+      default: return std::is_unsigned_v<T> ? positive(rng) : small(rng);
+    }
+  };
+  if constexpr (kIsComplex<T>) {
+    return T{static_cast<decltype(T{}.re)>(pick()), static_cast<decltype(T{}.re)>(pick())};
+  } else {
+    return static_cast<T>(pick());
+  }
+}
+
+// The reference, written independently of reduce_common.h.
+template <typename T>
+T reference(T a, T b, ReduceOp op) {
+  if constexpr (kIsComplex<T>) {
+    using Real = decltype(T{}.re);
+    const std::complex<Real> x(a.re, a.im), y(b.re, b.im);
+    const std::complex<Real> r = op == ReduceOp::kSum ? x + y : x * y;
+    return T{r.real(), r.imag()};
+  } else {
+    switch (op) {
+      case ReduceOp::kSum: return static_cast<T>(a + b);
+      case ReduceOp::kProd: return static_cast<T>(a * b);
+      case ReduceOp::kMin: return std::min(a, b);
+      case ReduceOp::kMax: return std::max(a, b);
+      default: break;
+    }
+    if constexpr (std::is_integral_v<T>) {
+      switch (op) {
+        case ReduceOp::kLand: return static_cast<T>(a && b);
+        case ReduceOp::kLor: return static_cast<T>(a || b);
+        case ReduceOp::kLxor: return static_cast<T>(!a != !b);
+        case ReduceOp::kBand: return static_cast<T>(a & b);
+        case ReduceOp::kBor: return static_cast<T>(a | b);
+        case ReduceOp::kBxor: return static_cast<T>(a ^ b);
+        default: break;
+      }
+    }
+    ADD_FAILURE() << "no reference for op " << reduce_op_name(op);
+    return a;
+  }
+}
+
+struct AllreduceCase {
+  int nranks;
+  std::size_t count;
+  std::size_t offset_elements;  // unaligned starts
+  bool in_place;
+  DataType type;
+  ReduceOp op;
+
+  template <typename T, ReduceOp Op>
+  void run() {
+    std::vector<std::vector<T>> inputs(nranks);
+    for (int r = 0; r < nranks; ++r) {
+      std::mt19937 rng(1000 + r + static_cast<int>(count));
+      for (std::size_t i = 0; i < count; ++i) inputs[r].push_back(sample<T>(rng, Op));
+    }
+    std::vector<T> expected(inputs[0]);
+    for (int r = 1; r < nranks; ++r)
+      for (std::size_t i = 0; i < count; ++i) expected[i] = reference(expected[i], inputs[r][i], Op);
+
+    const std::size_t bytes = count * sizeof(T);
+    const std::size_t skip = offset_elements * sizeof(T);
+    run_ranks(nranks, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
+      std::unique_ptr<Communicator> comm;
+      ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
+      std::vector<char> padded(skip + bytes);
+      std::memcpy(padded.data() + skip, inputs[rank].data(), bytes);
+      char* send = static_cast<char*>(device_copy_of(padded.data(), padded.size()));
+      char* recv = in_place ? send : static_cast<char*>(device_copy_of(padded.data(), padded.size()));
+      bool ran = false;
+      ASSERT_EQ(allreduce(*comm, in_place ? nullptr : send + skip, recv + skip, count, type, op, true, &ran),
+                Status::kOk);
+      EXPECT_EQ(ran, count > 0);
+      if (ran) {
+        const std::vector<char> got = host_copy_of(recv + skip, bytes);
+        for (std::size_t i = 0; i < count; ++i)
+          ASSERT_EQ(std::memcmp(got.data() + i * sizeof(T), &expected[i], sizeof(T)), 0)
+              << data_type_name(type) << " " << reduce_op_name(op) << " rank " << rank << " element " << i;
+      }
+      device()->device_free(send);
+      if (!in_place) device()->device_free(recv);
+    });
+  }
+};
+
+TEST(EngineAllreduce, EveryTypeAndOpMatchesTheHostReference) {
+  for (int t = 0; t < static_cast<int>(DataType::kCount); ++t) {
+    for (int o = 0; o < static_cast<int>(ReduceOp::kCount); ++o) {
+      AllreduceCase c{3, 1001, 1, false, static_cast<DataType>(t), static_cast<ReduceOp>(o)};
+      if (!reduction_defined(c.type, c.op)) continue;
+      ASSERT_TRUE(dispatch_reduction(c.type, c.op, c));
+    }
+  }
+}
+
+TEST(EngineAllreduce, RankCountsSizesOffsetsAndInPlace) {
+  for (int nranks : {1, 2, 3, 4, 5, 8}) {
+    for (std::size_t count : {1, 3, 17, 4096, 65537}) {
+      for (bool in_place : {false, true}) {
+        AllreduceCase c{nranks, count, count % 3, in_place, DataType::kFloat32, ReduceOp::kSum};
+        dispatch_reduction(c.type, c.op, c);
+      }
+    }
+  }
+}
+
+TEST(EngineAllreduce, AnIneligibleRankMakesEveryRankFallBack) {
+  run_ranks(3, [](int rank, std::unique_ptr<Bootstrap> bootstrap) {
+    std::unique_ptr<Communicator> comm;
+    ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
+    std::vector<float> ones(64, 1.0f);
+    void* buffer = device_copy_of(ones.data(), 256);
+    bool ran = true;
+    ASSERT_EQ(allreduce(*comm, nullptr, buffer, 64, DataType::kFloat32, ReduceOp::kSum, rank != 1, &ran),
+              Status::kOk);
+    EXPECT_FALSE(ran);
+    EXPECT_EQ(host_copy_of(buffer, 256), host_copy_of(device_copy_of(ones.data(), 256), 256));
+  });
+}
+
+TEST(EngineBcast, EveryRootAndSize) {
+  for (int nranks : {1, 2, 3, 5}) {
+    for (std::size_t bytes : {1, 7, 4096, 100001}) {
+      for (int root = 0; root < nranks; ++root) {
+        std::vector<char> payload(bytes);
+        std::mt19937 rng(static_cast<unsigned>(bytes + root));
+        for (auto& b : payload) b = static_cast<char>(rng());
+        run_ranks(nranks, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
+          std::unique_ptr<Communicator> comm;
+          ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
+          std::vector<char> initial(bytes, static_cast<char>(rank == root ? 0 : 0x5a));
+          if (rank == root) initial = payload;
+          void* buffer = device_copy_of(initial.data(), bytes);
+          bool ran = false;
+          ASSERT_EQ(bcast(*comm, buffer, bytes, root, true, &ran), Status::kOk);
+          EXPECT_TRUE(ran);
+          EXPECT_EQ(host_copy_of(buffer, bytes), payload) << "rank " << rank << " root " << root;
+          device()->device_free(buffer);
+        });
+      }
+    }
+  }
+}
+
+TEST(EngineAlltoallv, UnevenBlocksWithGaps) {
+  for (int nranks : {1, 2, 3, 4, 6}) {
+    run_ranks(nranks, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
+      std::unique_ptr<Communicator> comm;
+      ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
+      // Rank s sends (s + d + 1) * 3 bytes to rank d, blocks one byte apart.
+      auto block_bytes = [](int s, int d) { return static_cast<std::size_t>((s + d + 1) * 3); };
+      std::vector<std::size_t> send_offsets(nranks), recv_bytes(nranks), recv_offsets(nranks);
+      std::size_t send_total = 0, recv_total = 0;
+      for (int p = 0; p < nranks; ++p) {
+        send_offsets[p] = send_total;
+        send_total += block_bytes(rank, p) + 1;
+        recv_offsets[p] = recv_total;
+        recv_bytes[p] = block_bytes(p, rank);
+        recv_total += recv_bytes[p] + 1;
+      }
+      std::vector<char> send_host(send_total, 0);
+      for (int p = 0; p < nranks; ++p)
+        for (std::size_t k = 0; k < block_bytes(rank, p); ++k)
+          send_host[send_offsets[p] + k] = static_cast<char>(rank * 31 + p * 7 + k);
+      std::vector<char> recv_host(recv_total, 'g');
+      void* send = device_copy_of(send_host.data(), send_total);
+      void* recv = device_copy_of(recv_host.data(), recv_total);
+      bool ran = false;
+      ASSERT_EQ(alltoallv(*comm, send, send_offsets.data(), recv, recv_bytes.data(), recv_offsets.data(), true,
+                          &ran),
+                Status::kOk);
+      EXPECT_TRUE(ran);
+      const std::vector<char> got = host_copy_of(recv, recv_total);
+      for (int p = 0; p < nranks; ++p) {
+        for (std::size_t k = 0; k < recv_bytes[p]; ++k)
+          ASSERT_EQ(got[recv_offsets[p] + k], static_cast<char>(p * 31 + rank * 7 + k)) << "from " << p;
+        ASSERT_EQ(got[recv_offsets[p] + recv_bytes[p]], 'g') << "gap after the block from " << p << " was written";
+      }
+      device()->device_free(send);
+      device()->device_free(recv);
+    });
+  }
+}
+
+}  // namespace
+}  // namespace ferry
