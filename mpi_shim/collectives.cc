@@ -380,6 +380,7 @@ int handle_Alltoallw(const void* sendbuf, const int* sendcounts, const int* sdis
       (!in_place && !extent_of_typed_blocks(shape.peers, sendcounts, sdispls, sendtypes, &send_extent)) ||
       !extent_of_typed_blocks(shape.peers, recvcounts, rdispls, recvtypes, &recv_extent))
     return pmpi(sendbuf, recvbuf);
+  for (int p = 0; p < shape.peers && !in_place; ++p) count_bytes(id, sendcounts[p], sendtypes[p]);
   Staging staging(id, comm);
   const void* send = staging.in(sendbuf, send_extent);
   void* recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);

@@ -6,6 +6,8 @@
 #include <functional>
 #include <string>
 
+#include "engine/common/params.h"
+
 namespace ferry {
 namespace {
 
@@ -42,7 +44,7 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
     const RankIdentity& other = comm->ranks_[peer];
     if (peer == comm->rank()) {
       comm->transports_[peer] = TransportKind::kSelf;
-    } else if (other.host_hash == mine.host_hash && other.backend == mine.backend &&
+    } else if (!params().p2p_disable && other.host_hash == mine.host_hash && other.backend == mine.backend &&
                mine.backend != static_cast<std::int32_t>(gpu::BackendKind::kNone)) {
       comm->transports_[peer] = TransportKind::kP2p;
     } else {

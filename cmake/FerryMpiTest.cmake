@@ -1,0 +1,100 @@
+# ferry_add_mpi_test(NAME <name> NP <ranks> COMMAND <program> [args...]
+#                    [ENV VAR=VALUE ...] [NO_PRELOAD] [TIMEOUT <seconds>])
+#
+# Registers a CTest test that runs <program> (a target or a path) on <ranks>
+# MPI ranks under mpirun, with libferry.so (the `ferry` target) preloaded into
+# every rank unless NO_PRELOAD. Each ENV assignment is exported to the ranks;
+# FERRY_DEVICE defaults to FERRY_MPI_TEST_DEVICE. The test passes when mpirun
+# exits 0 and the output holds a line that is exactly "No Errors" (the MPICH
+# test-suite convention).
+#
+# Run with `cmake -P`, this file is also the script that runs such a test and
+# checks both conditions: CTest alone can require a pattern in the output or a
+# zero exit status, not both.
+
+if(CMAKE_SCRIPT_MODE_FILE)
+  list(JOIN FERRY_MPI_TEST_COMMAND " " command_line)
+  execute_process(
+    COMMAND ${FERRY_MPI_TEST_COMMAND}
+    RESULT_VARIABLE exit_status
+    OUTPUT_VARIABLE output
+    ERROR_VARIABLE output
+    ECHO_OUTPUT_VARIABLE ECHO_ERROR_VARIABLE)
+  if(NOT exit_status STREQUAL "0")
+    message(FATAL_ERROR "exit status ${exit_status} from: ${command_line}")
+  endif()
+  if(NOT output MATCHES "(^|\n)No Errors\r?\n")
+    message(FATAL_ERROR "no \"No Errors\" line in the output of: ${command_line}")
+  endif()
+  return()
+endif()
+
+include_guard(GLOBAL)
+
+find_package(MPI REQUIRED COMPONENTS C)
+
+set(FERRY_MPI_TEST_DEVICE "emulated" CACHE STRING
+    "FERRY_DEVICE exported to MPI tests that do not set their own")
+set(FERRY_MPI_TEST_TIMEOUT 120 CACHE STRING
+    "Seconds an MPI test may run before it is stopped")
+
+# Open MPI 4.1 in a container with few cores (mpirun also gets
+# --oversubscribe): no binding, shared memory without the single-copy
+# mechanisms (CMA, KNEM) that containers usually forbid, and the ob1 PML so
+# that no network stack is probed.
+set(FERRY_MPIEXEC_FLAGS
+    --bind-to none
+    --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
+
+set(_FERRY_MPI_TEST_SCRIPT "${CMAKE_CURRENT_LIST_FILE}")
+
+function(ferry_add_mpi_test)
+  cmake_parse_arguments(PARSE_ARGV 0 ARG "NO_PRELOAD" "NAME;NP;TIMEOUT" "COMMAND;ENV")
+  if(NOT DEFINED ARG_NAME OR NOT DEFINED ARG_NP OR NOT DEFINED ARG_COMMAND)
+    message(FATAL_ERROR "ferry_add_mpi_test needs NAME, NP and COMMAND")
+  endif()
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "ferry_add_mpi_test(${ARG_NAME}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  if(NOT DEFINED ARG_TIMEOUT)
+    set(ARG_TIMEOUT ${FERRY_MPI_TEST_TIMEOUT})
+  endif()
+
+  list(POP_FRONT ARG_COMMAND program)
+  if(TARGET ${program})
+    set(program "$<TARGET_FILE:${program}>")
+  endif()
+
+  set(exports)
+  set(device_chosen FALSE)
+  foreach(assignment IN LISTS ARG_ENV)
+    if(NOT assignment MATCHES "^[A-Za-z_][A-Za-z0-9_]*=")
+      message(FATAL_ERROR "ferry_add_mpi_test(${ARG_NAME}): ENV takes VAR=VALUE, not '${assignment}'")
+    endif()
+    if(assignment MATCHES "^FERRY_DEVICE=")
+      set(device_chosen TRUE)
+    endif()
+    list(APPEND exports -x "${assignment}")
+  endforeach()
+  if(NOT device_chosen)
+    list(PREPEND exports -x "FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE}")
+  endif()
+  if(NOT ARG_NO_PRELOAD)
+    list(PREPEND exports -x "LD_PRELOAD=$<TARGET_FILE:ferry>")
+  endif()
+
+  # mpirun stops the job itself a little before CTest would, so that ranks
+  # are not left behind and the output so far is still shown.
+  math(EXPR job_timeout "${ARG_TIMEOUT} - 10")
+  set(command
+      ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${ARG_NP} ${FERRY_MPIEXEC_FLAGS}
+      --timeout ${job_timeout} ${MPIEXEC_PREFLAGS} ${exports}
+      ${program} ${MPIEXEC_POSTFLAGS} ${ARG_COMMAND})
+  add_test(NAME ${ARG_NAME}
+           COMMAND ${CMAKE_COMMAND} "-DFERRY_MPI_TEST_COMMAND=${command}"
+                   -P "${_FERRY_MPI_TEST_SCRIPT}")
+  set_tests_properties(${ARG_NAME} PROPERTIES
+    TIMEOUT ${ARG_TIMEOUT}
+    PROCESSORS ${ARG_NP}
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endfunction()

@@ -1,0 +1,32 @@
+/* Device memory for the MPI suite programs.
+ *
+ * The programs do not link libferry.so: it arrives through LD_PRELOAD, so the
+ * Ferry entry points are looked up at run time. With FERRY_SUITE_HOST_BUFFERS=1
+ * plain malloc/free/memcpy stand in, so the same program runs on an unmodified
+ * MPI as a baseline that proves the reference checks themselves. Device memory
+ * is never dereferenced by the programs: it is reached only through
+ * suite_memcpy, as real GPU memory would have to be. */
+#pragma once
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Resolves the allocator once; on failure prints why and ends the job. Call
+ * after MPI_Init. */
+void suite_device_init(void);
+/* Never NULL: a failed allocation ends the job. */
+void* suite_device_malloc(size_t bytes);
+void suite_device_free(void* ptr);
+/* Copies between host and device in any direction; a failure ends the job. */
+void suite_memcpy(void* dst, const void* src, size_t bytes);
+/* "emulated", "cuda", ... from Ferry, or "host" under FERRY_SUITE_HOST_BUFFERS. */
+const char* suite_device_backend(void);
+/* The device backend libferry.so reports, or NULL when it is not loaded. */
+const char* suite_ferry_backend(void);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,176 @@
+// Bad arguments with device buffers must fail the way the real MPI fails with
+// host buffers: the same error class, returned through MPI_ERRORS_RETURN,
+// with no crash and no hang, and the communicator still usable afterwards.
+// Also checks what MPIX_Query_cuda_support() reports.
+#include <cstring>
+#include <functional>
+
+#include "suite.h"
+
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h>
+#endif
+
+namespace {
+
+using namespace suite;
+
+constexpr int kElements = 64;
+
+// One erroneous call, made by every rank alike so that no rank waits on
+// another: MPI must reject it while checking arguments.
+struct BadCall {
+  const char* call;
+  const char* problem;
+  std::function<int(void* send, void* recv, MPI_Comm comm)> invoke;
+};
+
+std::vector<BadCall> bad_calls() {
+  const int ranks = world_size();
+  const int next = (world_rank() + 1) % ranks;
+  const int previous = (world_rank() + ranks - 1) % ranks;
+  return {
+      {"MPI_Allreduce", "count -1",
+       [](void* s, void* r, MPI_Comm c) { return MPI_Allreduce(s, r, -1, MPI_INT, MPI_SUM, c); }},
+      {"MPI_Allreduce", "MPI_DATATYPE_NULL",
+       [](void* s, void* r, MPI_Comm c) {
+         return MPI_Allreduce(s, r, 8, MPI_DATATYPE_NULL, MPI_SUM, c);
+       }},
+      {"MPI_Allreduce", "MPI_OP_NULL",
+       [](void* s, void* r, MPI_Comm c) {
+         return MPI_Allreduce(s, r, 8, MPI_INT, MPI_OP_NULL, c);
+       }},
+      {"MPI_Reduce", "root out of range",
+       [=](void* s, void* r, MPI_Comm c) {
+         return MPI_Reduce(s, r, 8, MPI_INT, MPI_SUM, ranks, c);
+       }},
+      {"MPI_Reduce", "count -1",
+       [](void* s, void* r, MPI_Comm c) { return MPI_Reduce(s, r, -1, MPI_INT, MPI_SUM, 0, c); }},
+      {"MPI_Bcast", "count -1",
+       [](void*, void* r, MPI_Comm c) { return MPI_Bcast(r, -1, MPI_INT, 0, c); }},
+      {"MPI_Bcast", "root out of range",
+       [=](void*, void* r, MPI_Comm c) { return MPI_Bcast(r, 8, MPI_INT, ranks, c); }},
+      {"MPI_Bcast", "MPI_DATATYPE_NULL",
+       [](void*, void* r, MPI_Comm c) { return MPI_Bcast(r, 8, MPI_DATATYPE_NULL, 0, c); }},
+      {"MPI_Allgather", "count -1",
+       [](void* s, void* r, MPI_Comm c) {
+         return MPI_Allgather(s, -1, MPI_INT, r, -1, MPI_INT, c);
+       }},
+      {"MPI_Gather", "root out of range",
+       [=](void* s, void* r, MPI_Comm c) {
+         return MPI_Gather(s, 1, MPI_INT, r, 1, MPI_INT, ranks, c);
+       }},
+      {"MPI_Scatter", "root out of range",
+       [=](void* s, void* r, MPI_Comm c) {
+         return MPI_Scatter(s, 1, MPI_INT, r, 1, MPI_INT, ranks, c);
+       }},
+      {"MPI_Alltoall", "MPI_DATATYPE_NULL",
+       [](void* s, void* r, MPI_Comm c) {
+         return MPI_Alltoall(s, 1, MPI_DATATYPE_NULL, r, 1, MPI_DATATYPE_NULL, c);
+       }},
+      {"MPI_Reduce_scatter_block", "count -1",
+       [](void* s, void* r, MPI_Comm c) {
+         return MPI_Reduce_scatter_block(s, r, -1, MPI_INT, MPI_SUM, c);
+       }},
+      {"MPI_Scan", "MPI_DATATYPE_NULL",
+       [](void* s, void* r, MPI_Comm c) {
+         return MPI_Scan(s, r, 8, MPI_DATATYPE_NULL, MPI_SUM, c);
+       }},
+      {"MPI_Send", "count -1",
+       [=](void* s, void*, MPI_Comm c) { return MPI_Send(s, -1, MPI_INT, next, 0, c); }},
+      {"MPI_Send", "MPI_DATATYPE_NULL",
+       [=](void* s, void*, MPI_Comm c) { return MPI_Send(s, 8, MPI_DATATYPE_NULL, next, 0, c); }},
+      {"MPI_Send", "dest out of range",
+       [=](void* s, void*, MPI_Comm c) { return MPI_Send(s, 8, MPI_INT, ranks, 0, c); }},
+      {"MPI_Recv", "count -1",
+       [=](void*, void* r, MPI_Comm c) {
+         return MPI_Recv(r, -1, MPI_INT, previous, 0, c, MPI_STATUS_IGNORE);
+       }},
+      {"MPI_Recv", "MPI_DATATYPE_NULL",
+       [=](void*, void* r, MPI_Comm c) {
+         return MPI_Recv(r, 8, MPI_DATATYPE_NULL, previous, 0, c, MPI_STATUS_IGNORE);
+       }},
+      {"MPI_Sendrecv", "count -1",
+       [=](void* s, void* r, MPI_Comm c) {
+         return MPI_Sendrecv(s, -1, MPI_INT, next, 0, r, -1, MPI_INT, previous, 0, c,
+                             MPI_STATUS_IGNORE);
+       }},
+  };
+}
+
+int error_class(int rc) {
+  int error_class = MPI_SUCCESS;
+  MPI_Error_class(rc, &error_class);
+  return error_class;
+}
+
+std::string class_name(int error_class) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(error_class, text, &length);
+  return std::to_string(error_class) + " (" + std::string(text, length) + ")";
+}
+
+void test_bad_calls(MPI_Comm comm) {
+  const std::vector<int> values(kElements, 1);
+  const Buffer host_send = make_buffer(values, Memory::host);
+  const Buffer host_recv = make_buffer(values, Memory::host);
+  const Buffer device_send = make_buffer(values, Memory::device);
+  const Buffer device_recv = make_buffer(values, Memory::device);
+  for (const BadCall& bad : bad_calls()) {
+    const Case what{bad.call, "MPI_INT", "", 0, "device", bad.problem};
+    const int host_class = error_class(bad.invoke(host_send.data(), host_recv.data(), comm));
+    if (host_class == MPI_SUCCESS) {
+      fail(what,
+           "the real MPI accepts this call with host buffers, so there is nothing to compare");
+      continue;
+    }
+    const int device_class = error_class(bad.invoke(device_send.data(), device_recv.data(), comm));
+    expect(device_class == host_class, what,
+           "error class " + class_name(device_class) + ", host buffers give " +
+               class_name(host_class));
+  }
+  expect_buffer(Case{"bad calls", "MPI_INT", "", 0, "device", "(send buffer)"}, device_send,
+                values);
+  expect_buffer(Case{"bad calls", "MPI_INT", "", 0, "device", "(receive buffer)"}, device_recv,
+                values);
+}
+
+// After the rejected calls the communicator must still work.
+void test_still_usable(MPI_Comm comm) {
+  const Case what{"MPI_Allreduce", "MPI_INT", "MPI_SUM", kElements, "device", "after bad calls"};
+  check_mpi(MPI_Barrier(comm), what);
+  const std::vector<int> ones(kElements, 1);
+  const Buffer send = make_buffer(ones, Memory::device);
+  const Buffer recv = make_buffer(poisoned<int>(kElements), Memory::device);
+  check_mpi(MPI_Allreduce(send.data(), recv.data(), kElements, MPI_INT, MPI_SUM, comm), what);
+  expect_buffer(what, recv, std::vector<int>(kElements, world_size()));
+}
+
+// 1 under Ferry with a device backend; 0 on plain Open MPI, which on this
+// Debian build has no CUDA support.
+void test_cuda_support_query() {
+#if defined(MPIX_CUDA_AWARE_SUPPORT)
+  const char* ferry_backend = suite_ferry_backend();
+  const int expected = ferry_backend && std::strcmp(ferry_backend, "none") != 0 ? 1 : 0;
+  const int reported = MPIX_Query_cuda_support();
+  expect(reported == expected,
+         Case{"MPIX_Query_cuda_support", "", "", 0, "",
+              std::string("libferry.so backend=") + (ferry_backend ? ferry_backend : "not loaded")},
+         "returned " + std::to_string(reported) + ", expected " + std::to_string(expected));
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  suite::init(&argc, &argv);
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  test_bad_calls(comm);
+  test_still_usable(comm);
+  MPI_Comm_free(&comm);
+  test_cuda_support_query();
+  return suite::finish();
+}
