@@ -16,7 +16,8 @@ enum class CollectiveKind : std::uint32_t { kAllreduce = 1, kBcast = 2, kAlltoal
 // route, and the buffers its peers will map.
 struct Handshake {
   CollectiveKind kind;
-  std::uint32_t eligible;
+  std::uint16_t eligible;
+  std::uint16_t in_place;
   ExportedBuffer first;
   ExportedBuffer second;
 };
@@ -70,22 +71,30 @@ Status run_direct_reduce(Communicator& comm, const std::vector<Handshake>& all, 
                          const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
   const int n = comm.size();
   const std::size_t element = data_type_size(type);
-  const ElementRange slice = direct_slice(comm.rank(), n, count, std::max<std::size_t>(1, 16 / element));
+  bool any_in_place = false;
+  for (const Handshake& h : all) any_in_place = any_in_place || h.in_place;
+  const bool one_shot = choose_allreduce(n, any_in_place) == AllreduceAlgorithm::kOneShot;
+  const ElementRange slice =
+      one_shot ? ElementRange{0, count} : direct_slice(comm.rank(), n, count, std::max<std::size_t>(1, 16 / element));
   DirectReduceArgs args{};
-  args.nranks = n;
+  args.ninputs = n;
+  args.noutputs = one_shot ? 1 : n;
   args.count = slice.size();
   args.type = type;
   args.op = op;
   const std::size_t offset = slice.begin * element;
-  for (int r = 0; r < n; ++r) {
+  args.outputs[0] = static_cast<char*>(output) + offset;
+  for (int r = 0, k = 1; r < n; ++r) {
     void* in = const_cast<void*>(input);
-    void* out = output;
     if (r != comm.rank()) {
       FERRY_CHECK(comm.peer_memory().import_buffer(all[r].first, &in));
-      FERRY_CHECK(comm.peer_memory().import_buffer(all[r].second, &out));
+      if (!one_shot) {
+        void* out = nullptr;
+        FERRY_CHECK(comm.peer_memory().import_buffer(all[r].second, &out));
+        args.outputs[k++] = static_cast<char*>(out) + offset;
+      }
     }
     args.inputs[r] = static_cast<const char*>(in) + offset;
-    args.outputs[r] = static_cast<char*>(out) + offset;
   }
   gpu::Stream stream = nullptr;
   FERRY_CHECK(where.backend->set_device(where.device));
@@ -101,7 +110,7 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
   *ran = false;
   const void* input = send ? send : recv;
   Placement where;
-  Handshake mine{CollectiveKind::kAllreduce, 0, {}, {}};
+  Handshake mine{CollectiveKind::kAllreduce, 0, send == nullptr, {}, {}};
   if (eligible && count > 0 && comm.all_peers_mapped() && comm.size() <= kMaxDirectRanks &&
       reduction_defined(type, op)) {
     where = placement_of(recv);
@@ -121,7 +130,7 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
 Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool eligible, bool* ran) {
   *ran = false;
   Placement where;
-  Handshake mine{CollectiveKind::kBcast, 0, {}, {}};
+  Handshake mine{CollectiveKind::kBcast, 0, 0, {}, {}};
   if (eligible && bytes > 0 && comm.all_peers_mapped() && root >= 0 && root < comm.size()) {
     where = placement_of(buffer);
     mine.eligible = where.backend != nullptr &&
@@ -154,7 +163,7 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_o
   *ran = false;
   const int n = comm.size();
   Placement where;
-  Handshake mine{CollectiveKind::kAlltoallv, 0, {}, {}};
+  Handshake mine{CollectiveKind::kAlltoallv, 0, 0, {}, {}};
   if (eligible && comm.all_peers_mapped()) {
     where = placement_of(recv);
     const Placement from = placement_of(send);
@@ -172,11 +181,14 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_o
   std::vector<std::uint64_t> offsets(static_cast<std::size_t>(n) * n);
   FERRY_CHECK(comm.bootstrap().allgather(my_offsets.data(), offsets.data(), n * sizeof(std::uint64_t)));
 
-  // Each rank pulls its blocks from every peer; its own block is a local copy.
+  // Each rank pulls its blocks from every peer with the copy engines, a few
+  // streams in parallel; its own block is a local copy on a stream of its own.
   Status local = [&] {
-    gpu::Stream stream = nullptr;
+    constexpr int kPeerStreams = 4;
+    const int streams_used = 1 + std::min(kPeerStreams, n - 1);
+    std::vector<gpu::Stream> streams(streams_used);
     FERRY_CHECK(where.backend->set_device(where.device));
-    FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
+    for (int i = 0; i < streams_used; ++i) FERRY_CHECK(comm.stream_for(where.backend, where.device, &streams[i], i));
     for (int step = 0; step < n; ++step) {
       // Start with the next rank so that peers do not all read one rank at once.
       const int peer = (comm.rank() + step) % n;
@@ -188,10 +200,12 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_o
         source = mapped;
       }
       const char* block = static_cast<const char*>(source) + offsets[static_cast<std::size_t>(peer) * n + comm.rank()];
+      const gpu::Stream stream = step == 0 ? streams[0] : streams[1 + (step - 1) % (streams_used - 1)];
       FERRY_CHECK(where.backend->copy_async(static_cast<char*>(recv) + recv_offsets[peer], block, recv_bytes[peer],
                                             stream));
     }
-    return where.backend->stream_synchronize(stream);
+    for (gpu::Stream stream : streams) FERRY_CHECK(where.backend->stream_synchronize(stream));
+    return Status::kOk;
   }();
   return finish_together(comm, local);
 }

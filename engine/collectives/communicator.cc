@@ -58,15 +58,16 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
 }
 
 Communicator::~Communicator() {
-  for (auto& [key, stream] : streams_) key.first->stream_destroy(stream);
+  for (auto& [key, stream] : streams_) key.backend->stream_destroy(stream);
 }
 
-Status Communicator::stream_for(gpu::Backend* backend, int device, gpu::Stream* stream) {
-  auto it = streams_.find({backend, device});
+Status Communicator::stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index) {
+  const StreamKey key{backend, device, index};
+  auto it = streams_.find(key);
   if (it == streams_.end()) {
     gpu::Stream created = nullptr;
     FERRY_CHECK(backend->stream_create(&created));
-    it = streams_.emplace(std::make_pair(backend, device), created).first;
+    it = streams_.emplace(key, created).first;
   }
   *stream = it->second;
   return Status::kOk;

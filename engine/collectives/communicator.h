@@ -41,8 +41,8 @@ class Communicator {
   // same device backend): the precondition of the direct algorithms.
   bool all_peers_mapped() const { return all_peers_mapped_; }
 
-  // A stream on device of backend, created on first use and kept.
-  Status stream_for(gpu::Backend* backend, int device, gpu::Stream* stream);
+  // Stream `index` on device of backend, created on first use and kept.
+  Status stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index = 0);
 
  private:
   explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
@@ -52,7 +52,15 @@ class Communicator {
   std::vector<TransportKind> transports_;
   bool all_peers_mapped_ = false;
   PeerMemory peer_memory_;
-  std::map<std::pair<gpu::Backend*, int>, gpu::Stream> streams_;
+  struct StreamKey {
+    gpu::Backend* backend;
+    int device;
+    int index;
+    bool operator<(const StreamKey& o) const {
+      return backend != o.backend ? backend < o.backend : device != o.device ? device < o.device : index < o.index;
+    }
+  };
+  std::map<StreamKey, gpu::Stream> streams_;
 };
 
 }  // namespace ferry

@@ -14,14 +14,12 @@ struct HostDirectReduce {
   void run() {
     const T* in[kMaxDirectRanks];
     T* out[kMaxDirectRanks];
-    for (int r = 0; r < args.nranks; ++r) {
-      in[r] = static_cast<const T*>(backend->host_view(args.inputs[r]));
-      out[r] = static_cast<T*>(backend->host_view(args.outputs[r]));
-    }
+    for (int r = 0; r < args.ninputs; ++r) in[r] = static_cast<const T*>(backend->host_view(args.inputs[r]));
+    for (int k = 0; k < args.noutputs; ++k) out[k] = static_cast<T*>(backend->host_view(args.outputs[k]));
     for (std::size_t i = 0; i < args.count; ++i) {
       T acc = in[0][i];
-      for (int r = 1; r < args.nranks; ++r) acc = reduce<T, Op>(acc, in[r][i]);
-      for (int r = 0; r < args.nranks; ++r) out[r][i] = acc;
+      for (int r = 1; r < args.ninputs; ++r) acc = reduce<T, Op>(acc, in[r][i]);
+      for (int k = 0; k < args.noutputs; ++k) out[k][i] = acc;
     }
   }
 };
@@ -29,7 +27,8 @@ struct HostDirectReduce {
 }  // namespace
 
 Status launch_direct_reduce(gpu::Backend* backend, const DirectReduceArgs& args, gpu::Stream stream) {
-  if (args.nranks < 1 || args.nranks > kMaxDirectRanks) return Status::kInvalidArgument;
+  if (args.ninputs < 1 || args.ninputs > kMaxDirectRanks || args.noutputs < 1 || args.noutputs > kMaxDirectRanks)
+    return Status::kInvalidArgument;
   if (args.count == 0) return Status::kOk;
   switch (backend->kind()) {
 #ifdef FERRY_HAVE_CUDA

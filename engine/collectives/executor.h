@@ -11,12 +11,13 @@ namespace ferry {
 
 constexpr int kMaxDirectRanks = 16;
 
-// out[r][i] = in[0][i] op ... op in[n-1][i] for every rank r, i < count.
+// out[k][i] = in[0][i] op ... op in[n-1][i] for every output k, i < count.
 // Pointers are already mapped into this process.
 struct DirectReduceArgs {
   const void* inputs[kMaxDirectRanks];
   void* outputs[kMaxDirectRanks];
-  int nranks;
+  int ninputs;
+  int noutputs;
   std::size_t count;
   DataType type;
   ReduceOp op;

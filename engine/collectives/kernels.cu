@@ -1,6 +1,6 @@
-// GPU kernels of the collectives. The direct reduce reads every rank's
-// input slice over NVLink (mapped peer memory), reduces, and stores the
-// result into every rank's output: one pass, no staging buffers.
+// GPU kernels of the collectives. The direct reduce reads its inputs from
+// mapped peer memory over NVLink, reduces, and stores the result into one or
+// more outputs (local or mapped): one pass, no staging buffers.
 #include <cuda_runtime.h>
 
 #include "engine/collectives/executor.h"
@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(kThreads) direct_reduce_packed(DirectReduceArg
       const std::size_t p = base + u * kThreads;
       if (p < packs) acc[u] = static_cast<const Pack<T>*>(args.inputs[0])[p];
     }
-    for (int r = 1; r < args.nranks; ++r) {
+    for (int r = 1; r < args.ninputs; ++r) {
       Pack<T> in[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -47,11 +47,11 @@ __global__ void __launch_bounds__(kThreads) direct_reduce_packed(DirectReduceArg
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) acc[u] = reduce_pack<T, Op>(acc[u], in[u]);
     }
-    for (int r = 0; r < args.nranks; ++r) {
+    for (int k = 0; k < args.noutputs; ++k) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const std::size_t p = base + u * kThreads;
-        if (p < packs) static_cast<Pack<T>*>(args.outputs[r])[p] = acc[u];
+        if (p < packs) static_cast<Pack<T>*>(args.outputs[k])[p] = acc[u];
       }
     }
   }
@@ -64,8 +64,8 @@ __global__ void __launch_bounds__(kThreads) direct_reduce_scalar(DirectReduceArg
   for (std::size_t i = first + static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x; i < args.count;
        i += static_cast<std::size_t>(gridDim.x) * kThreads) {
     T acc = static_cast<const T*>(args.inputs[0])[i];
-    for (int r = 1; r < args.nranks; ++r) acc = reduce<T, Op>(acc, static_cast<const T*>(args.inputs[r])[i]);
-    for (int r = 0; r < args.nranks; ++r) static_cast<T*>(args.outputs[r])[i] = acc;
+    for (int r = 1; r < args.ninputs; ++r) acc = reduce<T, Op>(acc, static_cast<const T*>(args.inputs[r])[i]);
+    for (int k = 0; k < args.noutputs; ++k) static_cast<T*>(args.outputs[k])[i] = acc;
   }
 }
 
@@ -92,10 +92,9 @@ struct CudaDirectReduce {
   template <typename T, ReduceOp Op>
   void run() {
     bool aligned = true;
-    for (int r = 0; r < args.nranks; ++r) {
-      aligned = aligned && reinterpret_cast<std::uintptr_t>(args.inputs[r]) % 16 == 0 &&
-                reinterpret_cast<std::uintptr_t>(args.outputs[r]) % 16 == 0;
-    }
+    for (int r = 0; r < args.ninputs; ++r) aligned = aligned && reinterpret_cast<std::uintptr_t>(args.inputs[r]) % 16 == 0;
+    for (int k = 0; k < args.noutputs; ++k)
+      aligned = aligned && reinterpret_cast<std::uintptr_t>(args.outputs[k]) % 16 == 0;
     const std::size_t packs = aligned ? args.count / Pack<T>::kCount : 0;
     if (packs > 0) {
       direct_reduce_packed<T, Op><<<blocks_for((packs + kUnroll - 1) / kUnroll), kThreads, 0, stream>>>(args, packs);

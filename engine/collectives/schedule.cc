@@ -4,6 +4,10 @@
 
 namespace ferry {
 
+AllreduceAlgorithm choose_allreduce(int nranks, bool any_in_place) {
+  return nranks <= 2 && !any_in_place ? AllreduceAlgorithm::kOneShot : AllreduceAlgorithm::kTwoShot;
+}
+
 ElementRange direct_slice(int rank, int nranks, std::size_t count, std::size_t align) {
   const std::size_t units = (count + align - 1) / align;
   const std::size_t per_rank = units / nranks;
