@@ -1,0 +1,132 @@
+// Per-call latency of blocking MPI calls on HOST buffers, as the caller
+// feels it. Run once with libferry.so preloaded and once without (see
+// passthrough_overhead.sh): the difference is what Ferry's pass-through
+// path costs an application that never touches a GPU.
+//
+// Usage: mpirun -n 2 passthrough_overhead [--iterations N] [--warmup N]
+// Rank 0 prints one line per case:
+//   case <name> bytes <n> median_us <x> p10_us <x> p90_us <x>
+// preceded by "preload <ferry|none>" so a driver can check that the
+// preload really took effect.
+
+#include <mpi.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Options {
+  int iterations = 20000;
+  int warmup = 2000;
+};
+
+bool parse_options(int argc, char** argv, Options& options) {
+  for (int i = 1; i < argc; ++i) {
+    const bool has_value = i + 1 < argc;
+    if (std::strcmp(argv[i], "--iterations") == 0 && has_value) {
+      options.iterations = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--warmup") == 0 && has_value) {
+      options.warmup = std::atoi(argv[++i]);
+    } else {
+      return false;
+    }
+  }
+  return options.iterations > 0 && options.warmup >= 0;
+}
+
+// A symbol from Ferry's public C API; present only when libferry.so is loaded.
+bool ferry_is_loaded() { return dlsym(RTLD_DEFAULT, "ferry_device_backend") != nullptr; }
+
+struct Percentiles {
+  double p10_us, median_us, p90_us;
+};
+
+Percentiles percentiles_of(std::vector<double> samples_us) {
+  std::sort(samples_us.begin(), samples_us.end());
+  auto at = [&](double fraction) {
+    return samples_us[static_cast<size_t>(fraction * (samples_us.size() - 1))];
+  };
+  return {at(0.10), at(0.50), at(0.90)};
+}
+
+// Times each call separately, back to back, after a warm-up. Every rank
+// measures; rank 0's distribution is reported (ranks are symmetric here).
+std::vector<double> time_each_call(const Options& options, const std::function<void()>& call) {
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < options.warmup; ++i) call();
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<double> samples_us(options.iterations);
+  for (double& sample_us : samples_us) {
+    const auto start = Clock::now();
+    call();
+    sample_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  }
+  return samples_us;
+}
+
+struct Case {
+  std::string name;
+  size_t bytes;
+  std::function<void()> call;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+
+  Options options;
+  if (!parse_options(argc, argv, options)) {
+    if (rank == 0) std::fprintf(stderr, "usage: %s [--iterations N] [--warmup N]\n", argv[0]);
+    MPI_Finalize();
+    return 2;
+  }
+
+  constexpr size_t kSmallCount = 1;                        // one double: 8 bytes
+  constexpr size_t kMediumCount = 4096 / sizeof(double);   // 4 KiB
+  std::vector<double> send(kMediumCount, 1.0 + rank);
+  std::vector<double> receive(kMediumCount, 0.0);
+
+  const std::vector<Case> cases = {
+      {"allreduce_sum_double", kSmallCount * sizeof(double),
+       [&] {
+         MPI_Allreduce(send.data(), receive.data(), kSmallCount, MPI_DOUBLE, MPI_SUM,
+                       MPI_COMM_WORLD);
+       }},
+      {"bcast", kSmallCount * sizeof(double),
+       [&] { MPI_Bcast(send.data(), kSmallCount, MPI_DOUBLE, 0, MPI_COMM_WORLD); }},
+      {"allreduce_sum_double", kMediumCount * sizeof(double),
+       [&] {
+         MPI_Allreduce(send.data(), receive.data(), kMediumCount, MPI_DOUBLE, MPI_SUM,
+                       MPI_COMM_WORLD);
+       }},
+  };
+
+  if (rank == 0) {
+    int ranks = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    std::printf("preload %s\n", ferry_is_loaded() ? "ferry" : "none");
+    std::printf("ranks %d iterations %d warmup %d\n", ranks, options.iterations, options.warmup);
+  }
+  for (const Case& c : cases) {
+    const Percentiles result = percentiles_of(time_each_call(options, c.call));
+    if (rank == 0) {
+      std::printf("case %-22s bytes %5zu median_us %8.3f p10_us %8.3f p90_us %8.3f\n",
+                  c.name.c_str(), c.bytes, result.median_us, result.p10_us, result.p90_us);
+    }
+  }
+  std::fflush(stdout);
+  MPI_Finalize();
+  return 0;
+}
