@@ -6,6 +6,7 @@
 
 #include "engine/collectives/executor.h"
 #include "engine/collectives/schedule.h"
+#include "engine/collectives/tuner.h"
 
 namespace ferry {
 namespace {
@@ -21,7 +22,7 @@ struct Handshake {
   ExportedBuffer first;
   ExportedBuffer second;
 };
-static_assert(sizeof(Handshake) == 184, "Handshake travels between processes; keep its layout fixed");
+static_assert(sizeof(Handshake) == 232, "Handshake travels between processes; keep its layout fixed");
 
 // Where this rank's device work runs: the owner of its buffer.
 struct Placement {
@@ -67,13 +68,35 @@ Status finish_together(Communicator& comm, Status local) {
   return Status::kOk;
 }
 
-Status run_direct_reduce(Communicator& comm, const std::vector<Handshake>& all, const Placement& where,
-                         const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
+// This rank's pointer to every rank's input and output, mapping the peers'.
+struct MappedBuffers {
+  const void* inputs[kMaxDirectRanks];
+  void* outputs[kMaxDirectRanks];
+};
+
+Status map_all(Communicator& comm, const std::vector<Handshake>& all, const void* input, void* output,
+               bool need_outputs, MappedBuffers* mapped) {
+  for (int r = 0; r < comm.size(); ++r) {
+    void* in = const_cast<void*>(input);
+    void* out = output;
+    if (r != comm.rank()) {
+      FERRY_CHECK(comm.peer_memory().import_buffer(all[r].first, &in));
+      if (need_outputs) FERRY_CHECK(comm.peer_memory().import_buffer(all[r].second, &out));
+    }
+    mapped->inputs[r] = in;
+    mapped->outputs[r] = out;
+  }
+  return Status::kOk;
+}
+
+const void* at(const void* base, std::size_t offset) { return static_cast<const char*>(base) + offset; }
+void* at(void* base, std::size_t offset) { return static_cast<char*>(base) + offset; }
+
+// One-shot and two-shot: SM loads straight from the peers' buffers.
+Status run_direct_reduce(Communicator& comm, const MappedBuffers& buffers, const Placement& where,
+                         std::size_t count, DataType type, ReduceOp op, bool one_shot) {
   const int n = comm.size();
   const std::size_t element = data_type_size(type);
-  bool any_in_place = false;
-  for (const Handshake& h : all) any_in_place = any_in_place || h.in_place;
-  const bool one_shot = choose_allreduce(n, any_in_place) == AllreduceAlgorithm::kOneShot;
   const ElementRange slice =
       one_shot ? ElementRange{0, count} : direct_slice(comm.rank(), n, count, std::max<std::size_t>(1, 16 / element));
   DirectReduceArgs args{};
@@ -83,24 +106,109 @@ Status run_direct_reduce(Communicator& comm, const std::vector<Handshake>& all, 
   args.type = type;
   args.op = op;
   const std::size_t offset = slice.begin * element;
-  args.outputs[0] = static_cast<char*>(output) + offset;
-  for (int r = 0, k = 1; r < n; ++r) {
-    void* in = const_cast<void*>(input);
-    if (r != comm.rank()) {
-      FERRY_CHECK(comm.peer_memory().import_buffer(all[r].first, &in));
-      if (!one_shot) {
-        void* out = nullptr;
-        FERRY_CHECK(comm.peer_memory().import_buffer(all[r].second, &out));
-        args.outputs[k++] = static_cast<char*>(out) + offset;
-      }
-    }
-    args.inputs[r] = static_cast<const char*>(in) + offset;
+  for (int r = 0; r < n; ++r) args.inputs[r] = at(buffers.inputs[r], offset);
+  if (one_shot) {
+    args.outputs[0] = at(buffers.outputs[comm.rank()], offset);
+  } else {
+    for (int r = 0; r < n; ++r) args.outputs[r] = at(buffers.outputs[r], offset);
   }
   gpu::Stream stream = nullptr;
   FERRY_CHECK(where.backend->set_device(where.device));
   FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
   FERRY_CHECK(launch_direct_reduce(where.backend, args, stream));
   return where.backend->stream_synchronize(stream);
+}
+
+// Copy-engine two-shot: for each chunk of this rank's slice, the copy engines
+// pull the peers' inputs into scratch, a kernel reduces them with the local
+// input into the local output, and the copy engines push the result into the
+// peers' outputs. Three streams overlap the stages of successive chunks; two
+// scratch slots alternate.
+Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, const Placement& where,
+                              std::size_t count, DataType type, ReduceOp op) {
+  constexpr std::size_t kMaxChunkBytes = std::size_t{16} << 20;
+  constexpr int kSlots = 2;
+  enum { kPull, kReduce, kPush, kStreams };
+  const int n = comm.size();
+  const int me = comm.rank();
+  const std::size_t element = data_type_size(type);
+  const ElementRange slice = direct_slice(me, n, count, std::max<std::size_t>(1, 16 / element));
+  if (slice.size() == 0) return Status::kOk;
+  const std::size_t chunk = pipeline_chunk_elements(slice.size(), element, kMaxChunkBytes);
+  const std::size_t chunk_bytes = chunk * element;
+
+  gpu::Backend* backend = where.backend;
+  FERRY_CHECK(backend->set_device(where.device));
+  gpu::Stream streams[kStreams];
+  gpu::Event pulled[kSlots], reduced[kSlots];
+  for (int i = 0; i < kStreams; ++i) FERRY_CHECK(comm.stream_for(backend, where.device, &streams[i], i));
+  for (int i = 0; i < kSlots; ++i) {
+    FERRY_CHECK(comm.event_for(backend, where.device, &pulled[i], 2 * i));
+    FERRY_CHECK(comm.event_for(backend, where.device, &reduced[i], 2 * i + 1));
+  }
+  void* scratch = nullptr;
+  FERRY_CHECK(comm.scratch_for(backend, where.device, kSlots * (n - 1) * chunk_bytes, &scratch));
+
+  std::size_t c = 0;
+  for (std::size_t begin = slice.begin; begin < slice.end; begin += chunk, ++c) {
+    const std::size_t elements = std::min(chunk, slice.end - begin);
+    const std::size_t offset = begin * element;
+    const std::size_t bytes = elements * element;
+    const int slot = static_cast<int>(c % kSlots);
+    void* slot_base = at(scratch, slot * (n - 1) * chunk_bytes);
+
+    // The slot is free once the reduce of chunk c - kSlots has read it.
+    if (c >= kSlots) FERRY_CHECK(backend->stream_wait_event(streams[kPull], reduced[slot]));
+    DirectReduceArgs args{};
+    args.ninputs = n;
+    args.noutputs = 1;
+    args.count = elements;
+    args.type = type;
+    args.op = op;
+    args.inputs[0] = at(buffers.inputs[me], offset);
+    args.outputs[0] = at(buffers.outputs[me], offset);
+    for (int step = 1; step < n; ++step) {
+      const int peer = (me + step) % n;
+      void* landing = at(slot_base, (step - 1) * chunk_bytes);
+      FERRY_CHECK(backend->copy_async(landing, at(buffers.inputs[peer], offset), bytes, streams[kPull]));
+      args.inputs[step] = landing;
+    }
+    FERRY_CHECK(backend->event_record(pulled[slot], streams[kPull]));
+
+    FERRY_CHECK(backend->stream_wait_event(streams[kReduce], pulled[slot]));
+    FERRY_CHECK(launch_direct_reduce(backend, args, streams[kReduce]));
+    FERRY_CHECK(backend->event_record(reduced[slot], streams[kReduce]));
+
+    FERRY_CHECK(backend->stream_wait_event(streams[kPush], reduced[slot]));
+    for (int step = 1; step < n; ++step) {
+      const int peer = (me + step) % n;
+      FERRY_CHECK(backend->copy_async(at(buffers.outputs[peer], offset), at(buffers.outputs[me], offset), bytes,
+                                      streams[kPush]));
+    }
+  }
+  for (gpu::Stream stream : streams) FERRY_CHECK(backend->stream_synchronize(stream));
+  return Status::kOk;
+}
+
+Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, const Placement& where,
+                     const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
+  bool any_in_place = false;
+  for (const Handshake& h : all) any_in_place = any_in_place || h.in_place;
+  const AllreduceAlgorithm algorithm =
+      choose_allreduce(comm.size(), count * data_type_size(type), any_in_place);
+  MappedBuffers buffers{};
+  FERRY_CHECK(map_all(comm, all, input, output, algorithm != AllreduceAlgorithm::kOneShot, &buffers));
+  switch (algorithm) {
+    case AllreduceAlgorithm::kOneShot:
+      return run_direct_reduce(comm, buffers, where, count, type, op, /*one_shot=*/true);
+    case AllreduceAlgorithm::kTwoShot:
+      return run_direct_reduce(comm, buffers, where, count, type, op, /*one_shot=*/false);
+    case AllreduceAlgorithm::kCopyEngine:
+      return run_copy_engine_reduce(comm, buffers, where, count, type, op);
+    case AllreduceAlgorithm::kCount:
+      break;
+  }
+  return Status::kInternal;
 }
 
 }  // namespace
@@ -124,7 +232,7 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
   FERRY_CHECK(agree(comm, mine, &all, &everyone));
   if (!everyone) return Status::kOk;
   *ran = true;
-  return finish_together(comm, run_direct_reduce(comm, all, where, input, recv, count, type, op));
+  return finish_together(comm, run_allreduce(comm, all, where, input, recv, count, type, op));
 }
 
 Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool eligible, bool* ran) {

@@ -59,6 +59,33 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
 
 Communicator::~Communicator() {
   for (auto& [key, stream] : streams_) key.backend->stream_destroy(stream);
+  for (auto& [key, event] : events_) key.backend->event_destroy(event);
+  for (auto& [key, scratch] : scratch_) key.first->device_free(scratch.buffer);
+}
+
+Status Communicator::event_for(gpu::Backend* backend, int device, gpu::Event* event, int index) {
+  const StreamKey key{backend, device, index};
+  auto it = events_.find(key);
+  if (it == events_.end()) {
+    gpu::Event created = nullptr;
+    FERRY_CHECK(backend->event_create(&created));
+    it = events_.emplace(key, created).first;
+  }
+  *event = it->second;
+  return Status::kOk;
+}
+
+Status Communicator::scratch_for(gpu::Backend* backend, int device, std::size_t bytes, void** scratch) {
+  Scratch& s = scratch_[{backend, device}];
+  if (s.bytes < bytes) {
+    if (s.buffer) FERRY_CHECK(backend->device_free(s.buffer));
+    s = Scratch{nullptr, 0};
+    FERRY_CHECK(backend->device_alloc(bytes, &s.buffer));
+    s.bytes = bytes;
+    FERRY_INFO(Coll, "engine scratch of %zu bytes on device %d", bytes, device);
+  }
+  *scratch = s.buffer;
+  return Status::kOk;
 }
 
 Status Communicator::stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index) {

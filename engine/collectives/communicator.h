@@ -43,6 +43,11 @@ class Communicator {
 
   // Stream `index` on device of backend, created on first use and kept.
   Status stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index = 0);
+  // Event `index` on device of backend, created on first use and kept.
+  Status event_for(gpu::Backend* backend, int device, gpu::Event* event, int index);
+  // Device scratch of at least bytes on device, kept between calls (grown
+  // when a call needs more): no allocation per call on the steady path.
+  Status scratch_for(gpu::Backend* backend, int device, std::size_t bytes, void** scratch);
 
  private:
   explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
@@ -61,6 +66,12 @@ class Communicator {
     }
   };
   std::map<StreamKey, gpu::Stream> streams_;
+  std::map<StreamKey, gpu::Event> events_;
+  struct Scratch {
+    void* buffer;
+    std::size_t bytes;
+  };
+  std::map<std::pair<gpu::Backend*, int>, Scratch> scratch_;
 };
 
 }  // namespace ferry

@@ -113,6 +113,10 @@ class CudaBackend final : public Backend {
   Status event_record(Event event, Stream stream) override {
     return FERRY_CUDA(cudaEventRecord(reinterpret_cast<cudaEvent_t>(event), reinterpret_cast<cudaStream_t>(stream)));
   }
+  Status stream_wait_event(Stream stream, Event event) override {
+    return FERRY_CUDA(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream), reinterpret_cast<cudaEvent_t>(event),
+                                          0));
+  }
   Status event_synchronize(Event event) override {
     return FERRY_CUDA(cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(event)));
   }

@@ -221,6 +221,23 @@ class EmulatedBackend final : public Backend {
     }
     return Status::kOk;
   }
+  Status stream_wait_event(Stream stream, Event event) override {
+    std::uint64_t ticket;
+    {
+      std::lock_guard<std::mutex> lock(event->mutex);
+      ticket = event->recorded;
+    }
+    auto wait = [event, ticket] {
+      std::unique_lock<std::mutex> lock(event->mutex);
+      event->done.wait(lock, [event, ticket] { return event->completed >= ticket; });
+    };
+    if (stream) {
+      enqueue(stream, wait);
+    } else {
+      wait();
+    }
+    return Status::kOk;
+  }
   Status event_synchronize(Event event) override {
     std::unique_lock<std::mutex> lock(event->mutex);
     event->done.wait(lock, [event] { return event->completed == event->recorded; });

@@ -72,6 +72,8 @@ class Backend {
   virtual Status event_destroy(Event event) = 0;
   virtual Status event_record(Event event, Stream stream) = 0;
   virtual Status event_synchronize(Event event) = 0;
+  // Work queued on stream after this waits for the event's latest record.
+  virtual Status stream_wait_event(Stream stream, Event event) = 0;
   virtual Status event_elapsed_ms(Event start, Event end, float* ms) = 0;
 
   // True when ptr lies in memory this backend manages; fills info.

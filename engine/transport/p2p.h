@@ -14,12 +14,18 @@
 
 namespace ferry {
 
-// A buffer as a peer sees it: the allocation's handle and the offset in it.
+// A buffer as a peer sees it: the allocation's handle and the offset in it,
+// and what tells this allocation apart from an earlier one at the same
+// address (a freed and reallocated buffer can carry the same IPC handle).
 struct ExportedBuffer {
   gpu::IpcHandle handle;
   std::uint64_t offset;
+  std::uint64_t allocation_id;  // unique within the exporting process
+  std::uint64_t base;           // the allocation's address in the exporter
+  std::int32_t pid;             // the exporting process
+  std::int32_t reserved;
 };
-static_assert(sizeof(ExportedBuffer) == 88, "ExportedBuffer travels between processes; keep its layout fixed");
+static_assert(sizeof(ExportedBuffer) == 112, "ExportedBuffer travels between processes; keep its layout fixed");
 
 class PeerMemory {
  public:
@@ -43,20 +49,26 @@ class PeerMemory {
       return owner != o.owner ? owner < o.owner : allocation_id < o.allocation_id;
     }
   };
-  struct HandleKey {
-    gpu::IpcHandle handle;
-    bool operator<(const HandleKey& o) const;
+  // An exporter's allocation: (process, allocation id) never repeats.
+  struct ImportKey {
+    std::int32_t pid;
+    std::uint64_t allocation_id;
+    bool operator<(const ImportKey& o) const {
+      return pid != o.pid ? pid < o.pid : allocation_id < o.allocation_id;
+    }
   };
   struct Import {
     void* base;
     gpu::BackendKind owner;
-    std::list<HandleKey>::iterator lru;
+    std::uint64_t exporter_base;
+    std::list<ImportKey>::iterator lru;
   };
+  void close_import(std::map<ImportKey, Import>::iterator it);
 
   std::mutex mutex_;
   std::map<ExportKey, gpu::IpcHandle> exports_;
-  std::map<HandleKey, Import> imports_;
-  std::list<HandleKey> lru_;  // most recently used first
+  std::map<ImportKey, Import> imports_;
+  std::list<ImportKey> lru_;  // most recently used first
 };
 
 }  // namespace ferry
