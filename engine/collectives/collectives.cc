@@ -22,7 +22,7 @@ struct Handshake {
   ExportedBuffer first;
   ExportedBuffer second;
 };
-static_assert(sizeof(Handshake) == 232, "Handshake travels between processes; keep its layout fixed");
+static_assert(sizeof(Handshake) == 216, "Handshake travels between processes; keep its layout fixed");
 
 // Where this rank's device work runs: the owner of its buffer.
 struct Placement {
@@ -76,15 +76,27 @@ struct MappedBuffers {
 
 Status map_all(Communicator& comm, const std::vector<Handshake>& all, const void* input, void* output,
                bool need_outputs, MappedBuffers* mapped) {
+  std::vector<ExportedBuffer> wanted;
+  std::vector<std::pair<int, bool>> slots;  // (rank, is output) of each wanted buffer
   for (int r = 0; r < comm.size(); ++r) {
-    void* in = const_cast<void*>(input);
-    void* out = output;
-    if (r != comm.rank()) {
-      FERRY_CHECK(comm.peer_memory().import_buffer(all[r].first, &in));
-      if (need_outputs) FERRY_CHECK(comm.peer_memory().import_buffer(all[r].second, &out));
+    mapped->inputs[r] = input;
+    mapped->outputs[r] = output;
+    if (r == comm.rank()) continue;
+    wanted.push_back(all[r].first);
+    slots.push_back({r, false});
+    if (need_outputs) {
+      wanted.push_back(all[r].second);
+      slots.push_back({r, true});
     }
-    mapped->inputs[r] = in;
-    mapped->outputs[r] = out;
+  }
+  std::vector<void*> pointers(wanted.size());
+  FERRY_CHECK(comm.peer_memory().import_buffers(wanted.data(), wanted.size(), pointers.data()));
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].second) {
+      mapped->outputs[slots[i].first] = pointers[i];
+    } else {
+      mapped->inputs[slots[i].first] = pointers[i];
+    }
   }
   return Status::kOk;
 }
@@ -297,17 +309,21 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_o
     std::vector<gpu::Stream> streams(streams_used);
     FERRY_CHECK(where.backend->set_device(where.device));
     for (int i = 0; i < streams_used; ++i) FERRY_CHECK(comm.stream_for(where.backend, where.device, &streams[i], i));
+    std::vector<ExportedBuffer> wanted;
+    for (int peer = 0; peer < n; ++peer)
+      if (peer != comm.rank() && recv_bytes[peer] > 0) wanted.push_back(all[peer].first);
+    std::vector<void*> mapped(wanted.size());
+    FERRY_CHECK(comm.peer_memory().import_buffers(wanted.data(), wanted.size(), mapped.data()));
+    std::vector<const void*> sources(n, send);
+    for (int peer = 0, i = 0; peer < n; ++peer)
+      if (peer != comm.rank() && recv_bytes[peer] > 0) sources[peer] = mapped[i++];
+
     for (int step = 0; step < n; ++step) {
       // Start with the next rank so that peers do not all read one rank at once.
       const int peer = (comm.rank() + step) % n;
       if (recv_bytes[peer] == 0) continue;
-      const void* source = send;
-      if (peer != comm.rank()) {
-        void* mapped = nullptr;
-        FERRY_CHECK(comm.peer_memory().import_buffer(all[peer].first, &mapped));
-        source = mapped;
-      }
-      const char* block = static_cast<const char*>(source) + offsets[static_cast<std::size_t>(peer) * n + comm.rank()];
+      const char* block =
+          static_cast<const char*>(sources[peer]) + offsets[static_cast<std::size_t>(peer) * n + comm.rank()];
       const gpu::Stream stream = step == 0 ? streams[0] : streams[1 + (step - 1) % (streams_used - 1)];
       FERRY_CHECK(where.backend->copy_async(static_cast<char*>(recv) + recv_offsets[peer], block, recv_bytes[peer],
                                             stream));

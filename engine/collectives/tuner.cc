@@ -22,10 +22,6 @@ static_assert(sizeof(kAllreduceAlgorithms) / sizeof(kAllreduceAlgorithms[0]) ==
                   static_cast<std::size_t>(AllreduceAlgorithm::kCount),
               "one record per algorithm");
 
-// Measured on 2x H200 over NVLink (bench/RESULTS.md): the copy engines
-// overtake SM loads once transfers are long enough to hide their launches.
-constexpr std::size_t kCopyEngineFromBytes = std::size_t{64} << 20;
-
 bool parse_size(const std::string& text, std::size_t* out) {
   if (text.empty()) return false;
   char* end = nullptr;
@@ -52,8 +48,10 @@ std::vector<std::string> split(const std::string& text, char separator) {
   }
 }
 
-AllreduceAlgorithm default_allreduce(int nranks, std::size_t bytes, bool any_in_place) {
-  if (bytes >= kCopyEngineFromBytes) return AllreduceAlgorithm::kCopyEngine;
+AllreduceAlgorithm default_allreduce(int nranks, std::size_t, bool any_in_place) {
+  // Copy engines are never the default: on 2x H200 they matched the SM
+  // kernels only from 256 MiB up and lost below (bench/RESULTS.md); they are
+  // there for FERRY_TUNE when the SMs are wanted for other work.
   // One-shot moves (n-1) * bytes into each rank, two-shot 2 (n-1)/n * bytes:
   // equal at two ranks, where one-shot needs no remote stores.
   return nranks <= 2 && !any_in_place ? AllreduceAlgorithm::kOneShot : AllreduceAlgorithm::kTwoShot;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <set>
 
 namespace ferry {
 
@@ -24,7 +25,6 @@ Status PeerMemory::export_buffer(const void* ptr, ExportedBuffer* out) {
   std::memset(out, 0, sizeof(*out));
   out->offset = reinterpret_cast<std::uintptr_t>(ptr) - info.base;
   out->allocation_id = info.allocation_id;
-  out->base = info.base;
   out->pid = static_cast<std::int32_t>(getpid());
   std::lock_guard<std::mutex> lock(mutex_);
   const ExportKey key{info.owner, info.allocation_id};
@@ -38,33 +38,48 @@ Status PeerMemory::export_buffer(const void* ptr, ExportedBuffer* out) {
   return Status::kOk;
 }
 
-Status PeerMemory::import_buffer(const ExportedBuffer& in, void** mapped) {
-  gpu::Backend* backend = gpu::owner_backend({gpu::MemoryKind::kDevice, in.handle.owner});
-  if (!backend) return Status::kUnavailable;
-  if (in.offset >= in.handle.size) return Status::kInvalidArgument;
+Status PeerMemory::import_buffers(const ExportedBuffer* buffers, std::size_t count, void** mapped) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const ImportKey key{in.pid, in.allocation_id};
-  auto it = imports_.find(key);
-  if (it == imports_.end()) {
-    // A new allocation at an address we have mapped means the old one was
-    // freed: close its mapping now rather than keep its memory alive.
-    for (auto old = imports_.begin(); old != imports_.end();) {
-      auto next = std::next(old);
-      if (old->first.pid == in.pid && old->second.exporter_base == in.base) close_import(old);
-      old = next;
-    }
-    if (imports_.size() >= kMaxImports) close_import(imports_.find(lru_.back()));
-    void* base = nullptr;
-    FERRY_CHECK(backend->ipc_import(in.handle, &base));
-    lru_.push_front(key);
-    it = imports_.emplace(key, Import{base, in.handle.owner, in.base, lru_.begin()}).first;
-    FERRY_TRACE(Transport, "mapped allocation %llu of process %d (%llu bytes) at %p",
-                static_cast<unsigned long long>(in.allocation_id), in.pid,
-                static_cast<unsigned long long>(in.handle.size), base);
-  } else {
-    lru_.splice(lru_.begin(), lru_, it->second.lru);
+  std::set<ImportKey> wanted;
+  std::set<std::int32_t> owners_with_misses;
+  for (std::size_t i = 0; i < count; ++i) {
+    const ImportKey key{buffers[i].pid, buffers[i].allocation_id};
+    wanted.insert(key);
+    if (imports_.find(key) == imports_.end()) owners_with_misses.insert(key.pid);
   }
-  *mapped = static_cast<char*>(it->second.base) + in.offset;
+  for (auto it = imports_.begin(); it != imports_.end();) {
+    auto next = std::next(it);
+    if (owners_with_misses.count(it->first.pid) && !wanted.count(it->first)) close_import(it);
+    it = next;
+  }
+
+  for (std::size_t i = 0; i < count; ++i) {
+    const ExportedBuffer& in = buffers[i];
+    const ImportKey key{in.pid, in.allocation_id};
+    auto it = imports_.find(key);
+    if (it == imports_.end()) {
+      gpu::Backend* backend = gpu::owner_backend({gpu::MemoryKind::kDevice, in.handle.owner});
+      if (!backend) return Status::kUnavailable;
+      if (in.offset >= in.handle.size) return Status::kInvalidArgument;
+      if (imports_.size() >= kMaxImports) {
+        for (auto oldest = lru_.rbegin(); oldest != lru_.rend(); ++oldest) {
+          if (wanted.count(*oldest)) continue;
+          close_import(imports_.find(*oldest));
+          break;
+        }
+      }
+      void* base = nullptr;
+      FERRY_CHECK(backend->ipc_import(in.handle, &base));
+      lru_.push_front(key);
+      it = imports_.emplace(key, Import{base, in.handle.owner, lru_.begin()}).first;
+      FERRY_TRACE(Transport, "mapped allocation %llu of process %d (%llu bytes) at %p",
+                  static_cast<unsigned long long>(in.allocation_id), in.pid,
+                  static_cast<unsigned long long>(in.handle.size), base);
+    } else {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+    }
+    mapped[i] = static_cast<char*>(it->second.base) + in.offset;
+  }
   return Status::kOk;
 }
 

@@ -15,17 +15,16 @@
 namespace ferry {
 
 // A buffer as a peer sees it: the allocation's handle and the offset in it,
-// and what tells this allocation apart from an earlier one at the same
-// address (a freed and reallocated buffer can carry the same IPC handle).
+// and the allocation's identity (a freed and reallocated buffer can carry
+// the same IPC handle, never the same identity).
 struct ExportedBuffer {
   gpu::IpcHandle handle;
   std::uint64_t offset;
   std::uint64_t allocation_id;  // unique within the exporting process
-  std::uint64_t base;           // the allocation's address in the exporter
   std::int32_t pid;             // the exporting process
   std::int32_t reserved;
 };
-static_assert(sizeof(ExportedBuffer) == 112, "ExportedBuffer travels between processes; keep its layout fixed");
+static_assert(sizeof(ExportedBuffer) == 104, "ExportedBuffer travels between processes; keep its layout fixed");
 
 class PeerMemory {
  public:
@@ -38,8 +37,16 @@ class PeerMemory {
   PeerMemory& operator=(const PeerMemory&) = delete;
 
   Status export_buffer(const void* ptr, ExportedBuffer* out);
-  // The peer's buffer at this process's address; valid until the next call.
-  Status import_buffer(const ExportedBuffer& in, void** mapped);
+
+  // Maps the peers' buffers one collective needs; mapped[i] is valid until
+  // the next call. A buffer new to the cache means its owner may have freed
+  // memory since the last call, and CUDA hands a freed block's IPC identity
+  // to the next allocation: so on a miss, every other mapping of that
+  // process's memory is closed first, and no stale mapping can be reused.
+  Status import_buffers(const ExportedBuffer* buffers, std::size_t count, void** mapped);
+  Status import_buffer(const ExportedBuffer& buffer, void** mapped) { return import_buffers(&buffer, 1, mapped); }
+
+  std::size_t mapped_count() const { return imports_.size(); }
 
  private:
   struct ExportKey {
@@ -60,7 +67,6 @@ class PeerMemory {
   struct Import {
     void* base;
     gpu::BackendKind owner;
-    std::uint64_t exporter_base;
     std::list<ImportKey>::iterator lru;
   };
   void close_import(std::map<ImportKey, Import>::iterator it);

@@ -10,8 +10,8 @@ TEST(Tuner, DefaultsByRankCountSizeAndInPlace) {
   EXPECT_EQ(choose_allreduce(2, 8, false, none), AllreduceAlgorithm::kOneShot);
   EXPECT_EQ(choose_allreduce(2, 8, true, none), AllreduceAlgorithm::kTwoShot);
   EXPECT_EQ(choose_allreduce(4, 1 << 20, false, none), AllreduceAlgorithm::kTwoShot);
-  EXPECT_EQ(choose_allreduce(2, std::size_t{512} << 20, false, none), AllreduceAlgorithm::kCopyEngine);
-  EXPECT_EQ(choose_allreduce(8, std::size_t{512} << 20, true, none), AllreduceAlgorithm::kCopyEngine);
+  EXPECT_EQ(choose_allreduce(2, std::size_t{512} << 20, false, none), AllreduceAlgorithm::kOneShot);
+  EXPECT_EQ(choose_allreduce(8, std::size_t{512} << 20, true, none), AllreduceAlgorithm::kTwoShot);
 }
 
 TEST(Tuner, RulesOverrideBySizeRange) {
@@ -25,7 +25,7 @@ TEST(Tuner, RulesOverrideBySizeRange) {
   EXPECT_EQ(choose_allreduce(2, 8, false, rules), AllreduceAlgorithm::kTwoShot);
   EXPECT_EQ(choose_allreduce(2, 64 << 10, false, rules), AllreduceAlgorithm::kCopyEngine);
   // Past the last rule the default applies again.
-  EXPECT_EQ(choose_allreduce(2, std::size_t{2} << 30, false, rules), AllreduceAlgorithm::kCopyEngine);
+  EXPECT_EQ(choose_allreduce(2, std::size_t{2} << 30, false, rules), AllreduceAlgorithm::kOneShot);
 }
 
 TEST(Tuner, OneShotIsNeverChosenInPlace) {
