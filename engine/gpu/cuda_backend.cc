@@ -132,6 +132,10 @@ class CudaBackend final : public Backend {
     if (!cuda_query_pointer(device_ptr, &info) || info.kind != MemoryKind::kDevice ||
         info.base != reinterpret_cast<std::uintptr_t>(device_ptr))
       return Status::kInvalidArgument;
+    // From now on peers read this memory: copies into it must be complete
+    // when they return, and any still in flight now must land first.
+    if (!cuda_set_sync_memops(device_ptr)) FERRY_WARN(Gpu, "cannot make copies into %p synchronous", device_ptr);
+    FERRY_CHECK(FERRY_CUDA(cudaDeviceSynchronize()));
     cudaIpcMemHandle_t cuda_handle;
     FERRY_CHECK(FERRY_CUDA(cudaIpcGetMemHandle(&cuda_handle, device_ptr)));
     *handle = IpcHandle{};

@@ -12,10 +12,12 @@ namespace {
 
 using PointerGetAttributesFn = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
 using CtxGetCurrentFn = CUresult (*)(CUcontext*);
+using PointerSetAttributeFn = CUresult (*)(const void*, CUpointer_attribute, CUdeviceptr);
 
 struct DriverEntryPoints {
   PointerGetAttributesFn pointer_get_attributes = nullptr;
   CtxGetCurrentFn ctx_get_current = nullptr;
+  PointerSetAttributeFn pointer_set_attribute = nullptr;
 };
 
 std::atomic<const DriverEntryPoints*> driver{nullptr};
@@ -43,7 +45,9 @@ const DriverEntryPoints* load_driver_if_present() {
     auto* entry = new DriverEntryPoints;
     entry->pointer_get_attributes = reinterpret_cast<PointerGetAttributesFn>(dlsym(handle, "cuPointerGetAttributes"));
     entry->ctx_get_current = reinterpret_cast<CtxGetCurrentFn>(dlsym(handle, "cuCtxGetCurrent"));
-    if (entry->pointer_get_attributes && entry->ctx_get_current) driver.store(entry, std::memory_order_release);
+    entry->pointer_set_attribute = reinterpret_cast<PointerSetAttributeFn>(dlsym(handle, "cuPointerSetAttribute"));
+    if (entry->pointer_get_attributes && entry->ctx_get_current && entry->pointer_set_attribute)
+      driver.store(entry, std::memory_order_release);
   });
   return driver.load(std::memory_order_acquire);
 }
@@ -75,6 +79,13 @@ bool cuda_query_pointer(const void* ptr, PointerInfo* info) {
   info->size = range_size;
   info->allocation_id = buffer_id;
   return true;
+}
+
+bool cuda_set_sync_memops(const void* ptr) {
+  const DriverEntryPoints* d = load_driver_if_present();
+  const unsigned value = 1;
+  return d && d->pointer_set_attribute(&value, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, reinterpret_cast<CUdeviceptr>(ptr)) ==
+                  CUDA_SUCCESS;
 }
 
 bool cuda_thread_has_context() {

@@ -15,4 +15,10 @@ bool cuda_query_pointer(const void* ptr, PointerInfo* info);
 // Whether the calling thread has a current CUDA context.
 bool cuda_thread_has_context();
 
+// Makes synchronous copies into the allocation at ptr complete before they
+// return (CU_POINTER_ATTRIBUTE_SYNC_MEMOPS): a cudaMemcpy from pageable host
+// memory otherwise returns before its data lands, and a peer process reading
+// the buffer straight after would see old bytes.
+bool cuda_set_sync_memops(const void* ptr);
+
 }  // namespace ferry::gpu
