@@ -72,11 +72,13 @@ int reduce_like(FunctionId id, const void* sendbuf, void* recvbuf, int count, MP
 int handle_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                      MPI_Comm comm) {
   const FunctionId id = FunctionId::kAllreduce;
-  DataType type;
-  ReduceOp reduce_op;
-  const bool supported = count > 0 && engine_data_type(datatype, &type) && engine_reduce_op(op, &reduce_op) &&
-                         reduction_defined(type, reduce_op);
-  RouteDecision route = decide_route(id, {sendbuf, recvbuf}, supported);
+  RouteDecision route = decide_route(id, {sendbuf, recvbuf}, true);
+  DataType type = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  if (route.route == Route::kEngine &&
+      !(count > 0 && engine_data_type(datatype, &type) && engine_reduce_op(op, &reduce_op) &&
+        reduction_defined(type, reduce_op)))
+    route = {Route::kStaged, "the engine does not reduce this type, op or count"};
   int result = MPI_SUCCESS;
   if (run_on_engine(id, comm, &route,
                     [&](Communicator& engine, bool eligible, bool* ran) {
@@ -130,9 +132,10 @@ int handle_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_C
   const FunctionId id = FunctionId::kBcast;
   count_bytes(id, count, datatype);
   auto pmpi = [&](void* b) { return PMPI_Bcast(b, count, datatype, root, comm); };
+  RouteDecision route = decide_route(id, {buffer}, true);
   int element_size = 0;
-  const bool supported = count > 0 && dense_data_type(datatype, &element_size);
-  RouteDecision route = decide_route(id, {buffer}, supported);
+  if (route.route == Route::kEngine && !(count > 0 && dense_data_type(datatype, &element_size)))
+    route = {Route::kStaged, "the engine copies only contiguous types"};
   int result = MPI_SUCCESS;
   if (run_on_engine(id, comm, &route,
                     [&](Communicator& engine, bool eligible, bool* ran) {
@@ -332,13 +335,12 @@ int handle_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
   auto pmpi = [&](const void* s, void* r) {
     return PMPI_Alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm);
   };
-  // The layout is worked out only when this rank would take the engine route.
   RouteDecision route = decide_route(id, {sendbuf, recvbuf}, true);
   std::vector<std::size_t> send_offsets, recv_bytes, recv_offsets;
   if (route.route == Route::kEngine &&
       !alltoallv_layout(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
                         &send_offsets, &recv_bytes, &recv_offsets))
-    route = decide_route(id, {sendbuf, recvbuf}, false);
+    route = {Route::kStaged, "the engine copies only contiguous types of one size, not in place"};
   int result = MPI_SUCCESS;
   if (run_on_engine(id, comm, &route,
                     [&](Communicator& engine, bool eligible, bool* ran) {

@@ -39,8 +39,9 @@ int engine_keyval() {
 
 }  // namespace
 
-bool engine_participates(MPI_Comm comm) {
-  if (params().route != "auto" || comm == MPI_COMM_NULL || !gpu::device_runtime_active()) return false;
+bool engine_participates(MPI_Comm comm, const RouteDecision& decided) {
+  static const bool route_auto = params().route == "auto";
+  if (!route_auto || !decided.device_runtime || comm == MPI_COMM_NULL) return false;
   int inter = 0;
   return PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter;
 }

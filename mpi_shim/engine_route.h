@@ -19,9 +19,9 @@ namespace ferry::shim {
 // comm) and freed with it. nullptr if the engine is off for comm.
 Communicator* engine_communicator(MPI_Comm comm);
 
-// Whether this rank joins the engine handshake for collectives on comm.
-// The same answer on every rank of comm for a uniform job.
-bool engine_participates(MPI_Comm comm);
+// Whether this rank joins the engine handshake for a collective on comm that
+// it routed as decided. The same answer on every rank of comm for a uniform job.
+bool engine_participates(MPI_Comm comm, const RouteDecision& decided);
 
 // Frees every engine communicator (MPI_Finalize).
 void release_engine_communicators();
@@ -36,7 +36,7 @@ int report_engine_failure(FunctionId id, MPI_Comm comm, Status status);
 
 template <typename EngineCall>
 bool run_on_engine(FunctionId id, MPI_Comm comm, RouteDecision* route, EngineCall call, int* result) {
-  Communicator* engine = engine_participates(comm) ? engine_communicator(comm) : nullptr;
+  Communicator* engine = engine_participates(comm, *route) ? engine_communicator(comm) : nullptr;
   if (!engine) {
     if (route->route == Route::kEngine) *route = {Route::kStaged, "the engine is not active on this communicator"};
     record_route(id, *route);

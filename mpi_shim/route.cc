@@ -44,12 +44,14 @@ const char* route_name(Route route) {
 
 RouteDecision decide_route(FunctionId, std::initializer_list<const void*> buffers, bool engine_supported) {
   if (forced_route() == ForcedRoute::kPmpi) return {Route::kPmpi, "FERRY_ROUTE=pmpi"};
+  // The host-only fast path: no buffer can be device memory yet.
+  if (!gpu::device_runtime_active()) return {Route::kPmpi, "no device memory in this process", false};
   bool any_device = false;
   for (const void* b : buffers) any_device = any_device || is_device_buffer(b);
   if (!any_device) return {Route::kPmpi, "no device buffer"};
   if (forced_route() == ForcedRoute::kStaged) return {Route::kStaged, "FERRY_ROUTE=staged"};
-  if (!engine_supported) return {Route::kStaged, "the engine does not run this call or these arguments"};
-  return {Route::kEngine, "device buffers the engine supports"};
+  if (!engine_supported) return {Route::kStaged, "the engine does not run this call"};
+  return {Route::kEngine, "device buffers"};
 }
 
 void record_route(FunctionId id, const RouteDecision& decision) {

@@ -19,10 +19,15 @@ const char* route_name(Route route);
 struct RouteDecision {
   Route route;
   const char* reason;  // for FERRY_DEBUG=TRACE and support questions
+  // Whether this process had device memory in use when the route was
+  // decided: if not, it takes no part in the engine's handshakes either.
+  bool device_runtime = true;
 };
 
 // This rank's choice from its own buffers (MPI_IN_PLACE, MPI_BOTTOM and null
-// are ignored) and whether the engine supports the call's arguments.
+// are ignored) and whether the engine runs this call. A handler that gets
+// kEngine checks the call's arguments next and demotes it to kStaged if the
+// engine does not support them, so host-only calls never pay for that check.
 RouteDecision decide_route(FunctionId id, std::initializer_list<const void*> buffers, bool engine_supported);
 
 // Counts the route in the stats and logs it with its reason.

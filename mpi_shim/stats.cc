@@ -20,19 +20,16 @@ Counters& of(FunctionId id) { return counters[static_cast<int>(id)]; }
 
 }  // namespace
 
-bool stats_enabled() {
-  static const bool enabled = params().stats;
-  return enabled;
-}
+const bool g_stats_enabled = params().stats;
 
-void count_call(FunctionId id) { of(id).calls.fetch_add(1, std::memory_order_relaxed); }
+void record_call(FunctionId id) { of(id).calls.fetch_add(1, std::memory_order_relaxed); }
 
-void count_route(FunctionId id, Route route) {
+void record_route_taken(FunctionId id, Route route) {
   of(id).by_route[static_cast<int>(route)].fetch_add(1, std::memory_order_relaxed);
 }
 
-void count_bytes(FunctionId id, std::int64_t count, MPI_Datatype datatype) {
-  if (!stats_enabled() || count <= 0 || datatype == MPI_DATATYPE_NULL) return;
+void record_bytes(FunctionId id, std::int64_t count, MPI_Datatype datatype) {
+  if (count <= 0 || datatype == MPI_DATATYPE_NULL) return;
   int size = 0;
   if (PMPI_Type_size(datatype, &size) != MPI_SUCCESS) return;
   of(id).bytes.fetch_add(static_cast<std::uint64_t>(count) * size, std::memory_order_relaxed);

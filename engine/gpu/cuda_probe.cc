@@ -5,6 +5,7 @@
 #include <link.h>
 
 #include <atomic>
+#include <ctime>
 #include <mutex>
 
 namespace ferry::gpu {
@@ -34,21 +35,42 @@ unsigned long long loader_adds() {
   return adds;
 }
 
+// When the last completed look at the loader began.
+std::atomic<long long> last_look_ns{-1'000'000'000};
+
+long long coarse_now_ns() {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return now.tv_sec * 1'000'000'000LL + now.tv_nsec;
+}
+
+DriverEntryPoints* resolve_entry_points(void* handle) {
+  auto* entry = new DriverEntryPoints;
+  entry->pointer_get_attributes = reinterpret_cast<PointerGetAttributesFn>(dlsym(handle, "cuPointerGetAttributes"));
+  entry->ctx_get_current = reinterpret_cast<CtxGetCurrentFn>(dlsym(handle, "cuCtxGetCurrent"));
+  entry->pointer_set_attribute = reinterpret_cast<PointerSetAttributeFn>(dlsym(handle, "cuPointerSetAttribute"));
+  if (entry->pointer_get_attributes && entry->ctx_get_current && entry->pointer_set_attribute) return entry;
+  delete entry;
+  return nullptr;
+}
+
 const DriverEntryPoints* load_driver_if_present() {
   if (const DriverEntryPoints* d = driver.load(std::memory_order_acquire)) return d;
+  // Between libcuda arriving in the process and the first device pointer it
+  // hands out lie driver and context start-up, tens of milliseconds at the
+  // least. So a look at the loader that began under a millisecond ago and
+  // found no libcuda still holds, and host-only calls skip the loader's lock.
+  const long long now = coarse_now_ns();
+  if (now - last_look_ns.load(std::memory_order_acquire) < 1'000'000) return nullptr;
+  static std::mutex looking;
+  std::lock_guard<std::mutex> lock(looking);
+  if (const DriverEntryPoints* d = driver.load(std::memory_order_acquire)) return d;
   const unsigned long long adds = loader_adds();
-  if (loader_adds_seen.exchange(adds) == adds) return nullptr;
-  void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
-  if (!handle) return nullptr;
-  static std::once_flag once;
-  std::call_once(once, [handle] {
-    auto* entry = new DriverEntryPoints;
-    entry->pointer_get_attributes = reinterpret_cast<PointerGetAttributesFn>(dlsym(handle, "cuPointerGetAttributes"));
-    entry->ctx_get_current = reinterpret_cast<CtxGetCurrentFn>(dlsym(handle, "cuCtxGetCurrent"));
-    entry->pointer_set_attribute = reinterpret_cast<PointerSetAttributeFn>(dlsym(handle, "cuPointerSetAttribute"));
-    if (entry->pointer_get_attributes && entry->ctx_get_current && entry->pointer_set_attribute)
-      driver.store(entry, std::memory_order_release);
-  });
+  if (loader_adds_seen.exchange(adds) != adds) {
+    if (void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY))
+      driver.store(resolve_entry_points(handle), std::memory_order_release);
+  }
+  last_look_ns.store(now, std::memory_order_release);
   return driver.load(std::memory_order_acquire);
 }
 

@@ -59,12 +59,15 @@ Backend* owner_backend(const PointerInfo& info) {
   return nullptr;
 }
 
-bool device_runtime_active() {
-  if (emulated_device_used()) return true;
+std::atomic<bool> g_device_runtime_seen{false};
+
+bool probe_device_runtime() {
+  bool active = emulated_device_used();
 #ifdef FERRY_HAVE_CUDA
-  if (cuda_driver_loaded()) return true;
+  active = active || cuda_driver_loaded();
 #endif
-  return false;
+  if (active) g_device_runtime_seen.store(true, std::memory_order_relaxed);
+  return active;
 }
 
 Status copy(void* dst, const void* src, std::size_t bytes) {

@@ -3,6 +3,7 @@
 // Only engine/gpu maps a vendor runtime; everything above calls this.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -113,7 +114,12 @@ Status copy(void* dst, const void* src, std::size_t bytes);
 Backend* owner_backend(const PointerInfo& info);
 
 // True once this process has a device runtime in use: emulated device
-// memory was allocated or a GPU driver is loaded. Never starts one.
-bool device_runtime_active();
+// memory was allocated or a GPU driver is loaded. Never starts one. Called
+// on every intercepted MPI call, so the answer, once true, is a single load.
+bool probe_device_runtime();
+extern std::atomic<bool> g_device_runtime_seen;
+inline bool device_runtime_active() {
+  return g_device_runtime_seen.load(std::memory_order_relaxed) || probe_device_runtime();
+}
 
 }  // namespace ferry::gpu
