@@ -67,6 +67,89 @@ int reduce_like(FunctionId id, const void* sendbuf, void* recvbuf, int count, MP
   return staging.finish(pmpi(send, recv));
 }
 
+// Calls in which every rank sends and receives (Allgather(v), Alltoall(v,w)):
+// the extents come from the call's own rules; MPI_IN_PLACE means the receive
+// buffer is also the input.
+template <typename SendExtent, typename RecvExtent, typename PmpiCall>
+int exchange_like(FunctionId id, const void* sendbuf, void* recvbuf, MPI_Comm comm, SendExtent send_extent_of,
+                  RecvExtent recv_extent_of, PmpiCall pmpi, const RouteDecision* decided = nullptr) {
+  const Route route = decided ? decided->route : route_call(id, {sendbuf, recvbuf}).route;
+  if (route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  Extent send_extent, recv_extent;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  if (!comm_shape(comm, &shape) || (!in_place && !send_extent_of(shape, &send_extent)) ||
+      !recv_extent_of(shape, &recv_extent))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = staging.in(sendbuf, send_extent);
+  void* recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+// Gather(v): every rank but an in-place root sends; the root receives.
+template <typename RootRecvExtent, typename PmpiCall>
+int gather_like(FunctionId id, const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int root,
+                MPI_Comm comm, RootRecvExtent root_recv_extent_of, PmpiCall pmpi) {
+  count_bytes(id, sendcount, sendtype);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  RootRole role;
+  if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  const bool sends = role == RootRole::kLeaf || (role == RootRole::kRoot && !shape.inter && !in_place);
+  Extent send_extent, recv_extent;
+  if ((sends && !extent_of(sendcount, sendtype, &send_extent)) ||
+      (role == RootRole::kRoot && !root_recv_extent_of(shape, &recv_extent)))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = sends ? staging.in(sendbuf, send_extent) : sendbuf;
+  void* recv = recvbuf;
+  if (role == RootRole::kRoot)
+    recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+// Scatter(v): the root sends; every rank but an in-place root receives.
+template <typename RootSendExtent, typename PmpiCall>
+int scatter_like(FunctionId id, const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
+                 MPI_Comm comm, RootSendExtent root_send_extent_of, PmpiCall pmpi) {
+  count_bytes(id, recvcount, recvtype);
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  RootRole role;
+  if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
+  const bool in_place = recvbuf == MPI_IN_PLACE;
+  const bool receives = role == RootRole::kLeaf || (role == RootRole::kRoot && !shape.inter && !in_place);
+  Extent send_extent, recv_extent;
+  if ((role == RootRole::kRoot && !root_send_extent_of(shape, &send_extent)) ||
+      (receives && !extent_of(recvcount, recvtype, &recv_extent)))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = role == RootRole::kRoot ? staging.in(sendbuf, send_extent) : sendbuf;
+  void* recv = receives ? staging.out(recvbuf, recv_extent) : recvbuf;
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
+// Reduce_scatter(_block): the input is the whole vector, the output this
+// rank's block; in place, the receive buffer holds the whole vector.
+template <typename PmpiCall>
+int reduce_scatter_like(FunctionId id, const void* sendbuf, void* recvbuf, std::int64_t total, int own,
+                        MPI_Datatype datatype, MPI_Comm comm, PmpiCall pmpi) {
+  count_bytes(id, total, datatype);
+  Extent full_extent, own_extent;
+  if (!extent_of(total, datatype, &full_extent) || !extent_of(own, datatype, &own_extent))
+    return pmpi(sendbuf, recvbuf);
+  Staging staging(id, comm);
+  const void* send = staging.in(sendbuf, full_extent);
+  void* recv = sendbuf == MPI_IN_PLACE ? staging.inout(recvbuf, full_extent) : staging.out(recvbuf, own_extent);
+  if (staging.failed()) return staging.raise();
+  return staging.finish(pmpi(send, recv));
+}
+
 }  // namespace
 
 int handle_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
@@ -163,170 +246,90 @@ int handle_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_C
 
 int handle_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                      MPI_Datatype recvtype, MPI_Comm comm) {
-  const FunctionId id = FunctionId::kAllgather;
-  count_bytes(id, sendcount, sendtype);
-  auto pmpi = [&](const void* s, void* r) {
-    return PMPI_Allgather(s, sendcount, sendtype, r, recvcount, recvtype, comm);
-  };
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
-  CommShape shape;
-  Extent send_extent, recv_extent;
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  if (!comm_shape(comm, &shape) || (!in_place && !extent_of(sendcount, sendtype, &send_extent)) ||
-      !extent_of(static_cast<std::int64_t>(recvcount) * shape.peers, recvtype, &recv_extent))
-    return pmpi(sendbuf, recvbuf);
-  Staging staging(id, comm);
-  const void* send = staging.in(sendbuf, send_extent);
-  void* recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
-  if (staging.failed()) return staging.raise();
-  return staging.finish(pmpi(send, recv));
+  count_bytes(FunctionId::kAllgather, sendcount, sendtype);
+  return exchange_like(
+      FunctionId::kAllgather, sendbuf, recvbuf, comm,
+      [&](const CommShape&, Extent* e) { return extent_of(sendcount, sendtype, e); },
+      [&](const CommShape& shape, Extent* e) {
+        return extent_of(static_cast<std::int64_t>(recvcount) * shape.peers, recvtype, e);
+      },
+      [&](const void* s, void* r) { return PMPI_Allgather(s, sendcount, sendtype, r, recvcount, recvtype, comm); });
 }
 
 int handle_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                       const int* recvcounts, const int* displs, MPI_Datatype recvtype, MPI_Comm comm) {
-  const FunctionId id = FunctionId::kAllgatherv;
-  count_bytes(id, sendcount, sendtype);
-  auto pmpi = [&](const void* s, void* r) {
-    return PMPI_Allgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm);
-  };
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
-  CommShape shape;
-  Extent send_extent, recv_extent;
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  if (!comm_shape(comm, &shape) || !displs || (!in_place && !extent_of(sendcount, sendtype, &send_extent)) ||
-      !extent_of_blocks(shape.peers, recvcounts, displs, recvtype, &recv_extent))
-    return pmpi(sendbuf, recvbuf);
-  Staging staging(id, comm);
-  const void* send = staging.in(sendbuf, send_extent);
-  void* recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
-  if (staging.failed()) return staging.raise();
-  return staging.finish(pmpi(send, recv));
+  count_bytes(FunctionId::kAllgatherv, sendcount, sendtype);
+  return exchange_like(
+      FunctionId::kAllgatherv, sendbuf, recvbuf, comm,
+      [&](const CommShape&, Extent* e) { return extent_of(sendcount, sendtype, e); },
+      [&](const CommShape& shape, Extent* e) {
+        return displs && extent_of_blocks(shape.peers, recvcounts, displs, recvtype, e);
+      },
+      [&](const void* s, void* r) {
+        return PMPI_Allgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm);
+      });
 }
 
 int handle_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                   MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  const FunctionId id = FunctionId::kGather;
-  count_bytes(id, sendcount, sendtype);
-  auto pmpi = [&](const void* s, void* r) {
-    return PMPI_Gather(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
-  };
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
-  CommShape shape;
-  RootRole role;
-  if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  const bool sends = role == RootRole::kLeaf || (role == RootRole::kRoot && !shape.inter && !in_place);
-  Extent send_extent, recv_extent;
-  if ((sends && !extent_of(sendcount, sendtype, &send_extent)) ||
-      (role == RootRole::kRoot &&
-       !extent_of(static_cast<std::int64_t>(recvcount) * shape.peers, recvtype, &recv_extent)))
-    return pmpi(sendbuf, recvbuf);
-  Staging staging(id, comm);
-  const void* send = sends ? staging.in(sendbuf, send_extent) : sendbuf;
-  void* recv = recvbuf;
-  if (role == RootRole::kRoot)
-    recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
-  if (staging.failed()) return staging.raise();
-  return staging.finish(pmpi(send, recv));
+  return gather_like(
+      FunctionId::kGather, sendbuf, sendcount, sendtype, recvbuf, root, comm,
+      [&](const CommShape& shape, Extent* e) {
+        return extent_of(static_cast<std::int64_t>(recvcount) * shape.peers, recvtype, e);
+      },
+      [&](const void* s, void* r) {
+        return PMPI_Gather(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
+      });
 }
 
 int handle_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
                    const int* displs, MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  const FunctionId id = FunctionId::kGatherv;
-  count_bytes(id, sendcount, sendtype);
-  auto pmpi = [&](const void* s, void* r) {
-    return PMPI_Gatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, root, comm);
-  };
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
-  CommShape shape;
-  RootRole role;
-  if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  const bool sends = role == RootRole::kLeaf || (role == RootRole::kRoot && !shape.inter && !in_place);
-  Extent send_extent, recv_extent;
-  if ((sends && !extent_of(sendcount, sendtype, &send_extent)) ||
-      (role == RootRole::kRoot &&
-       (!displs || !extent_of_blocks(shape.peers, recvcounts, displs, recvtype, &recv_extent))))
-    return pmpi(sendbuf, recvbuf);
-  Staging staging(id, comm);
-  const void* send = sends ? staging.in(sendbuf, send_extent) : sendbuf;
-  void* recv = recvbuf;
-  if (role == RootRole::kRoot)
-    recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
-  if (staging.failed()) return staging.raise();
-  return staging.finish(pmpi(send, recv));
+  return gather_like(
+      FunctionId::kGatherv, sendbuf, sendcount, sendtype, recvbuf, root, comm,
+      [&](const CommShape& shape, Extent* e) {
+        return displs && extent_of_blocks(shape.peers, recvcounts, displs, recvtype, e);
+      },
+      [&](const void* s, void* r) {
+        return PMPI_Gatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, root, comm);
+      });
 }
 
 int handle_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                    MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  const FunctionId id = FunctionId::kScatter;
-  count_bytes(id, recvcount, recvtype);
-  auto pmpi = [&](const void* s, void* r) {
-    return PMPI_Scatter(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
-  };
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
-  CommShape shape;
-  RootRole role;
-  if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
-  const bool in_place = recvbuf == MPI_IN_PLACE;
-  const bool receives = role == RootRole::kLeaf || (role == RootRole::kRoot && !shape.inter && !in_place);
-  Extent send_extent, recv_extent;
-  if ((role == RootRole::kRoot &&
-       !extent_of(static_cast<std::int64_t>(sendcount) * shape.peers, sendtype, &send_extent)) ||
-      (receives && !extent_of(recvcount, recvtype, &recv_extent)))
-    return pmpi(sendbuf, recvbuf);
-  Staging staging(id, comm);
-  const void* send = role == RootRole::kRoot ? staging.in(sendbuf, send_extent) : sendbuf;
-  void* recv = receives ? staging.out(recvbuf, recv_extent) : recvbuf;
-  if (staging.failed()) return staging.raise();
-  return staging.finish(pmpi(send, recv));
+  return scatter_like(
+      FunctionId::kScatter, sendbuf, recvbuf, recvcount, recvtype, root, comm,
+      [&](const CommShape& shape, Extent* e) {
+        return extent_of(static_cast<std::int64_t>(sendcount) * shape.peers, sendtype, e);
+      },
+      [&](const void* s, void* r) {
+        return PMPI_Scatter(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
+      });
 }
 
 int handle_Scatterv(const void* sendbuf, const int* sendcounts, const int* displs, MPI_Datatype sendtype,
                     void* recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  const FunctionId id = FunctionId::kScatterv;
-  count_bytes(id, recvcount, recvtype);
-  auto pmpi = [&](const void* s, void* r) {
-    return PMPI_Scatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm);
-  };
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
-  CommShape shape;
-  RootRole role;
-  if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
-  const bool in_place = recvbuf == MPI_IN_PLACE;
-  const bool receives = role == RootRole::kLeaf || (role == RootRole::kRoot && !shape.inter && !in_place);
-  Extent send_extent, recv_extent;
-  if ((role == RootRole::kRoot &&
-       (!displs || !extent_of_blocks(shape.peers, sendcounts, displs, sendtype, &send_extent))) ||
-      (receives && !extent_of(recvcount, recvtype, &recv_extent)))
-    return pmpi(sendbuf, recvbuf);
-  Staging staging(id, comm);
-  const void* send = role == RootRole::kRoot ? staging.in(sendbuf, send_extent) : sendbuf;
-  void* recv = receives ? staging.out(recvbuf, recv_extent) : recvbuf;
-  if (staging.failed()) return staging.raise();
-  return staging.finish(pmpi(send, recv));
+  return scatter_like(
+      FunctionId::kScatterv, sendbuf, recvbuf, recvcount, recvtype, root, comm,
+      [&](const CommShape& shape, Extent* e) {
+        return displs && extent_of_blocks(shape.peers, sendcounts, displs, sendtype, e);
+      },
+      [&](const void* s, void* r) {
+        return PMPI_Scatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm);
+      });
 }
 
 int handle_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                     MPI_Datatype recvtype, MPI_Comm comm) {
-  const FunctionId id = FunctionId::kAlltoall;
-  count_bytes(id, static_cast<std::int64_t>(sendcount), sendtype);
-  auto pmpi = [&](const void* s, void* r) {
-    return PMPI_Alltoall(s, sendcount, sendtype, r, recvcount, recvtype, comm);
-  };
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
-  CommShape shape;
-  Extent send_extent, recv_extent;
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  if (!comm_shape(comm, &shape) ||
-      (!in_place && !extent_of(static_cast<std::int64_t>(sendcount) * shape.peers, sendtype, &send_extent)) ||
-      !extent_of(static_cast<std::int64_t>(recvcount) * shape.peers, recvtype, &recv_extent))
-    return pmpi(sendbuf, recvbuf);
-  Staging staging(id, comm);
-  const void* send = staging.in(sendbuf, send_extent);
-  void* recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
-  if (staging.failed()) return staging.raise();
-  return staging.finish(pmpi(send, recv));
+  count_bytes(FunctionId::kAlltoall, sendcount, sendtype);
+  return exchange_like(
+      FunctionId::kAlltoall, sendbuf, recvbuf, comm,
+      [&](const CommShape& shape, Extent* e) {
+        return extent_of(static_cast<std::int64_t>(sendcount) * shape.peers, sendtype, e);
+      },
+      [&](const CommShape& shape, Extent* e) {
+        return extent_of(static_cast<std::int64_t>(recvcount) * shape.peers, recvtype, e);
+      },
+      [&](const void* s, void* r) { return PMPI_Alltoall(s, sendcount, sendtype, r, recvcount, recvtype, comm); });
 }
 
 int handle_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
@@ -351,43 +354,36 @@ int handle_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
     count_bytes(id, sum(sendcounts, static_cast<int>(send_offsets.size())), sendtype);
     return result;
   }
-  if (route.route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
-  CommShape shape;
-  Extent send_extent, recv_extent;
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  if (!comm_shape(comm, &shape) || !rdispls ||
-      (!in_place && (!sdispls || !extent_of_blocks(shape.peers, sendcounts, sdispls, sendtype, &send_extent))) ||
-      !extent_of_blocks(shape.peers, recvcounts, rdispls, recvtype, &recv_extent))
-    return pmpi(sendbuf, recvbuf);
-  if (!in_place) count_bytes(id, sum(sendcounts, shape.peers), sendtype);
-  Staging staging(id, comm);
-  const void* send = staging.in(sendbuf, send_extent);
-  void* recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
-  if (staging.failed()) return staging.raise();
-  return staging.finish(pmpi(send, recv));
+  return exchange_like(
+      id, sendbuf, recvbuf, comm,
+      [&](const CommShape& shape, Extent* e) {
+        if (!sdispls || !extent_of_blocks(shape.peers, sendcounts, sdispls, sendtype, e)) return false;
+        count_bytes(id, sum(sendcounts, shape.peers), sendtype);
+        return true;
+      },
+      [&](const CommShape& shape, Extent* e) {
+        return rdispls && extent_of_blocks(shape.peers, recvcounts, rdispls, recvtype, e);
+      },
+      pmpi, &route);
 }
 
 int handle_Alltoallw(const void* sendbuf, const int* sendcounts, const int* sdispls, const MPI_Datatype* sendtypes,
                      void* recvbuf, const int* recvcounts, const int* rdispls, const MPI_Datatype* recvtypes,
                      MPI_Comm comm) {
   const FunctionId id = FunctionId::kAlltoallw;
-  auto pmpi = [&](const void* s, void* r) {
-    return PMPI_Alltoallw(s, sendcounts, sdispls, sendtypes, r, recvcounts, rdispls, recvtypes, comm);
-  };
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
-  CommShape shape;
-  Extent send_extent, recv_extent;
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  if (!comm_shape(comm, &shape) ||
-      (!in_place && !extent_of_typed_blocks(shape.peers, sendcounts, sdispls, sendtypes, &send_extent)) ||
-      !extent_of_typed_blocks(shape.peers, recvcounts, rdispls, recvtypes, &recv_extent))
-    return pmpi(sendbuf, recvbuf);
-  for (int p = 0; p < shape.peers && !in_place; ++p) count_bytes(id, sendcounts[p], sendtypes[p]);
-  Staging staging(id, comm);
-  const void* send = staging.in(sendbuf, send_extent);
-  void* recv = in_place ? staging.inout(recvbuf, recv_extent) : staging.out(recvbuf, recv_extent);
-  if (staging.failed()) return staging.raise();
-  return staging.finish(pmpi(send, recv));
+  return exchange_like(
+      id, sendbuf, recvbuf, comm,
+      [&](const CommShape& shape, Extent* e) {
+        if (!extent_of_typed_blocks(shape.peers, sendcounts, sdispls, sendtypes, e)) return false;
+        for (int p = 0; p < shape.peers; ++p) count_bytes(id, sendcounts[p], sendtypes[p]);
+        return true;
+      },
+      [&](const CommShape& shape, Extent* e) {
+        return extent_of_typed_blocks(shape.peers, recvcounts, rdispls, recvtypes, e);
+      },
+      [&](const void* s, void* r) {
+        return PMPI_Alltoallw(s, sendcounts, sdispls, sendtypes, r, recvcounts, rdispls, recvtypes, comm);
+      });
 }
 
 int handle_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts, MPI_Datatype datatype,
@@ -400,17 +396,8 @@ int handle_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcou
   // recvcounts is indexed by the local group, also on an intercommunicator.
   for (int i = 0; i < shape.size; ++i)
     if (recvcounts[i] < 0) return pmpi(sendbuf, recvbuf);
-  const std::int64_t total = sum(recvcounts, shape.size);
-  count_bytes(id, total, datatype);
-  Extent full_extent, own_extent;
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  if (!extent_of(total, datatype, &full_extent) || !extent_of(recvcounts[shape.rank], datatype, &own_extent))
-    return pmpi(sendbuf, recvbuf);
-  Staging staging(id, comm);
-  const void* send = staging.in(sendbuf, full_extent);
-  void* recv = in_place ? staging.inout(recvbuf, full_extent) : staging.out(recvbuf, own_extent);
-  if (staging.failed()) return staging.raise();
-  return staging.finish(pmpi(send, recv));
+  return reduce_scatter_like(id, sendbuf, recvbuf, sum(recvcounts, shape.size), recvcounts[shape.rank], datatype,
+                             comm, pmpi);
 }
 
 int handle_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype,
@@ -421,18 +408,9 @@ int handle_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcoun
   };
   if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
-  Extent full_extent, own_extent;
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  if (op == MPI_OP_NULL || !comm_shape(comm, &shape) ||
-      !extent_of(static_cast<std::int64_t>(recvcount) * shape.size, datatype, &full_extent) ||
-      !extent_of(recvcount, datatype, &own_extent))
-    return pmpi(sendbuf, recvbuf);
-  count_bytes(id, static_cast<std::int64_t>(recvcount) * shape.size, datatype);
-  Staging staging(id, comm);
-  const void* send = staging.in(sendbuf, full_extent);
-  void* recv = in_place ? staging.inout(recvbuf, full_extent) : staging.out(recvbuf, own_extent);
-  if (staging.failed()) return staging.raise();
-  return staging.finish(pmpi(send, recv));
+  if (op == MPI_OP_NULL || recvcount < 0 || !comm_shape(comm, &shape)) return pmpi(sendbuf, recvbuf);
+  return reduce_scatter_like(id, sendbuf, recvbuf, static_cast<std::int64_t>(recvcount) * shape.size, recvcount,
+                             datatype, comm, pmpi);
 }
 
 }  // namespace ferry::shim
