@@ -18,26 +18,30 @@
 namespace ferry::shim {
 namespace {
 
-// Byte offsets and sizes of an Alltoallv the engine can run: dense types of
-// equal size on both sides, not in place. False otherwise.
+// An Alltoallv in the engine's terms: bytes and byte offsets per peer.
+struct AlltoallvLayout {
+  std::vector<std::size_t> send_bytes, send_offsets, recv_bytes, recv_offsets;
+};
+
+// The layout of an Alltoallv the engine can run: dense types of equal size
+// on both sides, not in place. False otherwise.
 bool alltoallv_layout(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
                       const void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype,
-                      MPI_Comm comm, std::vector<std::size_t>* send_offsets, std::vector<std::size_t>* recv_bytes,
-                      std::vector<std::size_t>* recv_offsets) {
+                      MPI_Comm comm, AlltoallvLayout* layout) {
   CommShape shape;
   int send_size = 0, recv_size = 0;
   if (sendbuf == MPI_IN_PLACE || !recvbuf || !comm_shape(comm, &shape) || shape.inter || !sendcounts || !sdispls ||
       !recvcounts || !rdispls || !dense_data_type(sendtype, &send_size) || !dense_data_type(recvtype, &recv_size) ||
       send_size != recv_size)
     return false;
-  send_offsets->resize(shape.size);
-  recv_bytes->resize(shape.size);
-  recv_offsets->resize(shape.size);
+  for (auto* v : {&layout->send_bytes, &layout->send_offsets, &layout->recv_bytes, &layout->recv_offsets})
+    v->resize(shape.size);
   for (int p = 0; p < shape.size; ++p) {
     if (sendcounts[p] < 0 || sdispls[p] < 0 || recvcounts[p] < 0 || rdispls[p] < 0) return false;
-    (*send_offsets)[p] = static_cast<std::size_t>(sdispls[p]) * send_size;
-    (*recv_bytes)[p] = static_cast<std::size_t>(recvcounts[p]) * recv_size;
-    (*recv_offsets)[p] = static_cast<std::size_t>(rdispls[p]) * recv_size;
+    layout->send_bytes[p] = static_cast<std::size_t>(sendcounts[p]) * send_size;
+    layout->send_offsets[p] = static_cast<std::size_t>(sdispls[p]) * send_size;
+    layout->recv_bytes[p] = static_cast<std::size_t>(recvcounts[p]) * recv_size;
+    layout->recv_offsets[p] = static_cast<std::size_t>(rdispls[p]) * recv_size;
   }
   return true;
 }
@@ -339,19 +343,19 @@ int handle_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
     return PMPI_Alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm);
   };
   RouteDecision route = decide_route(id, {sendbuf, recvbuf}, true);
-  std::vector<std::size_t> send_offsets, recv_bytes, recv_offsets;
+  AlltoallvLayout layout;
   if (route.route == Route::kEngine &&
       !alltoallv_layout(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
-                        &send_offsets, &recv_bytes, &recv_offsets))
+                        &layout))
     route = {Route::kStaged, "the engine copies only contiguous types of one size, not in place"};
   int result = MPI_SUCCESS;
   if (run_on_engine(id, comm, &route,
                     [&](Communicator& engine, bool eligible, bool* ran) {
-                      return alltoallv(engine, sendbuf, send_offsets.data(), recvbuf, recv_bytes.data(),
-                                       recv_offsets.data(), eligible, ran);
+                      return alltoallv(engine, sendbuf, layout.send_bytes.data(), layout.send_offsets.data(),
+                                       recvbuf, layout.recv_bytes.data(), layout.recv_offsets.data(), eligible, ran);
                     },
                     &result)) {
-    count_bytes(id, sum(sendcounts, static_cast<int>(send_offsets.size())), sendtype);
+    count_bytes(id, sum(sendcounts, static_cast<int>(layout.send_bytes.size())), sendtype);
     return result;
   }
   return exchange_like(

@@ -223,44 +223,129 @@ Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, cons
   return Status::kInternal;
 }
 
+// The shm transport: data crosses between ranks through each rank's host
+// shared-memory segment, in chunks that fit it; a barrier separates the
+// steps, since no rank may read a segment before its owner filled it, nor
+// refill it before every peer read it.
+Status run_shm_allreduce(Communicator& comm, const Placement& where, const void* input, void* output,
+                         std::size_t count, DataType type, ReduceOp op) {
+  SharedSegments& shm = *comm.shm();
+  const int n = comm.size();
+  const int me = comm.rank();
+  const std::size_t element = data_type_size(type);
+  const std::size_t align = std::max<std::size_t>(1, 16 / element);
+  // Each segment holds an input area and an output area.
+  const std::size_t area = shm.bytes() / 2 / 16 * 16;
+  const std::size_t chunk = std::max(align, area / element / align * align);
+  gpu::Stream stream = nullptr;
+  FERRY_CHECK(where.backend->set_device(where.device));
+  FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
+  for (std::size_t begin = 0; begin < count; begin += chunk) {
+    const std::size_t elements = std::min(chunk, count - begin);
+    FERRY_CHECK(where.backend->copy(shm.segment(me), at(input, begin * element), elements * element));
+    FERRY_CHECK(comm.bootstrap().barrier());
+    const ElementRange slice = direct_slice(me, n, elements, align);
+    DirectReduceArgs args{};
+    args.ninputs = n;
+    args.noutputs = n;
+    args.count = slice.size();
+    args.type = type;
+    args.op = op;
+    for (int r = 0; r < n; ++r) {
+      args.inputs[r] = shm.segment(r) + slice.begin * element;
+      args.outputs[r] = shm.segment(r) + area + slice.begin * element;
+    }
+    FERRY_CHECK(launch_direct_reduce(where.backend, args, stream));
+    FERRY_CHECK(where.backend->stream_synchronize(stream));
+    FERRY_CHECK(comm.bootstrap().barrier());
+    FERRY_CHECK(where.backend->copy(at(output, begin * element), shm.segment(me) + area, elements * element));
+    FERRY_CHECK(comm.bootstrap().barrier());
+  }
+  return Status::kOk;
+}
+
+Status run_shm_bcast(Communicator& comm, const Placement& where, void* buffer, std::size_t bytes, int root) {
+  SharedSegments& shm = *comm.shm();
+  for (std::size_t begin = 0; begin < bytes; begin += shm.bytes()) {
+    const std::size_t length = std::min(shm.bytes(), bytes - begin);
+    if (comm.rank() == root) FERRY_CHECK(where.backend->copy(shm.segment(root), at(buffer, begin), length));
+    FERRY_CHECK(comm.bootstrap().barrier());
+    if (comm.rank() != root) FERRY_CHECK(where.backend->copy(at(buffer, begin), shm.segment(root), length));
+    FERRY_CHECK(comm.bootstrap().barrier());
+  }
+  return Status::kOk;
+}
+
+// Each rank's whole send span goes to its segment at once (eligible only when
+// it fits); receivers then copy their blocks out.
+Status run_shm_alltoallv(Communicator& comm, const Placement& where, const void* send, std::size_t send_span,
+                         const std::vector<std::uint64_t>& offsets, void* recv, const std::size_t* recv_bytes,
+                         const std::size_t* recv_offsets) {
+  SharedSegments& shm = *comm.shm();
+  const int n = comm.size();
+  FERRY_CHECK(where.backend->copy(shm.segment(comm.rank()), send, send_span));
+  FERRY_CHECK(comm.bootstrap().barrier());
+  for (int peer = 0; peer < n; ++peer) {
+    if (recv_bytes[peer] == 0) continue;
+    const char* block = shm.segment(peer) + offsets[static_cast<std::size_t>(peer) * n + comm.rank()];
+    FERRY_CHECK(where.backend->copy(at(recv, recv_offsets[peer]), block, recv_bytes[peer]));
+  }
+  return comm.bootstrap().barrier();
+}
+
+// The engine transport for this communicator, if any.
+enum class EngineTransport { kNone, kP2p, kShm };
+
+EngineTransport transport_of(Communicator& comm) {
+  if (comm.size() > kMaxDirectRanks) return EngineTransport::kNone;
+  if (comm.all_peers_mapped()) return EngineTransport::kP2p;
+  return comm.shm() ? EngineTransport::kShm : EngineTransport::kNone;
+}
+
 }  // namespace
 
 Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                  bool eligible, bool* ran) {
   *ran = false;
+  const EngineTransport transport = transport_of(comm);
   const void* input = send ? send : recv;
   Placement where;
   Handshake mine{CollectiveKind::kAllreduce, 0, send == nullptr, {}, {}};
-  if (eligible && count > 0 && comm.all_peers_mapped() && comm.size() <= kMaxDirectRanks &&
-      reduction_defined(type, op)) {
+  if (eligible && count > 0 && transport != EngineTransport::kNone && reduction_defined(type, op)) {
     where = placement_of(recv);
     const Placement in = placement_of(input);
     mine.eligible = where.backend && in.backend == where.backend && in.device == where.device &&
-                    ok(comm.peer_memory().export_buffer(input, &mine.first)) &&
-                    ok(comm.peer_memory().export_buffer(recv, &mine.second));
+                    (transport != EngineTransport::kP2p ||
+                     (ok(comm.peer_memory().export_buffer(input, &mine.first)) &&
+                      ok(comm.peer_memory().export_buffer(recv, &mine.second))));
   }
   std::vector<Handshake> all;
   bool everyone = false;
   FERRY_CHECK(agree(comm, mine, &all, &everyone));
   if (!everyone) return Status::kOk;
   *ran = true;
+  if (transport == EngineTransport::kShm)
+    return finish_together(comm, run_shm_allreduce(comm, where, input, recv, count, type, op));
   return finish_together(comm, run_allreduce(comm, all, where, input, recv, count, type, op));
 }
 
 Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool eligible, bool* ran) {
   *ran = false;
+  const EngineTransport transport = transport_of(comm);
   Placement where;
   Handshake mine{CollectiveKind::kBcast, 0, 0, {}, {}};
-  if (eligible && bytes > 0 && comm.all_peers_mapped() && root >= 0 && root < comm.size()) {
+  if (eligible && bytes > 0 && transport != EngineTransport::kNone && root >= 0 && root < comm.size()) {
     where = placement_of(buffer);
     mine.eligible = where.backend != nullptr &&
-                    (comm.rank() != root || ok(comm.peer_memory().export_buffer(buffer, &mine.first)));
+                    (transport != EngineTransport::kP2p || comm.rank() != root ||
+                     ok(comm.peer_memory().export_buffer(buffer, &mine.first)));
   }
   std::vector<Handshake> all;
   bool everyone = false;
   FERRY_CHECK(agree(comm, mine, &all, &everyone));
   if (!everyone) return Status::kOk;
   *ran = true;
+  if (transport == EngineTransport::kShm) return finish_together(comm, run_shm_bcast(comm, where, buffer, bytes, root));
 
   // Every non-root rank pulls the root's buffer with its copy engine.
   Status local = Status::kOk;
@@ -278,17 +363,23 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   return finish_together(comm, local);
 }
 
-Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_offsets, void* recv,
-                 const std::size_t* recv_bytes, const std::size_t* recv_offsets, bool eligible, bool* ran) {
+Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_bytes,
+                 const std::size_t* send_offsets, void* recv, const std::size_t* recv_bytes,
+                 const std::size_t* recv_offsets, bool eligible, bool* ran) {
   *ran = false;
   const int n = comm.size();
+  const EngineTransport transport = transport_of(comm);
+  std::size_t send_span = 0;
   Placement where;
   Handshake mine{CollectiveKind::kAlltoallv, 0, 0, {}, {}};
-  if (eligible && comm.all_peers_mapped()) {
+  if (eligible && transport != EngineTransport::kNone) {
+    for (int p = 0; p < n; ++p)
+      if (send_bytes[p] > 0) send_span = std::max(send_span, send_offsets[p] + send_bytes[p]);
     where = placement_of(recv);
     const Placement from = placement_of(send);
     mine.eligible = where.backend && from.backend == where.backend &&
-                    ok(comm.peer_memory().export_buffer(send, &mine.first));
+                    (transport == EngineTransport::kP2p ? ok(comm.peer_memory().export_buffer(send, &mine.first))
+                                                        : send_span <= comm.shm()->bytes());
   }
   std::vector<Handshake> all;
   bool everyone = false;
@@ -300,6 +391,9 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_o
   std::vector<std::uint64_t> my_offsets(send_offsets, send_offsets + n);
   std::vector<std::uint64_t> offsets(static_cast<std::size_t>(n) * n);
   FERRY_CHECK(comm.bootstrap().allgather(my_offsets.data(), offsets.data(), n * sizeof(std::uint64_t)));
+  if (transport == EngineTransport::kShm)
+    return finish_together(
+        comm, run_shm_alltoallv(comm, where, send, send_span, offsets, recv, recv_bytes, recv_offsets));
 
   // Each rank pulls its blocks from every peer with the copy engines, a few
   // streams in parallel; its own block is a local copy on a stream of its own.

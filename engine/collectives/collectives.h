@@ -19,10 +19,11 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
 
 Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool eligible, bool* ran);
 
-// Byte counts and offsets, one per peer: send_offsets[p] is where the block
-// for peer p starts in send; this rank receives recv_bytes[p] from p at
-// recv + recv_offsets[p].
-Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_offsets, void* recv,
-                 const std::size_t* recv_bytes, const std::size_t* recv_offsets, bool eligible, bool* ran);
+// Byte counts and offsets, one per peer: the send_bytes[p] bytes for peer p
+// start at send + send_offsets[p]; this rank receives recv_bytes[p] from p
+// at recv + recv_offsets[p].
+Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_bytes,
+                 const std::size_t* send_offsets, void* recv, const std::size_t* recv_bytes,
+                 const std::size_t* recv_offsets, bool eligible, bool* ran);
 
 }  // namespace ferry

@@ -51,8 +51,21 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
       comm->all_peers_mapped_ = false;
     }
   }
+  // Every rank sees the same identities, so every rank makes the same choice
+  // and the collective set-up below is entered by all or none.
+  bool one_machine = mine.backend != static_cast<std::int32_t>(gpu::BackendKind::kNone);
+  for (const RankIdentity& other : comm->ranks_)
+    one_machine = one_machine && other.host_hash == mine.host_hash && other.backend == mine.backend;
+  if (!comm->all_peers_mapped_ && one_machine && !params().shm_disable) {
+    const Status status = SharedSegments::create(*comm->bootstrap_, backend,
+                                                 static_cast<std::size_t>(params().shm_segment_bytes), &comm->shm_);
+    if (!ok(status)) FERRY_WARN(Transport, "shm transport unavailable (%s): device buffers will be staged",
+                                status_name(status));
+  }
   FERRY_INFO(Init, "engine communicator of %d ranks: %s", n,
-             comm->all_peers_mapped_ ? "every peer mapped (p2p)" : "some peers unreachable by p2p");
+             comm->all_peers_mapped_ ? "every peer mapped (p2p)"
+             : comm->shm_            ? "peers through host shared memory (shm)"
+                                     : "no engine transport to every peer");
   *out = std::move(comm);
   return Status::kOk;
 }

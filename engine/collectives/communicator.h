@@ -11,6 +11,7 @@
 #include "engine/bootstrap/bootstrap.h"
 #include "engine/gpu/gpu.h"
 #include "engine/transport/p2p.h"
+#include "engine/transport/shm.h"
 
 namespace ferry {
 
@@ -40,6 +41,9 @@ class Communicator {
   // True when every peer's device memory can be mapped here (one machine,
   // same device backend): the precondition of the direct algorithms.
   bool all_peers_mapped() const { return all_peers_mapped_; }
+  // Host shared memory with every peer, where peer device memory cannot be
+  // mapped but all ranks share one machine; nullptr otherwise.
+  SharedSegments* shm() { return shm_.get(); }
 
   // Stream `index` on device of backend, created on first use and kept.
   Status stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index = 0);
@@ -57,6 +61,7 @@ class Communicator {
   std::vector<TransportKind> transports_;
   bool all_peers_mapped_ = false;
   PeerMemory peer_memory_;
+  std::unique_ptr<SharedSegments> shm_;
   struct StreamKey {
     gpu::Backend* backend;
     int device;

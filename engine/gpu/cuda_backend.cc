@@ -76,6 +76,11 @@ class CudaBackend final : public Backend {
   }
   Status pinned_free(void* ptr) override { return FERRY_CUDA(cudaFreeHost(ptr)); }
 
+  Status host_register(void* ptr, std::size_t bytes) override {
+    return FERRY_CUDA(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped));
+  }
+  Status host_unregister(void* ptr) override { return FERRY_CUDA(cudaHostUnregister(ptr)); }
+
   Status copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return Status::kOk;
     ensure_device_for_pointer(src);

@@ -148,6 +148,10 @@ class EmulatedBackend final : public Backend {
     return Status::kOk;
   }
 
+  // Host memory is the emulated device's own: nothing to pin or map.
+  Status host_register(void*, std::size_t) override { return Status::kOk; }
+  Status host_unregister(void*) override { return Status::kOk; }
+
   Status copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return Status::kOk;
     char* d = translate(dst, bytes);

@@ -62,6 +62,10 @@ class Backend {
   virtual Status pinned_alloc(std::size_t bytes, void** ptr) = 0;
   virtual Status pinned_free(void* ptr) = 0;
 
+  // Pins host memory and maps it for the device's copies and kernels.
+  virtual Status host_register(void* ptr, std::size_t bytes) = 0;
+  virtual Status host_unregister(void* ptr) = 0;
+
   // Blocking copy; dst and src may each be host or this backend's device memory.
   virtual Status copy(void* dst, const void* src, std::size_t bytes) = 0;
   virtual Status copy_async(void* dst, const void* src, std::size_t bytes, Stream stream) = 0;

@@ -193,11 +193,12 @@ TEST(EngineAlltoallv, UnevenBlocksWithGaps) {
       ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
       // Rank s sends (s + d + 1) * 3 bytes to rank d, blocks one byte apart.
       auto block_bytes = [](int s, int d) { return static_cast<std::size_t>((s + d + 1) * 3); };
-      std::vector<std::size_t> send_offsets(nranks), recv_bytes(nranks), recv_offsets(nranks);
+      std::vector<std::size_t> send_bytes(nranks), send_offsets(nranks), recv_bytes(nranks), recv_offsets(nranks);
       std::size_t send_total = 0, recv_total = 0;
       for (int p = 0; p < nranks; ++p) {
         send_offsets[p] = send_total;
-        send_total += block_bytes(rank, p) + 1;
+        send_bytes[p] = block_bytes(rank, p);
+        send_total += send_bytes[p] + 1;
         recv_offsets[p] = recv_total;
         recv_bytes[p] = block_bytes(p, rank);
         recv_total += recv_bytes[p] + 1;
@@ -210,8 +211,8 @@ TEST(EngineAlltoallv, UnevenBlocksWithGaps) {
       void* send = device_copy_of(send_host.data(), send_total);
       void* recv = device_copy_of(recv_host.data(), recv_total);
       bool ran = false;
-      ASSERT_EQ(alltoallv(*comm, send, send_offsets.data(), recv, recv_bytes.data(), recv_offsets.data(), true,
-                          &ran),
+      ASSERT_EQ(alltoallv(*comm, send, send_bytes.data(), send_offsets.data(), recv, recv_bytes.data(),
+                          recv_offsets.data(), true, &ran),
                 Status::kOk);
       EXPECT_TRUE(ran);
       const std::vector<char> got = host_copy_of(recv, recv_total);
