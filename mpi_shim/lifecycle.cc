@@ -62,6 +62,7 @@ int handle_Finalize() {
     print_stats(rank);
   }
   release_engine_communicators();
+  release_staged_requests();
   release_staging_pools();
   return PMPI_Finalize();
 }

@@ -49,6 +49,8 @@ class Staging {
   void limit_last_copy_back(std::size_t bytes);
 
   bool failed() const { return error_class_ != MPI_SUCCESS; }
+  // Whether any buffer was copied to host memory (host buffers never are).
+  bool staged_any() const { return !staged_.empty(); }
   // The staging failure as an MPI error class, raised through comm's handler.
   int raise();
   // Copies outputs back when the MPI call succeeded; returns its result, or
@@ -73,5 +75,8 @@ class Staging {
 
 // Frees the pinned memory cached between calls (MPI_Finalize).
 void release_staging_pools();
+// Frees the staging of nonblocking requests the user freed before they
+// completed (MPI_Finalize; requests.cc).
+void release_staged_requests();
 
 }  // namespace ferry::shim
