@@ -19,18 +19,6 @@ int send_like(FunctionId id, const void* buf, int count, MPI_Datatype datatype, 
   return staging.finish(pmpi(send));
 }
 
-// Stages a receive buffer. A dense one is copied back only as far as the
-// message reached, so a short message leaves the rest of the buffer alone.
-void* stage_receive(Staging* staging, void* buf, const Extent& extent) {
-  return extent.dense ? staging->out(buf, extent) : staging->inout(buf, extent);
-}
-
-std::size_t received_bytes(const MPI_Status& status) {
-  int bytes = 0;
-  PMPI_Get_count(&status, MPI_BYTE, &bytes);
-  return bytes == MPI_UNDEFINED ? 0 : static_cast<std::size_t>(bytes);
-}
-
 }  // namespace
 
 int handle_Send(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) {
@@ -64,12 +52,12 @@ int handle_Recv(void* buf, int count, MPI_Datatype datatype, int source, int tag
   if (comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent))
     return PMPI_Recv(buf, count, datatype, source, tag, comm, status);
   Staging staging(id, comm);
-  void* recv = stage_receive(&staging, buf, extent);
+  void* recv = staging.receive(buf, extent, datatype);
   if (staging.failed()) return staging.raise();
   MPI_Status local;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
   const int result = PMPI_Recv(recv, count, datatype, source, tag, comm, st);
-  if (result == MPI_SUCCESS && extent.dense) staging.limit_last_copy_back(received_bytes(*st));
+  if (result == MPI_SUCCESS) staging.received(*st);
   return staging.finish(result);
 }
 
@@ -87,12 +75,12 @@ int handle_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, i
     return pmpi(sendbuf, recvbuf, status);
   Staging staging(id, comm);
   const void* send = staging.in(sendbuf, send_extent);
-  void* recv = stage_receive(&staging, recvbuf, recv_extent);
+  void* recv = staging.receive(recvbuf, recv_extent, recvtype);
   if (staging.failed()) return staging.raise();
   MPI_Status local;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
   const int result = pmpi(send, recv, st);
-  if (result == MPI_SUCCESS && recv_extent.dense) staging.limit_last_copy_back(received_bytes(*st));
+  if (result == MPI_SUCCESS) staging.received(*st);
   return staging.finish(result);
 }
 

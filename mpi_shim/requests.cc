@@ -20,7 +20,7 @@ namespace {
 
 struct StagedRequest {
   std::unique_ptr<Staging> staging;
-  bool dense_receive;  // copy back only as many bytes as arrived
+  bool receive;
 };
 
 std::mutex requests_mutex;
@@ -65,11 +65,7 @@ int finish_request(MPI_Request request, const MPI_Status& status) {
   int cancelled = 0;
   PMPI_Test_cancelled(&status, &cancelled);
   if (cancelled) return MPI_SUCCESS;  // nothing arrived: leave the buffer alone
-  if (staged.dense_receive) {
-    int bytes = 0;
-    PMPI_Get_count(&status, MPI_BYTE, &bytes);
-    staged.staging->limit_last_copy_back(bytes == MPI_UNDEFINED ? 0 : static_cast<std::size_t>(bytes));
-  }
+  if (staged.receive) staged.staging->received(status);
   return staged.staging->finish(MPI_SUCCESS);
 }
 
@@ -81,13 +77,12 @@ int post(FunctionId id, void* buf, int count, MPI_Datatype datatype, MPI_Comm co
   Extent extent;
   if (comm == MPI_COMM_NULL || !request || !extent_of(count, datatype, &extent)) return pmpi(buf);
   auto staging = std::make_unique<Staging>(id, comm);
-  void* staged = receive ? (extent.dense ? staging->out(buf, extent) : staging->inout(buf, extent))
-                         : const_cast<void*>(staging->in(buf, extent));
+  void* staged = receive ? staging->receive(buf, extent, datatype) : const_cast<void*>(staging->in(buf, extent));
   if (staging->failed()) return staging->raise();
   const int result = pmpi(staged);
   if (result != MPI_SUCCESS || !staging->staged_any()) return result;
   std::lock_guard<std::mutex> lock(requests_mutex);
-  staged_requests()[*request] = StagedRequest{std::move(staging), receive && extent.dense};
+  staged_requests()[*request] = StagedRequest{std::move(staging), receive};
   outstanding.fetch_add(1, std::memory_order_release);
   return result;
 }

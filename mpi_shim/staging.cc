@@ -193,7 +193,7 @@ void* Staging::stage(const void* buffer, const Extent& extent, bool copy_in, boo
     error_class_ = MPI_ERR_NO_MEM;
     return nullptr;
   }
-  staged_.push_back({first, host, capacity, copy_out ? extent.bytes : 0, info.owner});
+  staged_.push_back({first, host, capacity, copy_out ? extent.bytes : 0, info.owner, false});
   if (copy_in && !ok(gpu::copy(host, first, extent.bytes))) {
     FERRY_WARN(Stage, "%s: copying %zu bytes from the device failed", function_name(id_), extent.bytes);
     error_class_ = MPI_ERR_OTHER;
@@ -217,8 +217,44 @@ void* Staging::inout(void* buffer, const Extent& extent) {
   return stage(buffer, extent, /*copy_in=*/true, /*copy_out=*/true);
 }
 
-void Staging::limit_last_copy_back(std::size_t bytes) {
-  if (!staged_.empty()) staged_.back().copy_back = std::min(staged_.back().copy_back, bytes);
+namespace {
+
+// Whether count elements of type occupy memory in address order with no
+// holes, so that the first k bytes of a message land in the first k bytes
+// of the buffer: predefined types, and contiguous runs of such types.
+bool fills_in_address_order(MPI_Datatype type) {
+  int integers = 0, addresses = 0, types = 0, combiner = 0;
+  if (PMPI_Type_get_envelope(type, &integers, &addresses, &types, &combiner) != MPI_SUCCESS) return false;
+  if (combiner == MPI_COMBINER_NAMED) return true;
+  if ((combiner != MPI_COMBINER_CONTIGUOUS && combiner != MPI_COMBINER_DUP) || types != 1 || integers > 1 ||
+      addresses != 0)
+    return false;
+  int count = 0;
+  MPI_Datatype inner = MPI_DATATYPE_NULL;
+  if (PMPI_Type_get_contents(type, integers, 0, 1, &count, nullptr, &inner) != MPI_SUCCESS) return false;
+  const bool in_order = fills_in_address_order(inner);
+  int inner_integers = 0, inner_addresses = 0, inner_types = 0, inner_combiner = 0;
+  PMPI_Type_get_envelope(inner, &inner_integers, &inner_addresses, &inner_types, &inner_combiner);
+  if (inner_combiner != MPI_COMBINER_NAMED) PMPI_Type_free(&inner);
+  return in_order;
+}
+
+}  // namespace
+
+void* Staging::receive(void* buffer, const Extent& extent, MPI_Datatype type) {
+  const bool prefix = extent.dense && fills_in_address_order(type);
+  const std::size_t before = staged_.size();
+  void* staged = prefix ? out(buffer, extent) : inout(buffer, extent);
+  if (staged_.size() > before) staged_.back().prefix_receive = prefix;
+  return staged;
+}
+
+void Staging::received(const MPI_Status& status) {
+  if (staged_.empty() || !staged_.back().prefix_receive) return;
+  int bytes = 0;
+  PMPI_Get_count(&status, MPI_BYTE, &bytes);
+  const std::size_t arrived = bytes == MPI_UNDEFINED ? 0 : static_cast<std::size_t>(bytes);
+  staged_.back().copy_back = std::min(staged_.back().copy_back, arrived);
 }
 
 int Staging::raise() { return raise_error(comm_, error_class_); }

@@ -44,9 +44,13 @@ class Staging {
   void* out(void* buffer, const Extent& extent);             // copied back by finish()
   void* inout(void* buffer, const Extent& extent);           // both
 
-  // Copy back only the first bytes of the most recent out() (a receive that
-  // delivered less than it posted must not overwrite the rest).
-  void limit_last_copy_back(std::size_t bytes);
+  // A point-to-point receive buffer. A message may be shorter than the
+  // buffer, and the bytes past it must keep their values: with a type that
+  // fills memory in address order only the bytes that arrived are copied
+  // back (see received()), with any other the buffer goes both ways.
+  void* receive(void* buffer, const Extent& extent, MPI_Datatype type);
+  // The receive staged last completed with this status.
+  void received(const MPI_Status& status);
 
   bool failed() const { return error_class_ != MPI_SUCCESS; }
   // Whether any buffer was copied to host memory (host buffers never are).
@@ -64,6 +68,7 @@ class Staging {
     std::size_t capacity;
     std::size_t copy_back;  // bytes to copy back; 0 for inputs
     gpu::BackendKind owner;
+    bool prefix_receive;    // received() may shorten copy_back
   };
   void* stage(const void* buffer, const Extent& extent, bool copy_in, bool copy_out);
 
