@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "engine/collectives/tuner.h"
 #include "engine/common/params.h"
 #include "engine/gpu/gpu.h"
 #include "ferry/ferry.h"
@@ -30,6 +31,12 @@ void print_report() {
   std::printf("device backend: %s\n",
               ferry::gpu::backend_kind_name(backend ? backend->kind() : ferry::gpu::BackendKind::kNone));
   if (backend) std::printf("%s\n", backend->describe_devices().c_str());
+
+  std::printf("\nallreduce algorithms (FERRY_TUNE=allreduce:MIN-MAX:name,...):\n");
+  for (int a = 0; a < static_cast<int>(ferry::AllreduceAlgorithm::kCount); ++a) {
+    const ferry::AlgorithmInfo& info = ferry::algorithm_info(static_cast<ferry::AllreduceAlgorithm>(a));
+    std::printf("  %-11s %s%s\n", info.name, info.description, info.in_place_safe ? "" : " (not in place)");
+  }
 
   std::printf("\nparameters (set in the environment marked *):\n");
   for (const ferry::ParamInfo& p : ferry::describe_params()) {
