@@ -61,7 +61,7 @@ def parse(path):
         if not match:
             sys.exit(f"{path}:{number}: not a signature: {line}")
         policy, ret, name, params = match.groups()
-        if policy != "intercept":
+        if policy not in ("buffers", "lifecycle"):
             sys.exit(f"{path}:{number}: unknown policy '{policy}'")
         functions.append(Function(policy, ret, name, params))
     return functions
@@ -109,8 +109,14 @@ namespace ferry::shim {{
 def wrappers(functions):
     bodies = []
     for f in functions:
+        # A process with no device runtime has no device buffers: its calls go
+        # straight to the real MPI unless the stats want to count them.
+        fast_path = ""
+        if f.policy == "buffers":
+            fast_path = f"""
+    if (!stats_enabled() && !ferry::gpu::device_runtime_active()) return P{f.name}({f.argument_list()});"""
         bodies.append(f"""extern "C" FERRY_EXPORT int {f.name}({f.parameter_list()}) {{
-  try {{
+  try {{{fast_path}
     count_call(FunctionId::k{f.short});
     return handle_{f.short}({f.argument_list()});
   }} catch (...) {{
@@ -123,6 +129,7 @@ def wrappers(functions):
 // an MPI error class through the communicator's error handler.
 #include <mpi.h>
 
+#include "engine/gpu/gpu.h"
 #include "function_ids.h"
 #include "handlers.h"
 #include "mpi_shim/wrapper_support.h"
