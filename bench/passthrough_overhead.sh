@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Host-buffer pass-through overhead of libferry.so, measured in one sitting:
 # runs passthrough_overhead alternately with and without the preload and
-# compares the per-call medians.
+# compares the medians.
 #
 # Usage: passthrough_overhead.sh <libferry.so> [<passthrough_overhead binary>]
 # The binary defaults to bench/passthrough_overhead in the build folder that
@@ -29,21 +29,21 @@ fi
 binding=(--bind-to none)
 if (( $(nproc) >= ranks )); then binding=(--map-by core --bind-to core); fi
 # Shared memory without CMA: containers often forbid the ptrace it needs.
-mpirun_flags=(-n "$ranks" "${binding[@]}" --mca btl self,vader
+mpirun_flags=(-n "$ranks" "${binding[@]}" --mca btl "self,vader"
               --mca btl_vader_single_copy_mechanism none)
 
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 
 run_variant() {  # <variant> <round>
-  local variant=$1 round=$2 preload=()
-  [[ $variant == ferry ]] && preload=(-x "LD_PRELOAD=$ferry_library")
-  local output="$results/$variant.$round"
+  local variant=$1 output="$results/$1.$2" preload=() expected_preload=none
+  if [[ $variant == ferry ]]; then
+    preload=(-x "LD_PRELOAD=$ferry_library")
+    expected_preload=ferry
+  fi
   mpirun "${mpirun_flags[@]}" "${preload[@]}" "$bench_binary" --iterations "$iterations" >"$output"
-  local expected_preload=none
-  [[ $variant == ferry ]] && expected_preload=ferry
   if ! grep -qx "preload $expected_preload" "$output"; then
-    echo "error: $variant run reports '$(grep '^preload' "$output")'" >&2
+    echo "error: the $variant run reports '$(grep '^preload' "$output")'" >&2
     exit 1
   fi
 }
@@ -56,10 +56,12 @@ for ((round = 1; round <= rounds; round++)); do
 done
 
 echo "ranks $ranks, $rounds rounds x $iterations calls per variant, mpirun ${mpirun_flags[*]}"
-echo "per-call median (us): median over rounds [min..max of the round medians]"
-# Rows: variant case bytes median_us (one per round); reduced per case.
+echo "microseconds per call, median over rounds of each run's median; [min..max] over rounds"
+echo "per call: each call timed alone; batched: calls timed in batches of 100 (finer than the clock tick)"
+echo "overhead from the batched medians, and from the fastest round of each side (robust to slow spells)"
+# Rows: variant case bytes per-call-median batch-median (one per round).
 for variant in plain ferry; do
-  awk -v variant="$variant" '$1 == "case" {print variant, $2, $4, $6}' "$results/$variant".*
+  awk -v variant="$variant" '$1 == "case" {print variant, $2, $4, $6, $12}' "$results/$variant".*
 done | awk '
   function median(values, n,   sorted, i, j, t) {
     for (i = 1; i <= n; i++) sorted[i] = values[i]
@@ -69,27 +71,39 @@ done | awk '
       }
     return n % 2 ? sorted[(n + 1) / 2] : (sorted[n / 2] + sorted[n / 2 + 1]) / 2
   }
+  function percent(with_ferry, without) { return 100 * (with_ferry - without) / without }
   {
     key = $2 " " $3
     if (!(key in seen)) { seen[key] = 1; order[++cases] = key }
-    n = ++count[$1, key]
-    value[$1, key, n] = $4
-    if (n == 1 || $4 < low[$1, key]) low[$1, key] = $4
-    if (n == 1 || $4 > high[$1, key]) high[$1, key] = $4
+    n = ++rounds[$1, key]
+    per_call[$1, key, n] = $4
+    batched[$1, key, n] = $5
   }
   END {
-    printf "%-22s %6s  %-26s  %-26s  %9s\n", "case", "bytes", "without Ferry", "with Ferry", "overhead"
+    printf "%-21s %5s | %-24s | %-25s %-25s %s\n", "case", "bytes", "per call: without, with",
+           "batched: without Ferry", "with Ferry", "overhead: medians, fastest rounds"
     for (c = 1; c <= cases; c++) {
       key = order[c]
       for (v = 0; v < 2; v++) {
         variant = v ? "ferry" : "plain"
-        delete runs
-        for (i = 1; i <= count[variant, key]; i++) runs[i] = value[variant, key, i]
-        m[variant] = median(runs, count[variant, key])
-        text[variant] = sprintf("%7.3f [%7.3f..%7.3f]", m[variant], low[variant, key], high[variant, key])
+        n = rounds[variant, key]
+        delete values
+        for (i = 1; i <= n; i++) values[i] = per_call[variant, key, i]
+        call_median[variant] = median(values, n)
+        low = high = batched[variant, key, 1]
+        for (i = 1; i <= n; i++) {
+          values[i] = batched[variant, key, i]
+          if (values[i] < low) low = values[i]
+          if (values[i] > high) high = values[i]
+        }
+        batch_median[variant] = median(values, n)
+        fastest[variant] = low
+        spread[variant] = sprintf("%7.4f [%7.4f..%7.4f]", batch_median[variant], low, high)
       }
       split(key, parts, " ")
-      printf "%-22s %6s  %-26s  %-26s  %+8.1f%%\n", parts[1], parts[2], text["plain"], text["ferry"],
-             100 * (m["ferry"] - m["plain"]) / m["plain"]
+      printf "%-21s %5s | %7.3f %7.3f (%+5.1f%%) | %-25s %-25s %+7.1f%% %+7.1f%%\n", parts[1], parts[2],
+             call_median["plain"], call_median["ferry"], percent(call_median["ferry"], call_median["plain"]),
+             spread["plain"], spread["ferry"], percent(batch_median["ferry"], batch_median["plain"]),
+             percent(fastest["ferry"], fastest["plain"])
     }
   }'

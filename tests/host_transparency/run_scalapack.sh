@@ -16,25 +16,31 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 suite=${SCALAPACK_TESTS:-/usr/lib/x86_64-linux-gnu/scalapack/openmpi-tests}
 test_timeout=${SCALAPACK_TEST_TIMEOUT:-180}
 
-# Tests that fail or hang on plain Open MPI too. They are not run.
-# The real Cholesky testers deadlock in a BLACS receive, as reported upstream
-# for this release (Reference-ScaLAPACK/scalapack#121).
+# Tests not run, with the reason. Each was measured on this Debian 12
+# package with Open MPI 4.1.4, four ranks on two cores.
 declare -A excluded_tests=(
-  [xsllt]="hangs on plain Open MPI in every run here (ScaLAPACK bug, upstream #121)"
-  [xdllt]="hangs on plain Open MPI in some runs here (ScaLAPACK bug, upstream #121)"
+  # Fail or hang on plain Open MPI too.
+  [xsllt]="hangs on plain Open MPI in every run (real Cholesky tester deadlocks in a BLACS receive; upstream Reference-ScaLAPACK/scalapack#121)"
+  [xdllt]="hangs on plain Open MPI in some runs (same deadlock as xsllt, upstream #121)"
+  [xdsep]="fails its orthogonality check (QTQ ~1e2 > threshold 50, N=27 on a 3x1 grid) in 3 of 5 plain Open MPI runs"
+  # Pass on plain Open MPI but fail under any MPI interposer, Ferry or not:
+  # a preload whose MPI_Allreduce only calls PMPI_Allreduce does the same.
+  [xcheevr]="reads the uninitialized VL/VU of PCSEPRTST (RANGE='A' subtest); under an interposer the stack garbage there is a NaN, so every row fails 'IL, IU, VL or VU altered'"
+  [xzheevr]="same uninitialized VL/VU as xcheevr, in PZSEPRTST"
+  [xslu]="under an interposer, in about half the runs PSGETRS reports 'parameter number 1 had an illegal value' and the job hangs; never on plain Open MPI (18 runs), never with address-space randomization off"
 )
 
 # Testers whose printed residuals differ between two runs on plain Open MPI
-# (on some process grids, e.g. 1x4 and 3x1): the band, Hessenberg and
-# tridiagonal reductions and the symmetric eigensolvers. For these, each
-# table row's PASSED/FAILED is compared, not its numbers.
+# on some process grids (e.g. 1x4, 3x1), most likely because BLACS combines
+# not asked to be repeatable sum in the order messages arrive. For these,
+# each table row's PASSED/FAILED is compared, not its numbers.
 verdict_only_tests=(
   xsbrd xdbrd xcbrd xzbrd
   xshrd xdhrd xchrd xzhrd
   xstrd xdtrd xctrd xztrd
-  xssep xdsep xcsep xzsep
+  xssep xcsep xzsep
   xsgsep xdgsep xcgsep xzgsep
-  xssyevr xdsyevr xcheevr xzheevr
+  xssyevr xdsyevr
 )
 
 die() {
@@ -58,6 +64,14 @@ fi
 plain_flags="--oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader"
 plain_flags+=" --mca btl_vader_single_copy_mechanism none --timeout $((test_timeout - 10))"
 ferry_flags="$plain_flags -x LD_PRELOAD=$ferry_library"
+
+# A library the loader refuses is skipped with only a warning, which would
+# compare plain Open MPI with itself.
+mpiexec=$(command -v mpiexec.openmpi || command -v mpiexec) || die "mpiexec not found"
+# shellcheck disable=SC2086 # the flags are one string for MPIEXEC_PREFLAGS
+loader_output=$("$mpiexec" -n 1 $ferry_flags true 2>&1) ||
+  die "mpiexec with the preload failed: $loader_output"
+[[ $loader_output != *"cannot be preloaded"* ]] || die "$loader_output"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-scalapack.XXXXXX")
 keep_work=true
@@ -105,14 +119,10 @@ run_variant() {  # <variant> <MPIEXEC_PREFLAGS>
 }
 
 echo "ScaLAPACK suite: $suite"
-echo "excluded (fail or hang on plain Open MPI too):"
-for name in "${!excluded_tests[@]}"; do echo "  $name: ${excluded_tests[$name]}"; done
+echo "excluded, not run:"
+for name in $(printf '%s\n' "${!excluded_tests[@]}" | sort); do echo "  $name: ${excluded_tests[$name]}"; done
 run_variant plain "$plain_flags"
 run_variant ferry "$ferry_flags"
-
-if grep -rqs "cannot be preloaded" "$work/ferry.outputs"; then
-  die "the dynamic loader refused $ferry_library in the ranks: $(grep -rhs -m1 "cannot be preloaded" "$work/ferry.outputs")"
-fi
 
 differences=0
 report() {
@@ -143,7 +153,7 @@ for name in "${all_tests[@]}"; do
       <(awk -v mode=$mode -f "$here/normalise_output.awk" "$work/plain.outputs/$name") \
       <(awk -v mode=$mode -f "$here/normalise_output.awk" "$work/ferry.outputs/$name") \
       >"$work/$name.diff"; then
-    report "$name: output differs ($mode comparison, timings masked); first lines of the diff:"
+    report "$name: output differs (compared: $mode); first lines of the diff:"
     head -n 20 "$work/$name.diff"
   fi
   if [[ $mode == exact ]]; then
