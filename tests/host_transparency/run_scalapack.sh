@@ -27,6 +27,11 @@ declare -A excluded_tests=(
   # a preload whose MPI_Allreduce only calls PMPI_Allreduce does the same.
   [xcheevr]="reads the uninitialized VL/VU of PCSEPRTST (RANGE='A' subtest); under an interposer the stack garbage there is a NaN, so every row fails 'IL, IU, VL or VU altered'"
   [xzheevr]="same uninitialized VL/VU as xcheevr, in PZSEPRTST"
+  # Same tester bug in the real versions; here the verdicts flip on plain
+  # Open MPI too (a plain run failed the 'tiny matrices' rows that the run
+  # with Ferry passed), so no run of them can be compared with another.
+  [xssyevr]="same uninitialized VL/VU as xcheevr, in PSSEPRTST: its 'tiny matrices' rows failed on plain Open MPI and passed with Ferry in one CI run"
+  [xdsyevr]="same uninitialized VL/VU as xssyevr, in PDSEPRTST"
   [xslu]="under an interposer, in about half the runs PSGETRS reports 'parameter number 1 had an illegal value' and the job hangs; never on plain Open MPI (18 runs), never with address-space randomization off"
 )
 
@@ -40,7 +45,6 @@ verdict_only_tests=(
   xstrd xdtrd xctrd xztrd
   xssep xcsep xzsep
   xsgsep xdgsep xcgsep xzgsep
-  xssyevr xdsyevr
 )
 
 die() {
