@@ -1,6 +1,7 @@
 // Out-of-band exchange between the ranks of an engine communicator, used at
 // set-up and for per-call handshakes. Implementations: over the
-// application's MPI (mpi_bootstrap.h); PMIx and TCP to come.
+// application's MPI (mpi_bootstrap.h) and an authenticated TCP root
+// (tcp_bootstrap.h); PMIx to come.
 #pragma once
 
 #include <cstddef>
