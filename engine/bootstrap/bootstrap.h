@@ -1,7 +1,8 @@
 // Out-of-band exchange between the ranks of an engine communicator, used at
 // set-up and for per-call handshakes. Implementations: over the
-// application's MPI (mpi_bootstrap.h) and an authenticated TCP root
-// (tcp_bootstrap.h); PMIx to come.
+// application's MPI (mpi_bootstrap.h), an authenticated TCP root
+// (tcp_bootstrap.h) and the launcher's PMIx server (pmix_bootstrap.h, built
+// when PMIx is found: FERRY_HAVE_PMIX).
 #pragma once
 
 #include <cstddef>
