@@ -12,23 +12,15 @@
 #include <utility>
 #include <vector>
 
+#include "point_to_point_common.h"
 #include "suite.h"
 
 namespace {
 
 using namespace suite;
 
-const std::vector<long> kCounts = {0, 1, 7, 1023};
 constexpr long kLarge = 1 << 18;
-// MPI_IN_PLACE does not apply to point-to-point calls.
-const std::vector<Layout> kLayouts = {Layout::device, Layout::offset, Layout::mixed_ranks,
-                                      Layout::mixed_sides};
 
-// Receives post room for this many elements more than arrive.
-constexpr long kSlack = 3;
-// Case tags stay below this; Irsend's ready signals use the range above it.
-// Both fit the 32767 every MPI must allow.
-constexpr int kTagSpan = 16000;
 // The tag of receives that are cancelled: no case ever sends it.
 constexpr int kCancelTag = 32500;
 // How long a loop of Test calls may wait for a request before the job ends.
@@ -225,9 +217,6 @@ std::optional<std::vector<MPI_Status>> complete(Completion how, std::vector<MPI_
 
 // ---- Sending and receiving ---------------------------------------------------
 
-enum class Mode { standard, synchronous, buffered, ready };
-// How the receive names what it wants.
-enum class Match { exact, any_source, any_tag, any_source_and_tag };
 
 const char* send_call(Mode mode) {
   switch (mode) {
@@ -258,25 +247,7 @@ int isend_in_mode(Mode mode, const void* buffer, int count, MPI_Datatype type, i
   return MPI_ERR_OTHER;
 }
 
-const char* match_name(Match match) {
-  switch (match) {
-    case Match::exact:
-      return "exact";
-    case Match::any_source:
-      return "MPI_ANY_SOURCE";
-    case Match::any_tag:
-      return "MPI_ANY_TAG";
-    case Match::any_source_and_tag:
-      return "MPI_ANY_SOURCE+MPI_ANY_TAG";
-  }
-  return "?";
-}
 
-template <class T>
-std::vector<T> with_slack(std::vector<T> values, long slack = kSlack) {
-  values.resize(values.size() + slack, poison<T>());
-  return values;
-}
 
 Case send_side(Case what) {
   what.detail += " (send buffer)";
@@ -504,7 +475,7 @@ void test_shapes(const Datatype& type) {
   std::vector<Shape> shapes = create_shapes(type.handle, sizeof(T));
   for (const Shape& shape : shapes) {
     const long per_item = long(shape.map.size());
-    for (Layout layout : kLayouts) {
+    for (Layout layout : kP2pLayouts) {
       test_shape_recv<T>(type, shape, 3, 3 * per_item, layout);      // fills every item
       test_shape_recv<T>(type, shape, 5, 2 * per_item, layout);      // whole items, room to spare
       test_shape_recv<T>(type, shape, 4, 2 * per_item + 1, layout);  // ends inside an item
@@ -813,14 +784,14 @@ void test_proc_null(const Datatype& type, Layout layout, Completion how) {
 
 template <class T>
 void test_type(const Datatype& type) {
-  for (long count : kCounts) {
-    for (Layout layout : kLayouts) {
+  for (long count : kP2pCounts) {
+    for (Layout layout : kP2pLayouts) {
       for (Mode mode : {Mode::standard, Mode::synchronous, Mode::buffered, Mode::ready}) {
         test_pair<T>(type, count, layout, mode);
       }
     }
   }
-  for (Layout layout : kLayouts) test_pair<T>(type, kLarge, layout, Mode::standard);
+  for (Layout layout : kP2pLayouts) test_pair<T>(type, kLarge, layout, Mode::standard);
 }
 
 // Room for every MPI_Ibsend a rank may still have in flight: the small
@@ -875,19 +846,19 @@ int main(int argc, char** argv) {
   }
 
   for (int number = 0; number < kCalls; ++number) {
-    test_cancel<double>(float64, 7, kLayouts[number % kLayouts.size()],
+    test_cancel<double>(float64, 7, kP2pLayouts[number % kP2pLayouts.size()],
                         completion_with_status(number));
-    test_cancel<uint8_t>(uint8, 1023, kLayouts[(number + 1) % kLayouts.size()],
+    test_cancel<uint8_t>(uint8, 1023, kP2pLayouts[(number + 1) % kP2pLayouts.size()],
                          completion_with_status(number + 3));
   }
 
-  for (Layout layout : kLayouts) {
+  for (Layout layout : kP2pLayouts) {
     test_request_free<double>(float64, 7, layout);
     test_request_free<double>(float64, kLarge, layout);
   }
 
-  for (int number = 0; number < int(kLayouts.size()); ++number) {
-    test_proc_null<int32_t>(int32, kLayouts[number], completion(3 * number));
+  for (int number = 0; number < int(kP2pLayouts.size()); ++number) {
+    test_proc_null<int32_t>(int32, kP2pLayouts[number], completion(3 * number));
   }
 
   void* detached = nullptr;

@@ -5,26 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "point_to_point_common.h"
 #include "suite.h"
 
 namespace {
 
 using namespace suite;
-
-const std::vector<long> kCounts = {0, 1, 7, 1023};
-// MPI_IN_PLACE does not apply to point-to-point calls.
-const std::vector<Layout> kLayouts = {Layout::device, Layout::offset, Layout::mixed_ranks,
-                                      Layout::mixed_sides};
-
-// Receives post room for this many elements more than arrive.
-constexpr long kSlack = 3;
-// Case tags stay below this; Rsend's ready signals use the range above it.
-// Both fit the 32767 every MPI must allow.
-constexpr int kTagSpan = 16000;
-
-enum class Mode { standard, synchronous, buffered, ready };
-// How the receive names what it wants.
-enum class Match { exact, any_source, any_tag };
 
 const char* send_call(Mode mode) {
   switch (mode) {
@@ -54,23 +40,7 @@ int send_in_mode(Mode mode, const void* buffer, int count, MPI_Datatype type, in
   return MPI_ERR_OTHER;
 }
 
-const char* match_name(Match match) {
-  switch (match) {
-    case Match::exact:
-      return "exact";
-    case Match::any_source:
-      return "MPI_ANY_SOURCE";
-    case Match::any_tag:
-      return "MPI_ANY_TAG";
-  }
-  return "?";
-}
 
-template <class T>
-std::vector<T> with_slack(std::vector<T> values) {
-  values.resize(values.size() + kSlack, poison<T>());
-  return values;
-}
 
 template <class T>
 void test_send_recv(const Datatype& type, long count, Layout layout, Mode mode) {
@@ -185,8 +155,8 @@ void test_proc_null(const Datatype& type, Layout layout) {
 
 template <class T>
 void test_type(const Datatype& type) {
-  for (long count : kCounts) {
-    for (Layout layout : kLayouts) {
+  for (long count : kP2pCounts) {
+    for (Layout layout : kP2pLayouts) {
       for (Mode mode : {Mode::standard, Mode::synchronous, Mode::buffered, Mode::ready}) {
         test_send_recv<T>(type, count, layout, mode);
       }
@@ -194,7 +164,7 @@ void test_type(const Datatype& type) {
       test_sendrecv<T>(type, count, layout, true);
     }
   }
-  for (Layout layout : kLayouts) test_proc_null<T>(type, layout);
+  for (Layout layout : kP2pLayouts) test_proc_null<T>(type, layout);
 }
 
 void test_large_counts() {
