@@ -32,30 +32,18 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   RankIdentity mine{this_host_hash(), static_cast<std::int32_t>(getpid()),
                     static_cast<std::int32_t>(backend ? backend->kind() : gpu::BackendKind::kNone),
                     backend ? backend->device_count() : 0, 0};
-  comm->ranks_.resize(n);
-  FERRY_CHECK(comm->bootstrap_->allgather(&mine, comm->ranks_.data(), sizeof(mine)));
+  std::vector<RankIdentity> ranks(n);
+  FERRY_CHECK(comm->bootstrap_->allgather(&mine, ranks.data(), sizeof(mine)));
 
-  // Same machine and same device backend: peer memory maps. On NVLink or
+  // Same machine and same device backend: peer memory maps (on NVLink or
   // PCIe peer access CUDA IPC maps too; the driver enables peer access
-  // lazily when the mapping is opened.
-  comm->transports_.assign(n, TransportKind::kNone);
-  comm->all_peers_mapped_ = true;
-  for (int peer = 0; peer < n; ++peer) {
-    const RankIdentity& other = comm->ranks_[peer];
-    if (peer == comm->rank()) {
-      comm->transports_[peer] = TransportKind::kSelf;
-    } else if (!params().p2p_disable && other.host_hash == mine.host_hash && other.backend == mine.backend &&
-               mine.backend != static_cast<std::int32_t>(gpu::BackendKind::kNone)) {
-      comm->transports_[peer] = TransportKind::kP2p;
-    } else {
-      comm->all_peers_mapped_ = false;
-    }
-  }
+  // lazily when the mapping is opened), or else host shared memory serves.
   // Every rank sees the same identities, so every rank makes the same choice
   // and the collective set-up below is entered by all or none.
   bool one_machine = mine.backend != static_cast<std::int32_t>(gpu::BackendKind::kNone);
-  for (const RankIdentity& other : comm->ranks_)
+  for (const RankIdentity& other : ranks)
     one_machine = one_machine && other.host_hash == mine.host_hash && other.backend == mine.backend;
+  comm->all_peers_mapped_ = n == 1 || (one_machine && !params().p2p_disable);
   if (!comm->all_peers_mapped_ && one_machine && !params().shm_disable) {
     const Status status = SharedSegments::create(*comm->bootstrap_, backend,
                                                  static_cast<std::size_t>(params().shm_segment_bytes), &comm->shm_);
@@ -76,16 +64,27 @@ Communicator::~Communicator() {
   for (auto& [key, scratch] : scratch_) key.first->device_free(scratch.buffer);
 }
 
-Status Communicator::event_for(gpu::Backend* backend, int device, gpu::Event* event, int index) {
-  const StreamKey key{backend, device, index};
-  auto it = events_.find(key);
-  if (it == events_.end()) {
-    gpu::Event created = nullptr;
-    FERRY_CHECK(backend->event_create(&created));
-    it = events_.emplace(key, created).first;
+namespace {
+
+// The handle cached under key, made by create(&handle) on first use.
+template <typename Cache, typename Create>
+Status find_or_create(Cache& cache, const typename Cache::key_type& key, Create create,
+                      typename Cache::mapped_type* handle) {
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    typename Cache::mapped_type created = nullptr;
+    FERRY_CHECK(create(&created));
+    it = cache.emplace(key, created).first;
   }
-  *event = it->second;
+  *handle = it->second;
   return Status::kOk;
+}
+
+}  // namespace
+
+Status Communicator::event_for(gpu::Backend* backend, int device, gpu::Event* event, int index) {
+  return find_or_create(events_, StreamKey{backend, device, index},
+                        [backend](gpu::Event* created) { return backend->event_create(created); }, event);
 }
 
 Status Communicator::scratch_for(gpu::Backend* backend, int device, std::size_t bytes, void** scratch) {
@@ -102,15 +101,8 @@ Status Communicator::scratch_for(gpu::Backend* backend, int device, std::size_t 
 }
 
 Status Communicator::stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index) {
-  const StreamKey key{backend, device, index};
-  auto it = streams_.find(key);
-  if (it == streams_.end()) {
-    gpu::Stream created = nullptr;
-    FERRY_CHECK(backend->stream_create(&created));
-    it = streams_.emplace(key, created).first;
-  }
-  *stream = it->second;
-  return Status::kOk;
+  return find_or_create(streams_, StreamKey{backend, device, index},
+                        [backend](gpu::Stream* created) { return backend->stream_create(created); }, stream);
 }
 
 }  // namespace ferry

@@ -15,8 +15,6 @@
 
 namespace ferry {
 
-enum class TransportKind : int { kSelf, kP2p, kNone };
-
 // What each rank tells the others at set-up.
 struct RankIdentity {
   std::uint64_t host_hash;  // same value on every process of one machine (boot)
@@ -37,7 +35,6 @@ class Communicator {
   int size() const { return bootstrap_->size(); }
   Bootstrap& bootstrap() { return *bootstrap_; }
   PeerMemory& peer_memory() { return peer_memory_; }
-  TransportKind transport_to(int peer) const { return transports_[peer]; }
   // True when every peer's device memory can be mapped here (one machine,
   // same device backend): the precondition of the direct algorithms.
   bool all_peers_mapped() const { return all_peers_mapped_; }
@@ -57,8 +54,6 @@ class Communicator {
   explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
 
   std::unique_ptr<Bootstrap> bootstrap_;
-  std::vector<RankIdentity> ranks_;
-  std::vector<TransportKind> transports_;
   bool all_peers_mapped_ = false;
   PeerMemory peer_memory_;
   std::unique_ptr<SharedSegments> shm_;

@@ -152,14 +152,7 @@ class EmulatedBackend final : public Backend {
   Status host_register(void*, std::size_t) override { return Status::kOk; }
   Status host_unregister(void*) override { return Status::kOk; }
 
-  Status copy(void* dst, const void* src, std::size_t bytes) override {
-    if (bytes == 0) return Status::kOk;
-    char* d = translate(dst, bytes);
-    const char* s = translate(src, bytes);
-    if (!d || !s) return Status::kInvalidArgument;
-    std::memmove(d, s, bytes);
-    return Status::kOk;
-  }
+  Status copy(void* dst, const void* src, std::size_t bytes) override { return copy_async(dst, src, bytes, nullptr); }
 
   Status copy_async(void* dst, const void* src, std::size_t bytes, Stream stream) override {
     if (bytes == 0) return Status::kOk;

@@ -217,7 +217,6 @@ std::optional<std::vector<MPI_Status>> complete(Completion how, std::vector<MPI_
 
 // ---- Sending and receiving ---------------------------------------------------
 
-
 const char* send_call(Mode mode) {
   switch (mode) {
     case Mode::standard:
@@ -246,8 +245,6 @@ int isend_in_mode(Mode mode, const void* buffer, int count, MPI_Datatype type, i
   }
   return MPI_ERR_OTHER;
 }
-
-
 
 Case send_side(Case what) {
   what.detail += " (send buffer)";

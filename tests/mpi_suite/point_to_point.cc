@@ -40,8 +40,6 @@ int send_in_mode(Mode mode, const void* buffer, int count, MPI_Datatype type, in
   return MPI_ERR_OTHER;
 }
 
-
-
 template <class T>
 void test_send_recv(const Datatype& type, long count, Layout layout, Mode mode) {
   const uint64_t id = next_case_id();
