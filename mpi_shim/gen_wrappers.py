@@ -44,11 +44,15 @@ class Function:
     def argument_list(self):
         return ", ".join(p.name for p in self.params)
 
-    def communicator(self):
+    def failure_call(self):
+        """Reports an escaped exception through the call's error handler."""
         for p in self.params:
             if p.type == "MPI_Comm":
-                return p.name
-        return "MPI_COMM_WORLD"
+                return f"fail_from_wrapper({p.name}, FunctionId::k{self.short})"
+        for p in self.params:
+            if p.type == "MPI_Win":
+                return f"fail_from_wrapper_win({p.name}, FunctionId::k{self.short})"
+        return f"fail_from_wrapper(MPI_COMM_WORLD, FunctionId::k{self.short})"
 
 
 def parse(path):
@@ -61,7 +65,7 @@ def parse(path):
         if not match:
             sys.exit(f"{path}:{number}: not a signature: {line}")
         policy, ret, name, params = match.groups()
-        if policy not in ("buffers", "lifecycle"):
+        if policy not in ("buffers", "always", "lifecycle"):
             sys.exit(f"{path}:{number}: unknown policy '{policy}'")
         functions.append(Function(policy, ret, name, params))
     return functions
@@ -120,7 +124,7 @@ def wrappers(functions):
     count_call(FunctionId::k{f.short});
     return handle_{f.short}({f.argument_list()});
   }} catch (...) {{
-    return fail_from_wrapper({f.communicator()}, FunctionId::k{f.short});
+    return {f.failure_call()};
   }}
 }}""")
     joined = "\n\n".join(bodies)

@@ -31,7 +31,16 @@ int raise_error(MPI_Comm comm, int error_class) {
   return error_class;
 }
 
-int fail_from_wrapper(MPI_Comm comm, FunctionId id) {
+int raise_win_error(MPI_Win win, int error_class) {
+  if (win == MPI_WIN_NULL) return raise_error(MPI_COMM_WORLD, error_class);
+  PMPI_Win_call_errhandler(win, error_class);
+  return error_class;
+}
+
+namespace {
+
+// The error class of the exception being handled.
+int escaped_error_class(FunctionId id) {
   int error_class = MPI_ERR_INTERN;
   try {
     throw;
@@ -40,8 +49,14 @@ int fail_from_wrapper(MPI_Comm comm, FunctionId id) {
   } catch (...) {
   }
   FERRY_WARN(Shim, "%s failed inside Ferry (MPI error class %d)", function_name(id), error_class);
-  return raise_error(comm, error_class);
+  return error_class;
 }
+
+}  // namespace
+
+int fail_from_wrapper(MPI_Comm comm, FunctionId id) { return raise_error(comm, escaped_error_class(id)); }
+
+int fail_from_wrapper_win(MPI_Win win, FunctionId id) { return raise_win_error(win, escaped_error_class(id)); }
 
 int handle_Init(int* argc, char*** argv) {
   const int result = PMPI_Init(argc, argv);

@@ -12,8 +12,12 @@ namespace ferry::shim {
 // the MPI error class it maps to, through comm's error handler.
 int fail_from_wrapper(MPI_Comm comm, FunctionId id);
 
+int fail_from_wrapper_win(MPI_Win win, FunctionId id);
+
 // Reports an error class through comm's error handler and returns it, as the
 // real MPI does for its own errors.
 int raise_error(MPI_Comm comm, int error_class);
+// The same through a window's error handler.
+int raise_win_error(MPI_Win win, int error_class);
 
 }  // namespace ferry::shim

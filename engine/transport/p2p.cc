@@ -40,6 +40,23 @@ Status PeerMemory::export_buffer(const void* ptr, ExportedBuffer* out) {
 
 Status PeerMemory::import_buffers(const ExportedBuffer* buffers, std::size_t count, void** mapped) {
   std::lock_guard<std::mutex> lock(mutex_);
+  return import_locked(buffers, count, mapped);
+}
+
+Status PeerMemory::pin_buffer(const ExportedBuffer& buffer, void** mapped) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  FERRY_CHECK(import_locked(&buffer, 1, mapped));
+  ++imports_.find(ImportKey{buffer.pid, buffer.allocation_id})->second.pins;
+  return Status::kOk;
+}
+
+void PeerMemory::unpin_buffer(const ExportedBuffer& buffer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = imports_.find(ImportKey{buffer.pid, buffer.allocation_id});
+  if (it != imports_.end() && it->second.pins > 0) --it->second.pins;
+}
+
+Status PeerMemory::import_locked(const ExportedBuffer* buffers, std::size_t count, void** mapped) {
   std::set<ImportKey> wanted;
   std::set<std::int32_t> owners_with_misses;
   for (std::size_t i = 0; i < count; ++i) {
@@ -49,7 +66,8 @@ Status PeerMemory::import_buffers(const ExportedBuffer* buffers, std::size_t cou
   }
   for (auto it = imports_.begin(); it != imports_.end();) {
     auto next = std::next(it);
-    if (owners_with_misses.count(it->first.pid) && !wanted.count(it->first)) close_import(it);
+    if (owners_with_misses.count(it->first.pid) && !wanted.count(it->first) && it->second.pins == 0)
+      close_import(it);
     it = next;
   }
 
@@ -63,7 +81,7 @@ Status PeerMemory::import_buffers(const ExportedBuffer* buffers, std::size_t cou
       if (in.offset >= in.handle.size) return Status::kInvalidArgument;
       if (imports_.size() >= kMaxImports) {
         for (auto oldest = lru_.rbegin(); oldest != lru_.rend(); ++oldest) {
-          if (wanted.count(*oldest)) continue;
+          if (wanted.count(*oldest) || imports_.find(*oldest)->second.pins > 0) continue;
           close_import(imports_.find(*oldest));
           break;
         }
@@ -71,7 +89,7 @@ Status PeerMemory::import_buffers(const ExportedBuffer* buffers, std::size_t cou
       void* base = nullptr;
       FERRY_CHECK(backend->ipc_import(in.handle, &base));
       lru_.push_front(key);
-      it = imports_.emplace(key, Import{base, in.handle.owner, lru_.begin()}).first;
+      it = imports_.emplace(key, Import{base, in.handle.owner, lru_.begin(), 0}).first;
       FERRY_TRACE(Transport, "mapped allocation %llu of process %d (%llu bytes) at %p",
                   static_cast<unsigned long long>(in.allocation_id), in.pid,
                   static_cast<unsigned long long>(in.handle.size), base);

@@ -46,6 +46,11 @@ class PeerMemory {
   Status import_buffers(const ExportedBuffer* buffers, std::size_t count, void** mapped);
   Status import_buffer(const ExportedBuffer& buffer, void** mapped) { return import_buffers(&buffer, 1, mapped); }
 
+  // Maps a buffer for as long as an RMA window exposes it: a pinned mapping
+  // is never evicted or closed on a miss until every pin is released.
+  Status pin_buffer(const ExportedBuffer& buffer, void** mapped);
+  void unpin_buffer(const ExportedBuffer& buffer);
+
   std::size_t mapped_count() const { return imports_.size(); }
 
  private:
@@ -68,7 +73,9 @@ class PeerMemory {
     void* base;
     gpu::BackendKind owner;
     std::list<ImportKey>::iterator lru;
+    int pins;
   };
+  Status import_locked(const ExportedBuffer* buffers, std::size_t count, void** mapped);
   void close_import(std::map<ImportKey, Import>::iterator it);
 
   std::mutex mutex_;

@@ -1,0 +1,324 @@
+#include "engine/pgas/window.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "engine/collectives/executor.h"
+
+namespace ferry {
+namespace {
+
+// Published by each rank when the window is created.
+struct Published {
+  ExportedBuffer exported;
+  std::uint64_t bytes;
+  std::int32_t disp_unit;
+  std::int32_t has_memory;
+  std::int32_t ready;
+  std::int32_t reserved;
+};
+
+constexpr std::int64_t kExclusive = -1;
+constexpr std::size_t kControlHeaderBytes = 64;
+
+// Waits that depend on another process: spin briefly, then give the core
+// away (ranks often outnumber cores on a shared node).
+template <typename Ready>
+void wait_until(Ready ready) {
+  for (int spins = 0; !ready(); ++spins)
+    if (spins > 64) sched_yield();
+}
+
+}  // namespace
+
+// Lives in the rank's host shared-memory segment; zero-filled at creation.
+struct Window::Control {
+  std::atomic<std::int64_t> lock;  // 0 free, kExclusive, or the count of shared holders
+  std::atomic<std::int32_t> accumulate_lock;
+  // Then posts[size] and completes[size] (std::atomic<std::uint64_t>):
+  // posts[t] counts the exposure epochs target t opened to this rank,
+  // completes[o] the access epochs origin o closed to it.
+  std::atomic<std::uint64_t>* posts() {
+    return reinterpret_cast<std::atomic<std::uint64_t>*>(reinterpret_cast<char*>(this) + kControlHeaderBytes);
+  }
+  std::atomic<std::uint64_t>* completes(int size) { return posts() + size; }
+};
+static_assert(sizeof(std::atomic<std::uint64_t>) == 8 && std::atomic<std::uint64_t>::is_always_lock_free,
+              "the control block is shared between processes: its atomics must be lock-free");
+
+Status Window::create(Communicator& comm, void* base, std::size_t size, int disp_unit, std::unique_ptr<Window>* out) {
+  gpu::Backend* backend = gpu::active_backend();
+  if (!backend || !comm.all_peers_mapped()) return Status::kUnavailable;
+  std::unique_ptr<Window> window(new Window(comm, backend));
+  const int n = comm.size();
+  const int me = comm.rank();
+
+  Published mine{};
+  mine.bytes = size;
+  mine.disp_unit = disp_unit;
+  mine.has_memory = size > 0;
+  mine.ready = !mine.has_memory || ok(comm.peer_memory().export_buffer(base, &mine.exported));
+  mine.ready = mine.ready && ok(backend->stream_create(&window->stream_));
+  std::vector<Published> all(n);
+  FERRY_CHECK(comm.bootstrap().allgather(&mine, all.data(), sizeof(mine)));
+  for (const Published& p : all)
+    if (!p.ready) return Status::kInvalidArgument;
+
+  // Map every peer's memory for the window's lifetime, then agree.
+  window->ranks_.resize(n);
+  std::int32_t mapped = 1;
+  for (int r = 0; r < n; ++r) {
+    RankMemory& rm = window->ranks_[r];
+    rm.exported = all[r].exported;
+    rm.bytes = all[r].bytes;
+    rm.disp_unit = all[r].disp_unit;
+    rm.has_memory = all[r].has_memory;
+    rm.mapped = nullptr;
+    if (!rm.has_memory) continue;
+    if (r == me) {
+      rm.mapped = base;
+    } else if (!ok(comm.peer_memory().pin_buffer(rm.exported, &rm.mapped))) {
+      rm.has_memory = 0;  // not pinned: nothing to release
+      mapped = 0;
+    }
+  }
+  std::vector<std::int32_t> everyone(n);
+  FERRY_CHECK(comm.bootstrap().allgather(&mapped, everyone.data(), sizeof(mapped)));
+  for (std::int32_t m : everyone)
+    if (!m) return Status::kUnavailable;
+
+  FERRY_CHECK(SharedSegments::create(comm.bootstrap(), backend, kControlHeaderBytes + 2 * n * sizeof(std::uint64_t),
+                                     &window->control_));
+  window->held_.assign(n, Held::kNone);
+  window->posts_seen_.assign(n, 0);
+  window->completes_seen_.assign(n, 0);
+  FERRY_INFO(Pgas, "window of %d ranks: %zu bytes here, every peer mapped", n, size);
+  *out = std::move(window);
+  return Status::kOk;
+}
+
+Window::~Window() {
+  for (int r = 0; r < static_cast<int>(ranks_.size()); ++r)
+    if (r != rank() && ranks_[r].has_memory) comm_.peer_memory().unpin_buffer(ranks_[r].exported);
+  if (stream_) backend_->stream_destroy(stream_);
+  if (scratch_) backend_->device_free(scratch_);
+}
+
+Status Window::close() {
+  FERRY_CHECK(flush());
+  return comm_.bootstrap().barrier();
+}
+
+Window::Control& Window::control(int rank) const { return *reinterpret_cast<Control*>(control_->segment(rank)); }
+
+bool Window::passive_access(int target) const { return lock_all_ || held_[target] != Held::kNone; }
+
+bool Window::may_access(int target) const {
+  return fence_epoch_ || passive_access(target) ||
+         std::find(access_group_.begin(), access_group_.end(), target) != access_group_.end();
+}
+
+bool Window::any_lock_held() const {
+  return lock_all_ || std::any_of(held_.begin(), held_.end(), [](Held h) { return h != Held::kNone; });
+}
+
+Status Window::put(const void* origin, int target, std::size_t offset, std::size_t bytes) {
+  if (bytes == 0) return Status::kOk;
+  return backend_->copy_async(target_address(target, offset), origin, bytes, stream_);
+}
+
+Status Window::get(void* origin, int target, std::size_t offset, std::size_t bytes) {
+  if (bytes == 0) return Status::kOk;
+  return backend_->copy_async(origin, target_address(target, offset), bytes, stream_);
+}
+
+Status Window::flush() { return backend_->stream_synchronize(stream_); }
+
+Status Window::reserve_scratch(std::size_t bytes) {
+  if (scratch_bytes_ >= bytes) return Status::kOk;
+  if (scratch_) FERRY_CHECK(backend_->device_free(scratch_));
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  FERRY_CHECK(backend_->device_alloc(bytes, &scratch_));
+  scratch_bytes_ = bytes;
+  return Status::kOk;
+}
+
+Status Window::reduce_into(char* at, const void* origin, std::size_t count, std::size_t element_bytes,
+                           DataType type, ReduceOp op) {
+  const std::size_t bytes = count * element_bytes;
+  auto aligned = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % element_bytes == 0; };
+  const bool origin_readable =
+      backend_->kind() == gpu::BackendKind::kEmulated || gpu::classify(origin).kind == gpu::MemoryKind::kDevice;
+  DirectReduceArgs args{};
+  args.ninputs = 2;
+  args.noutputs = 1;
+  args.count = count;
+  args.type = type;
+  args.op = op;
+  if (origin_readable && aligned(at) && aligned(origin)) {
+    args.inputs[0] = at;
+    args.inputs[1] = origin;
+    args.outputs[0] = at;
+    return launch_direct_reduce(backend_, args, stream_);
+  }
+  // A host origin, or elements a GPU cannot load where they lie (MPI allows
+  // any byte displacement): reduce aligned copies in the scratch.
+  const std::size_t padded = (bytes + 15) / 16 * 16;
+  FERRY_CHECK(reserve_scratch(2 * padded));
+  char* operand = static_cast<char*>(scratch_);
+  char* staged_target = operand + padded;
+  FERRY_CHECK(backend_->copy_async(operand, origin, bytes, stream_));
+  FERRY_CHECK(backend_->copy_async(staged_target, at, bytes, stream_));
+  args.inputs[0] = staged_target;
+  args.inputs[1] = operand;
+  args.outputs[0] = staged_target;
+  FERRY_CHECK(launch_direct_reduce(backend_, args, stream_));
+  return backend_->copy_async(at, staged_target, bytes, stream_);
+}
+
+namespace {
+
+// The target's accumulate lock, held for one read-modify-write.
+class AccumulateLock {
+ public:
+  explicit AccumulateLock(std::atomic<std::int32_t>& word) : word_(word) {
+    wait_until([&] {
+      std::int32_t expected = 0;
+      return word_.compare_exchange_weak(expected, 1, std::memory_order_acquire);
+    });
+  }
+  ~AccumulateLock() { word_.store(0, std::memory_order_release); }
+
+ private:
+  std::atomic<std::int32_t>& word_;
+};
+
+}  // namespace
+
+Status Window::accumulate(const void* origin, void* result, int target, std::size_t offset, std::size_t count,
+                          std::size_t element_bytes, DataType type, AccumulateOp op) {
+  const std::size_t bytes = count * element_bytes;
+  if (bytes == 0) return Status::kOk;
+  char* at = target_address(target, offset);
+  AccumulateLock lock(control(target).accumulate_lock);
+  // Earlier puts to the same place must land first (MPI orders them).
+  FERRY_CHECK(flush());
+  if (result) FERRY_CHECK(backend_->copy_async(result, at, bytes, stream_));
+  switch (op.kind) {
+    case AccumulateOp::kNoOp:
+      break;
+    case AccumulateOp::kReplace:
+      FERRY_CHECK(backend_->copy_async(at, origin, bytes, stream_));
+      break;
+    case AccumulateOp::kReduce:
+      FERRY_CHECK(reduce_into(at, origin, count, element_bytes, type, op.reduce));
+      break;
+  }
+  return flush();
+}
+
+Status Window::compare_and_swap(const void* origin, const void* compare, void* result, int target,
+                                std::size_t offset, std::size_t element_bytes) {
+  unsigned char old_value[16], compare_value[16], new_value[16];
+  if (element_bytes > sizeof(old_value)) return Status::kInvalidArgument;
+  char* at = target_address(target, offset);
+  AccumulateLock lock(control(target).accumulate_lock);
+  FERRY_CHECK(flush());
+  FERRY_CHECK(backend_->copy(old_value, at, element_bytes));
+  FERRY_CHECK(backend_->copy(compare_value, compare, element_bytes));
+  if (std::memcmp(old_value, compare_value, element_bytes) == 0) {
+    FERRY_CHECK(backend_->copy(new_value, origin, element_bytes));
+    FERRY_CHECK(backend_->copy(at, new_value, element_bytes));
+  }
+  return backend_->copy(result, old_value, element_bytes);
+}
+
+Status Window::fence(bool opens_epoch) {
+  FERRY_CHECK(flush());
+  FERRY_CHECK(comm_.bootstrap().barrier());
+  fence_epoch_ = opens_epoch;
+  return Status::kOk;
+}
+
+Status Window::post(const std::vector<int>& origins) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int o : origins) control(o).posts()[rank()].fetch_add(1, std::memory_order_release);
+  exposure_group_ = origins;
+  return Status::kOk;
+}
+
+Status Window::start(const std::vector<int>& targets) {
+  std::atomic<std::uint64_t>* posts = control(rank()).posts();
+  for (int t : targets) {
+    wait_until([&] { return posts[t].load(std::memory_order_acquire) > posts_seen_[t]; });
+    ++posts_seen_[t];
+  }
+  access_group_ = targets;
+  return Status::kOk;
+}
+
+Status Window::complete() {
+  FERRY_CHECK(flush());
+  for (int t : access_group_) control(t).completes(size())[rank()].fetch_add(1, std::memory_order_release);
+  access_group_.clear();
+  return Status::kOk;
+}
+
+Status Window::test(bool* done) {
+  std::atomic<std::uint64_t>* completes = control(rank()).completes(size());
+  *done = std::all_of(exposure_group_.begin(), exposure_group_.end(), [&](int o) {
+    return completes[o].load(std::memory_order_acquire) > completes_seen_[o];
+  });
+  if (!*done) return Status::kOk;
+  for (int o : exposure_group_) ++completes_seen_[o];
+  exposure_group_.clear();
+  return Status::kOk;
+}
+
+Status Window::wait() {
+  bool done = false;
+  wait_until([&] { return ok(test(&done)) && done; });
+  return Status::kOk;
+}
+
+Status Window::lock(int target, bool exclusive) {
+  std::atomic<std::int64_t>& word = control(target).lock;
+  wait_until([&] {
+    std::int64_t seen = word.load(std::memory_order_relaxed);
+    if (exclusive) return seen == 0 && word.compare_exchange_weak(seen, kExclusive, std::memory_order_acquire);
+    return seen >= 0 && word.compare_exchange_weak(seen, seen + 1, std::memory_order_acquire);
+  });
+  held_[target] = exclusive ? Held::kExclusive : Held::kShared;
+  return Status::kOk;
+}
+
+Status Window::unlock(int target) {
+  FERRY_CHECK(flush());
+  std::atomic<std::int64_t>& word = control(target).lock;
+  if (held_[target] == Held::kExclusive)
+    word.store(0, std::memory_order_release);
+  else
+    word.fetch_sub(1, std::memory_order_release);
+  held_[target] = Held::kNone;
+  return Status::kOk;
+}
+
+Status Window::lock_all() {
+  for (int t = 0; t < size(); ++t) FERRY_CHECK(lock(t, false));
+  std::fill(held_.begin(), held_.end(), Held::kNone);
+  lock_all_ = true;
+  return Status::kOk;
+}
+
+Status Window::unlock_all() {
+  FERRY_CHECK(flush());
+  for (int t = 0; t < size(); ++t) control(t).lock.fetch_sub(1, std::memory_order_release);
+  lock_all_ = false;
+  return Status::kOk;
+}
+
+}  // namespace ferry

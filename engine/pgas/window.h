@@ -1,0 +1,130 @@
+// An RMA window over device memory: every rank's window memory mapped into
+// every other rank (the p2p transport), so a put or get is one copy into or
+// out of the peer's memory and an accumulate is a reduction kernel on it.
+// Synchronization lives in a small host shared-memory block per rank: the
+// passive-target lock word, the accumulate lock, and the post and complete
+// counters of general active-target epochs. MPI-free: mpi_shim/rma.cc maps
+// the MPI calls onto this.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/collectives/communicator.h"
+#include "engine/common/types.h"
+
+namespace ferry {
+
+// What an accumulate does with the target's elements.
+struct AccumulateOp {
+  enum Kind { kReduce, kReplace, kNoOp } kind;
+  ReduceOp reduce;  // for kReduce
+};
+
+class Window {
+ public:
+  // Collective over comm's ranks, which must all map each other's device
+  // memory. base is this rank's window memory (device memory of the active
+  // backend), or null with size 0.
+  static Status create(Communicator& comm, void* base, std::size_t size, int disp_unit,
+                       std::unique_ptr<Window>* out);
+  // Not collective: call close() on every rank first.
+  ~Window();
+  Window(const Window&) = delete;
+  Window& operator=(const Window&) = delete;
+
+  // Collective: completes this rank's operations and waits until every rank
+  // has, so no peer still reaches into memory about to be freed.
+  Status close();
+
+  int rank() const { return comm_.rank(); }
+  int size() const { return comm_.size(); }
+  std::size_t bytes(int rank) const { return ranks_[rank].bytes; }
+  int disp_unit(int rank) const { return ranks_[rank].disp_unit; }
+  // rank's window memory as this process reaches it (null for size 0).
+  void* memory(int rank) const { return ranks_[rank].mapped; }
+
+  // Whether an access epoch to target is open (fence, start, lock, lock_all).
+  bool may_access(int target) const;
+  // Whether a passive-target epoch (lock or lock_all) covers target.
+  bool passive_access(int target) const;
+  bool exposure_open() const { return !exposure_group_.empty(); }
+  bool access_group_open() const { return !access_group_.empty(); }
+  bool locked(int target) const { return lock_all_ || held_[target] != Held::kNone; }
+  bool lock_all_held() const { return lock_all_; }
+  bool any_lock_held() const;
+
+  // Data movement; the target range has been checked against bytes(target).
+  // Puts and gets complete at the next flush or synchronization.
+  Status put(const void* origin, int target, std::size_t offset, std::size_t bytes);
+  Status get(void* origin, int target, std::size_t offset, std::size_t bytes);
+  // Element-wise atomic with respect to every other accumulate on the
+  // window: result (if not null) receives the target's elements from
+  // before; op then combines origin into them. Completes before returning.
+  Status accumulate(const void* origin, void* result, int target, std::size_t offset, std::size_t count,
+                    std::size_t element_bytes, DataType type, AccumulateOp op);
+  // Atomically: result = target element; if it equals compare, it becomes origin.
+  Status compare_and_swap(const void* origin, const void* compare, void* result, int target, std::size_t offset,
+                          std::size_t element_bytes);
+
+  // Completes every operation this rank issued (locally and at the targets).
+  Status flush();
+
+  // Active target: fence.
+  Status fence(bool opens_epoch);
+  // General active target: ranks are window ranks.
+  Status post(const std::vector<int>& origins);
+  Status start(const std::vector<int>& targets);
+  Status complete();
+  Status wait();
+  Status test(bool* done);
+
+  // Passive target.
+  Status lock(int target, bool exclusive);
+  Status unlock(int target);
+  Status lock_all();
+  Status unlock_all();
+
+ private:
+  struct RankMemory {
+    ExportedBuffer exported;
+    void* mapped;
+    std::uint64_t bytes;
+    std::int32_t disp_unit;
+    std::int32_t has_memory;
+  };
+  enum class Held : std::uint8_t { kNone, kShared, kExclusive };
+  struct Control;
+
+  Window(Communicator& comm, gpu::Backend* backend) : comm_(comm), backend_(backend) {}
+  Control& control(int rank) const;
+  char* target_address(int target, std::size_t offset) const {
+    return static_cast<char*>(ranks_[target].mapped) + offset;
+  }
+  Status reserve_scratch(std::size_t bytes);
+  // at[i] = at[i] op origin[i] on the device; the caller holds the target's
+  // accumulate lock.
+  Status reduce_into(char* at, const void* origin, std::size_t count, std::size_t element_bytes, DataType type,
+                     ReduceOp op);
+
+  Communicator& comm_;
+  gpu::Backend* backend_;
+  gpu::Stream stream_ = nullptr;
+  std::vector<RankMemory> ranks_;
+  std::unique_ptr<SharedSegments> control_;
+  void* scratch_ = nullptr;
+  std::size_t scratch_bytes_ = 0;
+
+  bool fence_epoch_ = false;
+  bool lock_all_ = false;
+  std::vector<Held> held_;
+  std::vector<int> access_group_;
+  std::vector<int> exposure_group_;
+  // Post and complete notices consumed so far, per peer.
+  std::vector<std::uint64_t> posts_seen_;
+  std::vector<std::uint64_t> completes_seen_;
+};
+
+}  // namespace ferry
