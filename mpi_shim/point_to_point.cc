@@ -1,4 +1,6 @@
 // Blocking point-to-point on the staged route.
+#include "mpi_shim/point_to_point.h"
+
 #include "handlers.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
@@ -44,21 +46,9 @@ int handle_Rsend(const void* buf, int count, MPI_Datatype datatype, int dest, in
 }
 
 int handle_Recv(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status* status) {
-  const FunctionId id = FunctionId::kRecv;
-  count_bytes(id, count, datatype);
-  if (route_call(id, {buf}).route == Route::kPmpi)
-    return PMPI_Recv(buf, count, datatype, source, tag, comm, status);
-  Extent extent;
-  if (comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent))
-    return PMPI_Recv(buf, count, datatype, source, tag, comm, status);
-  Staging staging(id, comm);
-  void* recv = staging.receive(buf, extent, datatype);
-  if (staging.failed()) return staging.raise();
-  MPI_Status local;
-  MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
-  const int result = PMPI_Recv(recv, count, datatype, source, tag, comm, st);
-  if (result == MPI_SUCCESS) staging.received(*st);
-  return staging.finish(result);
+  return receive_staged(FunctionId::kRecv, buf, count, datatype, comm, status, [&](void* b, MPI_Status* st) {
+    return PMPI_Recv(b, count, datatype, source, tag, comm, st);
+  });
 }
 
 int handle_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,

@@ -1,9 +1,12 @@
-// Nonblocking point-to-point on the staged route, and the completion calls
-// that finish it. A device send buffer is copied to a pooled host buffer when
-// the call is made (MPI lets the user reuse it only after completion, so the
-// copy taken now is the message); a device receive buffer gets the host copy
-// when the request completes, in whichever Wait or Test call completes it.
+// Staged requests and the calls that make, start, complete and free them.
+// A device send buffer is copied to a pooled host buffer when the call is
+// made, or at every MPI_Start of a persistent request (MPI lets the user
+// reuse it only after completion, so the copy taken then is the message); a
+// device receive buffer gets the host copy when the request completes, in
+// whichever Wait or Test call completes it, or in MPI_Request_get_status.
 // Host buffers and requests Ferry did not stage go to the real MPI as they are.
+#include "mpi_shim/requests.h"
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -11,16 +14,16 @@
 #include <vector>
 
 #include "handlers.h"
-#include "mpi_shim/route.h"
-#include "mpi_shim/staging.h"
-#include "mpi_shim/stats.h"
 
 namespace ferry::shim {
 namespace {
 
 struct StagedRequest {
   std::unique_ptr<Staging> staging;
-  bool receive;
+  bool receive = false;     // a point-to-point receive: copies back only what arrived
+  bool persistent = false;
+  bool active = true;       // started and not yet completed
+  bool delivered = false;   // outputs already copied back by MPI_Request_get_status
 };
 
 std::mutex requests_mutex;
@@ -30,8 +33,8 @@ std::unordered_map<MPI_Request, StagedRequest>& staged_requests() {
 }
 // Lets completion calls skip the table while nothing is staged.
 std::atomic<int> outstanding{0};
-// Requests freed by the user before completion: their staging stays alive,
-// since the real MPI may still be using it, until MPI_Finalize.
+// Requests freed by the user while active: their staging stays alive, since
+// the real MPI may still be using it, until MPI_Finalize.
 std::vector<std::unique_ptr<Staging>>& orphans() {
   static auto* list = new std::vector<std::unique_ptr<Staging>>;
   return *list;
@@ -50,73 +53,194 @@ bool any_staged(int count, const MPI_Request* requests) {
   return false;
 }
 
-// The request completed with status: copy a receive back, release the
-// staging. Returns the completion's error class.
+// Copies the outputs of a request that completed with status to the user's
+// buffers; a cancelled one leaves them alone, since nothing arrived.
+int deliver(Staging& staging, bool receive, const MPI_Status& status) {
+  int cancelled = 0;
+  PMPI_Test_cancelled(&status, &cancelled);
+  if (cancelled) return MPI_SUCCESS;
+  if (receive) staging.received(status);
+  return staging.finish(MPI_SUCCESS);
+}
+
+// The request completed with status in a Wait or Test call: deliver its
+// outputs unless MPI_Request_get_status did, then release the staging, or
+// keep it with an inactive persistent request. An inactive request has
+// nothing to finish. Returns the completion's error class.
 int finish_request(MPI_Request request, const MPI_Status& status) {
-  StagedRequest staged;
+  std::unique_ptr<Staging> released;
+  Staging* staging = nullptr;
+  bool receive = false;
   {
     std::lock_guard<std::mutex> lock(requests_mutex);
     auto it = staged_requests().find(request);
-    if (it == staged_requests().end()) return MPI_SUCCESS;
-    staged = std::move(it->second);
-    staged_requests().erase(it);
-    outstanding.fetch_sub(1, std::memory_order_release);
+    if (it == staged_requests().end() || !it->second.active) return MPI_SUCCESS;
+    StagedRequest& staged = it->second;
+    receive = staged.receive;
+    if (!staged.delivered) staging = staged.staging.get();
+    if (staged.persistent) {
+      staged.active = false;
+    } else {
+      released = std::move(staged.staging);
+      staged_requests().erase(it);
+      outstanding.fetch_sub(1, std::memory_order_release);
+    }
   }
-  int cancelled = 0;
-  PMPI_Test_cancelled(&status, &cancelled);
-  if (cancelled) return MPI_SUCCESS;  // nothing arrived: leave the buffer alone
-  if (staged.receive) staged.staging->received(status);
-  return staged.staging->finish(MPI_SUCCESS);
+  return staging ? deliver(*staging, receive, status) : MPI_SUCCESS;
+}
+
+}  // namespace
+
+int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime lifetime, bool receive) {
+  if (!request) return staging.finish(mpi_result);
+  if (mpi_result != MPI_SUCCESS || !staging.staged_any()) return mpi_result;
+  // Done already, as Open MPI's collectives on one rank are: it hands every
+  // such call one shared, completed request, so the outputs go back now.
+  int done = 0;
+  MPI_Status status;
+  if (lifetime == Lifetime::kOnce && PMPI_Request_get_status(*request, &done, &status) == MPI_SUCCESS && done)
+    return deliver(staging, receive, status);
+  StagedRequest staged;
+  staged.staging = std::make_unique<Staging>(std::move(staging));
+  staged.receive = receive;
+  staged.persistent = lifetime == Lifetime::kPersistent;
+  staged.active = !staged.persistent;
+  std::lock_guard<std::mutex> lock(requests_mutex);
+  staged_requests()[*request] = std::move(staged);
+  outstanding.fetch_add(1, std::memory_order_release);
+  return mpi_result;
+}
+
+int handle_Isend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+                 MPI_Request* request) {
+  return post_staged(FunctionId::kIsend, const_cast<void*>(buf), count, datatype, comm, request, false,
+                     Lifetime::kOnce,
+                     [&](void* b) { return PMPI_Isend(b, count, datatype, dest, tag, comm, request); });
+}
+
+int handle_Issend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+                  MPI_Request* request) {
+  return post_staged(FunctionId::kIssend, const_cast<void*>(buf), count, datatype, comm, request, false,
+                     Lifetime::kOnce,
+                     [&](void* b) { return PMPI_Issend(b, count, datatype, dest, tag, comm, request); });
+}
+
+int handle_Ibsend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+                  MPI_Request* request) {
+  return post_staged(FunctionId::kIbsend, const_cast<void*>(buf), count, datatype, comm, request, false,
+                     Lifetime::kOnce,
+                     [&](void* b) { return PMPI_Ibsend(b, count, datatype, dest, tag, comm, request); });
+}
+
+int handle_Irsend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+                  MPI_Request* request) {
+  return post_staged(FunctionId::kIrsend, const_cast<void*>(buf), count, datatype, comm, request, false,
+                     Lifetime::kOnce,
+                     [&](void* b) { return PMPI_Irsend(b, count, datatype, dest, tag, comm, request); });
+}
+
+int handle_Irecv(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
+                 MPI_Request* request) {
+  return post_staged(FunctionId::kIrecv, buf, count, datatype, comm, request, true, Lifetime::kOnce,
+                     [&](void* b) { return PMPI_Irecv(b, count, datatype, source, tag, comm, request); });
+}
+
+int handle_Send_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+                     MPI_Request* request) {
+  return post_staged(FunctionId::kSend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
+                     Lifetime::kPersistent,
+                     [&](void* b) { return PMPI_Send_init(b, count, datatype, dest, tag, comm, request); });
+}
+
+int handle_Ssend_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+                      MPI_Request* request) {
+  return post_staged(FunctionId::kSsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
+                     Lifetime::kPersistent,
+                     [&](void* b) { return PMPI_Ssend_init(b, count, datatype, dest, tag, comm, request); });
+}
+
+int handle_Bsend_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+                      MPI_Request* request) {
+  return post_staged(FunctionId::kBsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
+                     Lifetime::kPersistent,
+                     [&](void* b) { return PMPI_Bsend_init(b, count, datatype, dest, tag, comm, request); });
+}
+
+int handle_Rsend_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+                      MPI_Request* request) {
+  return post_staged(FunctionId::kRsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
+                     Lifetime::kPersistent,
+                     [&](void* b) { return PMPI_Rsend_init(b, count, datatype, dest, tag, comm, request); });
+}
+
+int handle_Recv_init(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
+                     MPI_Request* request) {
+  return post_staged(FunctionId::kRecv_init, buf, count, datatype, comm, request, true, Lifetime::kPersistent,
+                     [&](void* b) { return PMPI_Recv_init(b, count, datatype, source, tag, comm, request); });
+}
+
+namespace {
+
+// Before MPI_Start(all): refreshes the staging of each inactive staged
+// request among requests, and notes its index. An active one is left for
+// the real MPI to reject.
+int restart_staged(int count, const MPI_Request* requests, std::vector<int>* restarted) {
+  for (int i = 0; i < count; ++i) {
+    Staging* staging = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(requests_mutex);
+      auto it = staged_requests().find(requests[i]);
+      if (it == staged_requests().end() || it->second.active) continue;
+      staging = it->second.staging.get();
+    }
+    const int result = staging->restart();
+    if (result != MPI_SUCCESS) return result;
+    restarted->push_back(i);
+  }
+  return MPI_SUCCESS;
+}
+
+// Only once the real MPI started them: a request that failed to start must
+// not copy anything back at its next (empty) completion. Open MPI may hand
+// back a new handle for a persistent request whose previous operation is
+// still in flight (a buffered send), so the entry follows the handle.
+void mark_started(const std::vector<MPI_Request>& before, const MPI_Request* after,
+                  const std::vector<int>& restarted) {
+  std::lock_guard<std::mutex> lock(requests_mutex);
+  for (int i : restarted) {
+    auto it = staged_requests().find(before[i]);
+    if (it == staged_requests().end()) continue;
+    it->second.active = true;
+    it->second.delivered = false;
+    if (after[i] != before[i]) {
+      StagedRequest moved = std::move(it->second);
+      staged_requests().erase(it);
+      staged_requests()[after[i]] = std::move(moved);
+    }
+  }
 }
 
 template <typename PmpiCall>
-int post(FunctionId id, void* buf, int count, MPI_Datatype datatype, MPI_Comm comm, MPI_Request* request,
-         bool receive, PmpiCall pmpi) {
-  count_bytes(id, count, datatype);
-  if (route_call(id, {buf}).route == Route::kPmpi) return pmpi(buf);
-  Extent extent;
-  if (comm == MPI_COMM_NULL || !request || !extent_of(count, datatype, &extent)) return pmpi(buf);
-  auto staging = std::make_unique<Staging>(id, comm);
-  void* staged = receive ? staging->receive(buf, extent, datatype) : const_cast<void*>(staging->in(buf, extent));
-  if (staging->failed()) return staging->raise();
-  const int result = pmpi(staged);
-  if (result != MPI_SUCCESS || !staging->staged_any()) return result;
-  std::lock_guard<std::mutex> lock(requests_mutex);
-  staged_requests()[*request] = StagedRequest{std::move(staging), receive};
-  outstanding.fetch_add(1, std::memory_order_release);
+int start_staged(int count, MPI_Request* requests, PmpiCall pmpi) {
+  const std::vector<MPI_Request> before(requests, requests + count);
+  std::vector<int> restarted;
+  const int restaged = restart_staged(count, requests, &restarted);
+  if (restaged != MPI_SUCCESS) return restaged;
+  const int result = pmpi();
+  if (result == MPI_SUCCESS) mark_started(before, requests, restarted);
   return result;
 }
 
 }  // namespace
 
-int handle_Isend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
-                 MPI_Request* request) {
-  return post(FunctionId::kIsend, const_cast<void*>(buf), count, datatype, comm, request, false,
-              [&](void* b) { return PMPI_Isend(b, count, datatype, dest, tag, comm, request); });
+int handle_Start(MPI_Request* request) {
+  if (!request || !is_staged(*request)) return PMPI_Start(request);
+  return start_staged(1, request, [&] { return PMPI_Start(request); });
 }
 
-int handle_Issend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
-                  MPI_Request* request) {
-  return post(FunctionId::kIssend, const_cast<void*>(buf), count, datatype, comm, request, false,
-              [&](void* b) { return PMPI_Issend(b, count, datatype, dest, tag, comm, request); });
-}
-
-int handle_Ibsend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
-                  MPI_Request* request) {
-  return post(FunctionId::kIbsend, const_cast<void*>(buf), count, datatype, comm, request, false,
-              [&](void* b) { return PMPI_Ibsend(b, count, datatype, dest, tag, comm, request); });
-}
-
-int handle_Irsend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
-                  MPI_Request* request) {
-  return post(FunctionId::kIrsend, const_cast<void*>(buf), count, datatype, comm, request, false,
-              [&](void* b) { return PMPI_Irsend(b, count, datatype, dest, tag, comm, request); });
-}
-
-int handle_Irecv(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
-                 MPI_Request* request) {
-  return post(FunctionId::kIrecv, buf, count, datatype, comm, request, true,
-              [&](void* b) { return PMPI_Irecv(b, count, datatype, source, tag, comm, request); });
+int handle_Startall(int count, MPI_Request* requests) {
+  if (!any_staged(count, requests)) return PMPI_Startall(count, requests);
+  return start_staged(count, requests, [&] { return PMPI_Startall(count, requests); });
 }
 
 int handle_Wait(MPI_Request* request, MPI_Status* status) {
@@ -242,20 +366,50 @@ int handle_Testsome(int incount, MPI_Request* requests, int* outcount, int* indi
 
 int handle_Request_free(MPI_Request* request) {
   if (!request || !is_staged(*request)) return PMPI_Request_free(request);
-  const MPI_Request staged = *request;
+  const MPI_Request handle = *request;
   const int result = PMPI_Request_free(request);
   if (result != MPI_SUCCESS) return result;
+  std::unique_ptr<Staging> released;
   std::lock_guard<std::mutex> lock(requests_mutex);
-  auto it = staged_requests().find(staged);
-  orphans().push_back(std::move(it->second.staging));
+  auto it = staged_requests().find(handle);
+  // The real MPI may still be using an active request's host copies.
+  if (it->second.active && !it->second.delivered) {
+    orphans().push_back(std::move(it->second.staging));
+  } else {
+    released = std::move(it->second.staging);
+  }
   staged_requests().erase(it);
   outstanding.fetch_sub(1, std::memory_order_release);
   return MPI_SUCCESS;
 }
 
+// Leaves the request alone, but when it reports the request complete the
+// outputs are delivered now, once: a program may read them before it calls
+// the Wait or Test that frees the request.
+int handle_Request_get_status(MPI_Request request, int* flag, MPI_Status* status) {
+  if (!is_staged(request)) return PMPI_Request_get_status(request, flag, status);
+  MPI_Status local;
+  MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
+  const int result = PMPI_Request_get_status(request, flag, st);
+  if (result != MPI_SUCCESS || !*flag) return result;
+  Staging* staging = nullptr;
+  bool receive = false;
+  {
+    std::lock_guard<std::mutex> lock(requests_mutex);
+    auto it = staged_requests().find(request);
+    if (it == staged_requests().end() || !it->second.active || it->second.delivered) return MPI_SUCCESS;
+    it->second.delivered = true;
+    staging = it->second.staging.get();
+    receive = it->second.receive;
+  }
+  return deliver(*staging, receive, *st);
+}
+
 void release_staged_requests() {
   std::lock_guard<std::mutex> lock(requests_mutex);
   orphans().clear();
+  staged_requests().clear();
+  outstanding.store(0, std::memory_order_release);
 }
 
 }  // namespace ferry::shim

@@ -193,15 +193,19 @@ void* Staging::stage(const void* buffer, const Extent& extent, bool copy_in, boo
     error_class_ = MPI_ERR_NO_MEM;
     return nullptr;
   }
-  staged_.push_back({first, host, capacity, copy_out ? extent.bytes : 0, info.owner, false});
-  if (copy_in && !ok(gpu::copy(host, first, extent.bytes))) {
-    FERRY_WARN(Stage, "%s: copying %zu bytes from the device failed", function_name(id_), extent.bytes);
-    error_class_ = MPI_ERR_OTHER;
-    return nullptr;
-  }
+  staged_.push_back(
+      {first, host, capacity, extent.bytes, copy_out ? extent.bytes : 0, info.owner, copy_in, copy_out, false});
+  if (copy_in && !copy_from_device(staged_.back())) return nullptr;
   FERRY_TRACE(Stage, "%s: staged %zu bytes at %p (in=%d out=%d)", function_name(id_), extent.bytes, buffer,
               copy_in, copy_out);
   return static_cast<char*>(host) - extent.lb;
+}
+
+bool Staging::copy_from_device(const Staged& s) {
+  if (ok(gpu::copy(s.host, s.device, s.bytes))) return true;
+  FERRY_WARN(Stage, "%s: copying %zu bytes from the device failed", function_name(id_), s.bytes);
+  error_class_ = MPI_ERR_OTHER;
+  return false;
 }
 
 const void* Staging::in(const void* buffer, const Extent& extent) {
@@ -268,6 +272,14 @@ int Staging::finish(int mpi_result) {
       error_class_ = MPI_ERR_OTHER;
       return raise();
     }
+  }
+  return MPI_SUCCESS;
+}
+
+int Staging::restart() {
+  for (Staged& s : staged_) {
+    s.copy_back = s.copy_out ? s.bytes : 0;
+    if (s.copy_in && !copy_from_device(s)) return raise();
   }
   return MPI_SUCCESS;
 }

@@ -37,6 +37,8 @@ class Staging {
   ~Staging();
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
+  // A nonblocking call's staging moves from the handler's stack to its request.
+  Staging(Staging&&) = default;
 
   // Each returns the pointer to give the real MPI: the buffer itself unless it
   // is device memory, else a host copy (positioned so extent.lb still applies).
@@ -60,17 +62,25 @@ class Staging {
   // Copies outputs back when the MPI call succeeded; returns its result, or
   // the error class of a failed copy.
   int finish(int mpi_result);
+  // A persistent request starts again (MPI_Start): inputs are copied from the
+  // device anew and outputs will be copied back whole. Returns an MPI error
+  // class, raised through comm's handler on failure.
+  int restart();
 
  private:
   struct Staged {
     void* device;           // user's pointer + extent.lb
     void* host;             // start of the host copy
     std::size_t capacity;
+    std::size_t bytes;      // the extent staged
     std::size_t copy_back;  // bytes to copy back; 0 for inputs
     gpu::BackendKind owner;
+    bool copy_in;           // the device's bytes are the input (or fill holes)
+    bool copy_out;
     bool prefix_receive;    // received() may shorten copy_back
   };
   void* stage(const void* buffer, const Extent& extent, bool copy_in, bool copy_out);
+  bool copy_from_device(const Staged& s);
 
   FunctionId id_;
   MPI_Comm comm_;
@@ -80,8 +90,8 @@ class Staging {
 
 // Frees the pinned memory cached between calls (MPI_Finalize).
 void release_staging_pools();
-// Frees the staging of nonblocking requests the user freed before they
-// completed (MPI_Finalize; requests.cc).
+// Frees the staging still held by requests: those the user freed before they
+// completed and persistent ones never freed (MPI_Finalize; requests.cc).
 void release_staged_requests();
 
 }  // namespace ferry::shim

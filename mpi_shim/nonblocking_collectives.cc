@@ -1,0 +1,130 @@
+// Nonblocking collectives on the staged route: device inputs are copied to
+// host memory when the call is made, and the request returned is the real
+// MPI's, made on the host copies, so it mixes freely with other requests in
+// any completion call; that call copies the device outputs back.
+// (MPI_Ibarrier has no buffers and is not intercepted. The MPI 4.0
+// persistent collectives are only MPIX_ extensions in Open MPI 4.1's
+// mpi-ext.h, and are not intercepted either.)
+#include "handlers.h"
+#include "mpi_shim/collective_staging.h"
+
+namespace ferry::shim {
+
+int handle_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                      MPI_Comm comm, MPI_Request* request) {
+  return reduce_like(FunctionId::kIallreduce, sendbuf, recvbuf, count, datatype, op, comm, request, false,
+                     [&](const void* s, void* r) { return PMPI_Iallreduce(s, r, count, datatype, op, comm, request); });
+}
+
+int handle_Iscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                 MPI_Request* request) {
+  return reduce_like(FunctionId::kIscan, sendbuf, recvbuf, count, datatype, op, comm, request, false,
+                     [&](const void* s, void* r) { return PMPI_Iscan(s, r, count, datatype, op, comm, request); });
+}
+
+int handle_Iexscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                   MPI_Request* request) {
+  // As in Exscan: rank 0's receive buffer keeps its bytes.
+  return reduce_like(FunctionId::kIexscan, sendbuf, recvbuf, count, datatype, op, comm, request, true,
+                     [&](const void* s, void* r) { return PMPI_Iexscan(s, r, count, datatype, op, comm, request); });
+}
+
+int handle_Ireduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+                   MPI_Comm comm, MPI_Request* request) {
+  return rooted_reduce_like(
+      FunctionId::kIreduce, sendbuf, recvbuf, count, datatype, op, root, comm, request,
+      [&](const void* s, void* r) { return PMPI_Ireduce(s, r, count, datatype, op, root, comm, request); });
+}
+
+int handle_Ibcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request* request) {
+  const FunctionId id = FunctionId::kIbcast;
+  count_bytes(id, count, datatype);
+  return bcast_like(id, route_call(id, {buffer}).route, buffer, count, datatype, root, comm, request,
+                    [&](void* b) { return PMPI_Ibcast(b, count, datatype, root, comm, request); });
+}
+
+int handle_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                      MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  count_bytes(FunctionId::kIallgather, sendcount, sendtype);
+  return exchange_like(FunctionId::kIallgather, sendbuf, recvbuf, comm, request, elements(sendcount, sendtype),
+                       per_peer(recvcount, recvtype), [&](const void* s, void* r) {
+                         return PMPI_Iallgather(s, sendcount, sendtype, r, recvcount, recvtype, comm, request);
+                       });
+}
+
+int handle_Iallgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                       const int* recvcounts, const int* displs, MPI_Datatype recvtype, MPI_Comm comm,
+                       MPI_Request* request) {
+  count_bytes(FunctionId::kIallgatherv, sendcount, sendtype);
+  return exchange_like(FunctionId::kIallgatherv, sendbuf, recvbuf, comm, request, elements(sendcount, sendtype),
+                       blocks(recvcounts, displs, recvtype), [&](const void* s, void* r) {
+                         return PMPI_Iallgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm,
+                                                 request);
+                       });
+}
+
+int handle_Igather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                   MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request* request) {
+  return gather_like(FunctionId::kIgather, sendbuf, sendcount, sendtype, recvbuf, root, comm, request,
+                     per_peer(recvcount, recvtype), [&](const void* s, void* r) {
+                       return PMPI_Igather(s, sendcount, sendtype, r, recvcount, recvtype, root, comm, request);
+                     });
+}
+
+int handle_Igatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
+                    const int* displs, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request* request) {
+  return gather_like(FunctionId::kIgatherv, sendbuf, sendcount, sendtype, recvbuf, root, comm, request,
+                     blocks(recvcounts, displs, recvtype), [&](const void* s, void* r) {
+                       return PMPI_Igatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, root, comm,
+                                            request);
+                     });
+}
+
+int handle_Iscatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                    MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request* request) {
+  return scatter_like(FunctionId::kIscatter, sendbuf, recvbuf, recvcount, recvtype, root, comm, request,
+                      per_peer(sendcount, sendtype), [&](const void* s, void* r) {
+                        return PMPI_Iscatter(s, sendcount, sendtype, r, recvcount, recvtype, root, comm, request);
+                      });
+}
+
+int handle_Iscatterv(const void* sendbuf, const int* sendcounts, const int* displs, MPI_Datatype sendtype,
+                     void* recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
+                     MPI_Request* request) {
+  return scatter_like(FunctionId::kIscatterv, sendbuf, recvbuf, recvcount, recvtype, root, comm, request,
+                      blocks(sendcounts, displs, sendtype), [&](const void* s, void* r) {
+                        return PMPI_Iscatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm,
+                                              request);
+                      });
+}
+
+int handle_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                     MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  count_bytes(FunctionId::kIalltoall, sendcount, sendtype);
+  return exchange_like(FunctionId::kIalltoall, sendbuf, recvbuf, comm, request, per_peer(sendcount, sendtype),
+                       per_peer(recvcount, recvtype), [&](const void* s, void* r) {
+                         return PMPI_Ialltoall(s, sendcount, sendtype, r, recvcount, recvtype, comm, request);
+                       });
+}
+
+int handle_Ialltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
+                      void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm,
+                      MPI_Request* request) {
+  const FunctionId id = FunctionId::kIalltoallv;
+  return exchange_like(id, sendbuf, recvbuf, comm, request, counted_blocks(id, sendcounts, sdispls, sendtype),
+                       blocks(recvcounts, rdispls, recvtype), [&](const void* s, void* r) {
+                         return PMPI_Ialltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype,
+                                                comm, request);
+                       });
+}
+
+int handle_Ireduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype,
+                                 MPI_Op op, MPI_Comm comm, MPI_Request* request) {
+  return reduce_scatter_block_like(
+      FunctionId::kIreduce_scatter_block, sendbuf, recvbuf, recvcount, datatype, op, comm, request,
+      [&](const void* s, void* r) {
+        return PMPI_Ireduce_scatter_block(s, r, recvcount, datatype, op, comm, request);
+      });
+}
+
+}  // namespace ferry::shim

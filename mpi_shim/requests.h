@@ -1,0 +1,46 @@
+// Requests on the staged route: the host copies behind a nonblocking or
+// persistent call on device buffers stay with its MPI request until the call
+// that completes it (any Wait or Test, or MPI_Request_get_status) copies the
+// outputs back. The request itself is always the real MPI's.
+#pragma once
+
+#include <mpi.h>
+
+#include "mpi_shim/route.h"
+#include "mpi_shim/staging.h"
+#include "mpi_shim/stats.h"
+
+namespace ferry::shim {
+
+enum class Lifetime {
+  kOnce,        // finished, and released, by the call that completes it
+  kPersistent,  // made inactive; restarted by MPI_Start, released by MPI_Request_free
+};
+
+// How a staged call ends once the real MPI call returned mpi_result. With no
+// request (a blocking call), or a request the real MPI completed at once,
+// the outputs are copied back now. Otherwise the staging goes with *request
+// when anything was staged and the call succeeded; a persistent request
+// starts inactive. A point-to-point receive copies back only what arrived
+// (Staging::received).
+int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime lifetime = Lifetime::kOnce,
+               bool receive = false);
+
+// A point-to-point call with one buffer that returns a request: Isend and
+// Irecv and their kin, the persistent inits, Imrecv. pmpi(buffer) makes the
+// real call on the buffer to use.
+template <typename PmpiCall>
+int post_staged(FunctionId id, void* buf, int count, MPI_Datatype datatype, MPI_Comm comm, MPI_Request* request,
+                bool receive, Lifetime lifetime, PmpiCall pmpi) {
+  count_bytes(id, count, datatype);
+  if (route_call(id, {buf}).route == Route::kPmpi) return pmpi(buf);
+  Extent extent;
+  if (comm == MPI_COMM_NULL || !request || !extent_of(count, datatype, &extent)) return pmpi(buf);
+  Staging staging(id, comm);
+  // A persistent send copies here and again at every MPI_Start.
+  void* staged = receive ? staging.receive(buf, extent, datatype) : const_cast<void*>(staging.in(buf, extent));
+  if (staging.failed()) return staging.raise();
+  return end_staged(staging, pmpi(staged), request, lifetime, receive);
+}
+
+}  // namespace ferry::shim
