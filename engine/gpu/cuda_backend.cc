@@ -84,7 +84,11 @@ class CudaBackend final : public Backend {
   Status copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return Status::kOk;
     ensure_device_for_pointer(src);
-    return FERRY_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+    FERRY_CHECK(FERRY_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault)));
+    // From pageable memory cudaMemcpy may return while the DMA to the device
+    // is still in flight: a peer process reading the memory next (an RMA
+    // window, a mapped buffer) must find the bytes there.
+    return FERRY_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
   }
   Status copy_async(void* dst, const void* src, std::size_t bytes, Stream stream) override {
     if (bytes == 0) return Status::kOk;
