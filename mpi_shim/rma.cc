@@ -18,6 +18,7 @@
 #include "engine/pgas/window.h"
 #include "handlers.h"
 #include "mpi_shim/engine_route.h"
+#include "mpi_shim/rma.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/translate.h"
 #include "mpi_shim/wrapper_support.h"
@@ -349,6 +350,11 @@ int on_window(FunctionId id, MPI_Win win, Body body, Pmpi pmpi) {
 }
 
 }  // namespace
+
+Window* engine_window(MPI_Win win) {
+  DeviceWindow* dw = find_window(win);
+  return dw ? dw->window.get() : nullptr;
+}
 
 // ---- Creation and release -------------------------------------------------
 

@@ -39,6 +39,8 @@ class Window {
   // has, so no peer still reaches into memory about to be freed.
   Status close();
 
+  Communicator& communicator() const { return comm_; }
+  gpu::Backend* backend() const { return backend_; }
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }
   std::size_t bytes(int rank) const { return ranks_[rank].bytes; }
