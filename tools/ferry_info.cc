@@ -5,13 +5,28 @@
 //                          what Ferry makes of NCCL-style topology XML (one
 //                          file per host): GPUs by rank, the path and
 //                          transport between every pair, rings and trees
+//   ferry-info --discover [--ranks N]   (or --topo with no file)
+//                          the topology the engine would use here
+//                          (FERRY_TOPO_FILE, else discovered), and the
+//                          search over N ranks of this machine
+//   ferry-info --self-test checks a user debugging a cluster wants, one
+//                          PASS/FAIL/SKIP line each; exits 1 on a failure
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "engine/collectives/tuner.h"
 #include "engine/common/params.h"
+#include "engine/topology/discovery.h"
+#include "engine/topology/local_topology.h"
+#include "engine/topology/nvml.h"
 #include "engine/topology/search.h"
 #include "engine/topology/topology_xml.h"
 #include "engine/gpu/gpu.h"
@@ -53,23 +68,9 @@ void print_report() {
   for (const std::string& problem : ferry::param_problems()) std::printf("warning: %s\n", problem.c_str());
 }
 
-int print_topology(int files, char** file_names) {
-  ferry::SystemGraph graph;
-  for (int i = 0; i < files; ++i) {
-    std::string error;
-    if (!ferry::ok(ferry::load_topology_file(file_names[i], graph, &error))) {
-      std::fprintf(stderr, "ferry-info: %s: %s\n", file_names[i], error.c_str());
-      return 1;
-    }
-  }
-  int nranks = 0;
-  while (graph.gpu_of_rank(nranks) >= 0) ++nranks;
-  std::vector<int> gpu_of_rank;
-  if (nranks == 0 || !ferry::ok(ferry::find_rank_gpus(graph, nranks, gpu_of_rank))) {
-    std::fprintf(stderr, "ferry-info: no GPUs with rank attributes 0..n-1 in the topology\n");
-    return 1;
-  }
-  std::printf("%d host(s), %d GPU(s) with ranks\n", graph.host_count, nranks);
+// Paths, transports, rings and trees over the GPUs of gpu_of_rank.
+void print_search(const ferry::SystemGraph& graph, const std::vector<int>& gpu_of_rank) {
+  const int nranks = static_cast<int>(gpu_of_rank.size());
   for (int r = 0; r < nranks; ++r) {
     const ferry::Node& gpu = graph.nodes[gpu_of_rank[r]];
     std::printf("  rank %d: host %d, GPU %s (dev %d, sm_%d)\n", r, gpu.host, gpu.busid.c_str(), gpu.dev, gpu.sm);
@@ -97,19 +98,349 @@ int print_topology(int files, char** file_names) {
     for (int r = 0; r < nranks; ++r) std::printf(" %d", trees[t].parent[r]);
     std::printf("\n");
   }
+}
+
+int print_topology(int files, char** file_names) {
+  ferry::SystemGraph graph;
+  for (int i = 0; i < files; ++i) {
+    std::string error;
+    if (!ferry::ok(ferry::load_topology_file(file_names[i], graph, &error))) {
+      std::fprintf(stderr, "ferry-info: %s\n", error.c_str());
+      return 1;
+    }
+  }
+  int nranks = 0;
+  while (graph.gpu_of_rank(nranks) >= 0) ++nranks;
+  std::vector<int> gpu_of_rank;
+  if (nranks == 0 || !ferry::ok(ferry::find_rank_gpus(graph, nranks, gpu_of_rank))) {
+    std::fprintf(stderr, "ferry-info: no GPUs with rank attributes 0..n-1 in the topology\n");
+    return 1;
+  }
+  std::printf("%d host(s), %d GPU(s) with ranks\n", graph.host_count, nranks);
+  print_search(graph, gpu_of_rank);
   return 0;
+}
+
+void print_node_tree(const ferry::SystemGraph& graph, int parent, int depth) {
+  for (int id = 0; id < static_cast<int>(graph.nodes.size()); ++id) {
+    const ferry::Node& node = graph.nodes[id];
+    if (node.parent != parent || node.type == ferry::NodeType::kCpu || node.type == ferry::NodeType::kNvSwitch)
+      continue;
+    std::printf("%*s%s", 2 * depth, "", ferry::node_type_name(node.type));
+    switch (node.type) {
+      case ferry::NodeType::kGpu:
+        std::printf(" %s (dev %d, sm_%d, class %s)\n", node.busid.c_str(), node.dev, node.sm, node.pci_class.c_str());
+        break;
+      case ferry::NodeType::kNet:
+        std::printf(" %s (%d Mb/s%s)\n", node.name.c_str(), node.speed_mbps, node.gdr ? ", GPUDirect RDMA" : "");
+        break;
+      default:
+        std::printf(" %s%s%s\n", node.busid.c_str(), node.link_speed.empty() ? "" : ", ", node.link_speed.c_str());
+    }
+    print_node_tree(graph, id, depth + 1);
+  }
+}
+
+// The topology the engine would use in this process, and the search over
+// nranks ranks of this machine (0: one per GPU).
+int print_local_topology(int nranks) {
+  const ferry::LocalTopology& topo = ferry::local_topology();
+  if (!topo.available) {
+    std::printf("topology: none (%s)\n", topo.error.c_str());
+    std::printf("engine: ranks of one machine use p2p (shm with FERRY_P2P_DISABLE=1), as without a topology\n");
+    return 1;
+  }
+  std::printf("topology: %s", topo.source.c_str());
+  if (topo.discovery.hwloc) std::printf(", %.1f ms", topo.discovery.milliseconds);
+  std::printf("\n");
+  if (!topo.dump_path.empty()) std::printf("written to %s\n", topo.dump_path.c_str());
+  const ferry::SystemGraph& graph = topo.graph;
+  std::vector<int> gpus;
+  for (int id = 0; id < static_cast<int>(graph.nodes.size()); ++id) {
+    const ferry::Node& node = graph.nodes[id];
+    if (node.type == ferry::NodeType::kGpu) gpus.push_back(id);
+    if (node.type != ferry::NodeType::kCpu) continue;
+    std::printf("  CPU numa %d (affinity %s%s%s%s%s)\n", node.numa_id, node.affinity.c_str(),
+                node.arch.empty() ? "" : ", ", node.arch.c_str(), node.vendor.empty() ? "" : ", ", node.vendor.c_str());
+    print_node_tree(graph, id, 2);
+  }
+  for (const ferry::Link& link : graph.links) {
+    if (link.type != ferry::LinkType::kNvLink && link.type != ferry::LinkType::kXgmi) continue;
+    const ferry::Node& from = graph.nodes[link.from];
+    const ferry::Node& to = graph.nodes[link.to];
+    if (from.type != ferry::NodeType::kGpu) continue;
+    std::printf("  %s %s -> %s: %d link(s), %.1f GB/s\n", ferry::link_type_name(link.type), from.busid.c_str(),
+                to.type == ferry::NodeType::kNvSwitch ? "NVSwitch" : to.busid.c_str(), link.count, link.bandwidth_gbps);
+  }
+  if (gpus.empty()) {
+    std::printf("\nno GPUs in the topology: ranks of this machine use p2p (shm with FERRY_P2P_DISABLE=1)\n");
+    return 0;
+  }
+  std::printf("\nCUDA ranks of this machine: %s (the worst pair of its %zu GPU(s))\n",
+              ferry::transport_name(ferry::worst_transport_between_gpus(graph, 0)), gpus.size());
+  // Ranks named in the file, else round robin over the GPUs.
+  std::vector<int> gpu_of_rank;
+  int ranked = 0;
+  while (graph.gpu_of_rank(ranked) >= 0) ++ranked;
+  if (ranked > 0 && nranks == 0) {
+    ferry::find_rank_gpus(graph, ranked, gpu_of_rank);
+  } else {
+    if (nranks == 0) nranks = static_cast<int>(gpus.size());
+    for (int r = 0; r < nranks; ++r) gpu_of_rank.push_back(gpus[r % gpus.size()]);
+  }
+  std::printf("\n%zu rank(s):\n", gpu_of_rank.size());
+  print_search(graph, gpu_of_rank);
+  return 0;
+}
+
+// ---- self-test ------------------------------------------------------------
+
+struct SelfTest {
+  int passed = 0, skipped = 0, failed = 0;
+
+  void pass(const char* check, const std::string& detail) { report("PASS", check, detail, passed); }
+  void skip(const char* check, const std::string& detail) { report("SKIP", check, detail, skipped); }
+  void fail(const char* check, const std::string& detail) { report("FAIL", check, detail, failed); }
+
+  void report(const char* verdict, const char* check, const std::string& detail, int& counter) {
+    std::printf("%s %s: %s\n", verdict, check, detail.c_str());
+    std::fflush(stdout);
+    ++counter;
+  }
+};
+
+std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+// What the shm transport does: a memfd segment that another process opens
+// through /proc/PID/fd (ptrace rules and hidepid mounts can forbid that).
+void check_shared_memory(SelfTest& test) {
+  const char* check = "shared memory";
+  const std::size_t bytes = static_cast<std::size_t>(ferry::params().shm_segment_bytes);
+  const int fd = memfd_create("ferry-self-test", MFD_CLOEXEC);
+  if (fd < 0) return test.fail(check, std::string("memfd_create: ") + std::strerror(errno));
+  void* view = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      (view = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+    close(fd);
+    return test.fail(check, "cannot map a segment of " + mib(bytes) + " (FERRY_SHM_SEGMENT_BYTES): " +
+                                std::strerror(errno));
+  }
+  auto* words = static_cast<unsigned*>(view);
+  const std::size_t count = bytes / sizeof(unsigned);
+  for (std::size_t i = 0; i < count; ++i) words[i] = static_cast<unsigned>(i * 2654435761u);
+
+  const std::string path = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
+  const pid_t child = fork();
+  if (child == 0) {
+    // The peer: open the segment by path, check it, and answer through it.
+    const int peer_fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (peer_fd < 0) _exit(2);
+    void* peer = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, peer_fd, 0);
+    if (peer == MAP_FAILED) _exit(3);
+    auto* seen = static_cast<unsigned*>(peer);
+    for (std::size_t i = 0; i < count; ++i)
+      if (seen[i] != static_cast<unsigned>(i * 2654435761u)) _exit(4);
+    seen[0] = 0xfe77u;
+    _exit(0);
+  }
+  int status = -1;
+  if (child > 0) waitpid(child, &status, 0);
+  const int code = child > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const bool answered = words[0] == 0xfe77u;
+  munmap(view, bytes);
+  close(fd);
+  if (code == 0 && answered)
+    return test.pass(check, "a memfd segment of " + mib(bytes) + " is shared with another process through " +
+                                "/proc/PID/fd");
+  const char* why = code == 2   ? "the other process cannot open /proc/PID/fd/N (ptrace scope or hidepid?)"
+                    : code == 3 ? "the other process cannot map the segment"
+                    : code == 4 ? "the other process sees different bytes"
+                                : "the other process failed";
+  test.fail(check, why);
+}
+
+// Device allocation and copies both ways, on every device.
+void check_device_memory(SelfTest& test, ferry::gpu::Backend* backend) {
+  const char* check = "device memory";
+  if (!backend) return test.skip(check, "no device backend");
+  constexpr std::size_t kBytes = 1 << 20;
+  std::vector<unsigned char> in(kBytes), out(kBytes);
+  for (std::size_t i = 0; i < kBytes; ++i) in[i] = static_cast<unsigned char>(i * 7 + 1);
+  for (int d = 0; d < backend->device_count(); ++d) {
+    void* buffer = nullptr;
+    bool good = ferry::ok(backend->set_device(d)) && ferry::ok(backend->device_alloc(kBytes, &buffer)) &&
+                ferry::ok(backend->copy(buffer, in.data(), kBytes)) &&
+                ferry::ok(backend->copy(out.data(), buffer, kBytes)) && in == out;
+    if (buffer) backend->device_free(buffer);
+    if (!good) return test.fail(check, "device " + std::to_string(d) + ": allocate and copy 1 MiB both ways failed");
+  }
+  test.pass(check, std::to_string(backend->device_count()) + " device(s): 1 MiB copied in and out, bytes match");
+}
+
+// Copies between every pair of devices through the backend, checked and
+// timed (whether the driver allows peer access is NVML's check).
+void check_peer_access(SelfTest& test, ferry::gpu::Backend* backend) {
+  const char* check = "peer access";
+  if (!backend || backend->kind() != ferry::gpu::BackendKind::kCuda)
+    return test.skip(check, "needs CUDA devices (the device backend is " +
+                                std::string(ferry::gpu::backend_kind_name(backend ? backend->kind()
+                                                                                  : ferry::gpu::BackendKind::kNone)) +
+                                ")");
+  const int devices = backend->device_count();
+  if (devices < 2) return test.skip(check, "one CUDA device: no pair to test");
+  constexpr std::size_t kBytes = 64 << 20;
+  constexpr int kRepeats = 5;
+  std::vector<unsigned char> pattern(kBytes), back(kBytes);
+  for (std::size_t i = 0; i < kBytes; ++i) pattern[i] = static_cast<unsigned char>(i * 13 + 5);
+  for (int a = 0; a < devices; ++a) {
+    for (int b = 0; b < devices; ++b) {
+      if (a == b) continue;
+      const std::string pair = std::to_string(a) + "->" + std::to_string(b);
+      void *src = nullptr, *dst = nullptr;
+      ferry::gpu::Stream stream = nullptr;
+      ferry::gpu::Event start = nullptr, stop = nullptr;
+      float ms = 0;
+      bool good = ferry::ok(backend->set_device(b)) && ferry::ok(backend->device_alloc(kBytes, &dst)) &&
+                  ferry::ok(backend->set_device(a)) && ferry::ok(backend->device_alloc(kBytes, &src)) &&
+                  ferry::ok(backend->copy(src, pattern.data(), kBytes)) &&
+                  ferry::ok(backend->stream_create(&stream)) && ferry::ok(backend->event_create(&start)) &&
+                  ferry::ok(backend->event_create(&stop)) &&
+                  ferry::ok(backend->copy_async(dst, src, kBytes, stream)) &&  // warm-up
+                  ferry::ok(backend->event_record(start, stream));
+      for (int i = 0; good && i < kRepeats; ++i) good = ferry::ok(backend->copy_async(dst, src, kBytes, stream));
+      good = good && ferry::ok(backend->event_record(stop, stream)) && ferry::ok(backend->event_synchronize(stop)) &&
+             ferry::ok(backend->event_elapsed_ms(start, stop, &ms)) &&
+             ferry::ok(backend->copy(back.data(), dst, kBytes)) && back == pattern;
+      if (stop) backend->event_destroy(stop);
+      if (start) backend->event_destroy(start);
+      if (stream) backend->stream_destroy(stream);
+      if (src) backend->device_free(src);
+      if (dst) backend->device_free(dst);
+      if (!good) {
+        test.fail(check, pair + ": a 64 MiB copy between the devices failed or arrived wrong");
+        continue;
+      }
+      const double gbps = ms > 0 ? kRepeats * static_cast<double>(kBytes) / (ms * 1e6) : 0;
+      char detail[256];
+      // The runtime's copy between devices, not the engine's mapped-peer
+      // path: without peer access enabled it may go through host memory.
+      std::snprintf(detail, sizeof(detail), "CUDA devices %s: 64 MiB runtime copies arrive intact, %.1f GB/s",
+                    pair.c_str(), gbps);
+      test.pass(check, detail);
+    }
+  }
+}
+
+// The driver's word on peer access between every pair of NVIDIA GPUs; a
+// pair joined by NVLink (directly or through NVSwitch) must have it.
+void check_nvml_peer_status(SelfTest& test) {
+  const char* check = "NVML peer access";
+  const ferry::NvmlScan nvml = ferry::scan_nvml();
+  const std::size_t n = nvml.gpus.size();
+  if (n < 2) return test.skip(check, "fewer than two NVIDIA GPUs");
+  std::string without;
+  int failures = 0;
+  for (std::size_t a = 0; a < n; ++a) {
+    for (std::size_t b = 0; b < n; ++b) {
+      if (a == b || nvml.p2p_read[a][b] == 0) continue;
+      bool switched_a = false, switched_b = false;
+      for (const auto& [target, to_switch] : nvml.gpus[a].nvlink_to_switch) switched_a = switched_a || to_switch;
+      for (const auto& [target, to_switch] : nvml.gpus[b].nvlink_to_switch) switched_b = switched_b || to_switch;
+      const bool nvlinked = nvml.gpus[a].nvlinks.count(nvml.gpus[b].busid) > 0 || (switched_a && switched_b);
+      const std::string pair = nvml.gpus[a].busid + "->" + nvml.gpus[b].busid + " (" +
+                               ferry::nvml_p2p_status_name(nvml.p2p_read[a][b]) + ")";
+      if (nvlinked) {
+        ++failures;
+        test.fail(check, pair + " although NVLink joins them");
+      } else {
+        without += (without.empty() ? "" : ", ") + pair;
+      }
+    }
+  }
+  if (failures) return;
+  test.pass(check, without.empty() ? "peer reads OK between all " + std::to_string(n * (n - 1)) + " ordered pairs"
+                                   : "no NVLink pair lacks it; without peer access: " + without);
+}
+
+int self_test() {
+  SelfTest test;
+  const std::vector<std::string> problems = ferry::param_problems();
+  if (problems.empty()) {
+    test.pass("parameters", "every FERRY_* variable set is known and well formed");
+  } else {
+    for (const std::string& problem : problems) test.fail("parameters", problem);
+  }
+  // Before anything starts threads: the shared-memory check forks.
+  check_shared_memory(test);
+
+  // Discovery, whatever FERRY_TOPO_FILE says: this checks the machine.
+  const ferry::LocalTopology discovered = ferry::load_local_topology("", "");
+  const ferry::DiscoveryReport& found = discovered.discovery;
+  if (found.hwloc) {
+    test.pass("hwloc", found.hwloc_note + ": " + std::to_string(found.numa_nodes) + " NUMA node(s), " +
+                           std::to_string(found.pci_switches) + " PCI switch(es), " + std::to_string(found.gpus) +
+                           " GPU(s), " + std::to_string(found.nics) + " NIC(s)");
+  } else {
+    test.fail("hwloc", found.hwloc_note);
+  }
+  if (found.nvml) {
+    test.pass("NVML", found.nvml_note + ", " + std::to_string(found.nvlink_links) + " active NVLink link(s)");
+    check_nvml_peer_status(test);
+  } else if (found.nvidia_gpus > 0) {
+    test.fail("NVML", found.nvml_note + ": NVIDIA GPUs are on the PCI bus, but their NVLink links are unknown");
+  } else {
+    test.skip("NVML", found.nvml_note);
+  }
+  if (!ferry::params().topo_file.empty()) {
+    const ferry::LocalTopology loaded = ferry::load_local_topology(ferry::params().topo_file, "");
+    if (loaded.available) {
+      test.pass("FERRY_TOPO_FILE", ferry::params().topo_file + " loads");
+    } else {
+      test.fail("FERRY_TOPO_FILE", loaded.error);
+    }
+  }
+
+  ferry::gpu::Backend* backend = ferry::gpu::active_backend();
+  const ferry::gpu::BackendKind kind = backend ? backend->kind() : ferry::gpu::BackendKind::kNone;
+  if (backend) {
+    test.pass("device backend", std::string(ferry::gpu::backend_kind_name(kind)) + " (FERRY_DEVICE=" +
+                                    ferry::params().device + ")");
+  } else {
+    test.fail("device backend", "FERRY_DEVICE=" + ferry::params().device + ": no usable device backend");
+  }
+  if (kind == ferry::gpu::BackendKind::kCuda) {
+    test.pass("GPUs visible", std::to_string(backend->device_count()) + " CUDA device(s); hwloc sees " +
+                                  std::to_string(found.gpus) + " GPU(s) on the PCI bus");
+  } else if (found.gpus > 0) {
+    test.fail("GPUs visible", "hwloc sees " + std::to_string(found.gpus) +
+                                  " GPU(s) on the PCI bus, but Ferry does not use them (no CUDA backend in this "
+                                  "build, no driver, or FERRY_DEVICE=emulated)");
+  } else {
+    test.skip("GPUs visible", "no GPU on the PCI bus; Ferry runs on the emulated device");
+  }
+  check_device_memory(test, backend);
+  check_peer_access(test, backend);
+
+  std::printf("self-test: %d passed, %d skipped, %d failed\n", test.passed, test.skipped, test.failed);
+  return test.failed ? 1 : 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--markdown") == 0) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "--markdown" && argc == 2) {
     print_markdown_table();
     return 0;
   }
-  if (argc > 2 && std::strcmp(argv[1], "--topo") == 0) return print_topology(argc - 2, argv + 2);
+  if (mode == "--topo" && argc > 2) return print_topology(argc - 2, argv + 2);
+  if ((mode == "--topo" || mode == "--discover") &&
+      (argc == 2 || (argc == 4 && std::strcmp(argv[2], "--ranks") == 0 && std::atoi(argv[3]) > 0)))
+    return print_local_topology(argc == 4 ? std::atoi(argv[3]) : 0);
+  if (mode == "--self-test" && argc == 2) return self_test();
   if (argc > 1) {
-    std::fprintf(stderr, "usage: ferry-info [--markdown | --topo FILE...]\n");
+    std::fprintf(stderr,
+                 "usage: ferry-info [--markdown | --topo FILE... | --discover [--ranks N] | --self-test]\n");
     return 2;
   }
   print_report();

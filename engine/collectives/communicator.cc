@@ -7,6 +7,8 @@
 #include <string>
 
 #include "engine/common/params.h"
+#include "engine/topology/local_topology.h"
+#include "engine/topology/search.h"
 
 namespace ferry {
 namespace {
@@ -21,7 +23,67 @@ std::uint64_t this_host_hash() {
   return std::hash<std::string>{}(std::string(host) + "/" + boot_id);
 }
 
+// Only where it can change the answer: the emulated device is not in the
+// hardware graph, so without a file or a dump to write there is nothing
+// to discover for it.
+const SystemGraph* topology_for(const gpu::Backend* backend) {
+  const bool wanted = !params().topo_file.empty() || !params().topo_dump_file.empty() ||
+                      (backend && backend->kind() == gpu::BackendKind::kCuda);
+  if (!wanted) return nullptr;
+  const LocalTopology& topo = local_topology();
+  return topo.available ? &topo.graph : nullptr;
+}
+
 }  // namespace
+
+const char* peer_transport_name(PeerTransport transport) {
+  switch (transport) {
+    case PeerTransport::kNone: return "none";
+    case PeerTransport::kP2p: return "p2p";
+    case PeerTransport::kShm: return "shm";
+  }
+  return "?";
+}
+
+std::vector<PeerTransport> plan_peer_transports(int rank, const std::vector<RankIdentity>& ranks,
+                                                const SystemGraph* topology, bool p2p_disable, bool shm_disable) {
+  const int n = static_cast<int>(ranks.size());
+  const RankIdentity& mine = ranks[rank];
+  RankPaths paths;  // between ranks, when the topology names them all
+  bool ranked = topology != nullptr;
+  for (int r = 0; ranked && r < n; ++r) ranked = topology->gpu_of_rank(r) >= 0;
+  if (ranked) {
+    std::vector<int> gpu_of_rank;
+    ranked = ok(find_rank_gpus(*topology, n, gpu_of_rank));
+    if (ranked) paths = compute_rank_paths(*topology, gpu_of_rank);
+  }
+  bool has_gpus = false;
+  if (topology)
+    for (const Node& node : topology->nodes) has_gpus = has_gpus || node.type == NodeType::kGpu;
+  const bool by_machine_gpus =
+      !ranked && has_gpus && mine.backend == static_cast<std::int32_t>(gpu::BackendKind::kCuda);
+  const Transport machine = by_machine_gpus ? worst_transport_between_gpus(*topology, 0) : Transport::kP2p;
+
+  std::vector<PeerTransport> plan(n, PeerTransport::kNone);
+  for (int peer = 0; peer < n; ++peer) {
+    const RankIdentity& other = ranks[peer];
+    if (peer == rank) {
+      plan[peer] = PeerTransport::kP2p;
+      continue;
+    }
+    if (other.host_hash != mine.host_hash || other.backend != mine.backend ||
+        mine.backend == static_cast<std::int32_t>(gpu::BackendKind::kNone))
+      continue;
+    const Transport searched = ranked ? choose_transport(paths.at(rank, peer)) : machine;
+    PeerTransport transport = searched == Transport::kP2p   ? PeerTransport::kP2p
+                              : searched == Transport::kShm ? PeerTransport::kShm
+                                                            : PeerTransport::kNone;
+    if (transport == PeerTransport::kP2p && p2p_disable) transport = PeerTransport::kShm;
+    if (transport == PeerTransport::kShm && shm_disable) transport = PeerTransport::kNone;
+    plan[peer] = transport;
+  }
+  return plan;
+}
 
 Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_ptr<Communicator>* out) {
   if (!bootstrap) return Status::kUnavailable;
@@ -35,22 +97,35 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   std::vector<RankIdentity> ranks(n);
   FERRY_CHECK(comm->bootstrap_->allgather(&mine, ranks.data(), sizeof(mine)));
 
-  // Same machine and same device backend: peer memory maps (on NVLink or
-  // PCIe peer access CUDA IPC maps too; the driver enables peer access
-  // lazily when the mapping is opened), or else host shared memory serves.
-  // Every rank sees the same identities, so every rank makes the same choice
-  // and the collective set-up below is entered by all or none.
-  bool one_machine = mine.backend != static_cast<std::int32_t>(gpu::BackendKind::kNone);
-  for (const RankIdentity& other : ranks)
-    one_machine = one_machine && other.host_hash == mine.host_hash && other.backend == mine.backend;
-  comm->all_peers_mapped_ = n == 1 || (one_machine && !params().p2p_disable);
-  if (!comm->all_peers_mapped_ && one_machine && !params().shm_disable) {
+  // Peer memory maps between ranks of one machine with one device backend
+  // (on NVLink or PCIe peer access CUDA IPC maps too; the driver enables
+  // peer access lazily when the mapping is opened); host shared memory
+  // serves where the topology says peer access is not worth it or p2p is off.
+  const SystemGraph* topology = n > 1 ? topology_for(backend) : nullptr;
+  comm->transports_ =
+      plan_peer_transports(comm->rank(), ranks, topology, params().p2p_disable, params().shm_disable);
+  constexpr std::int32_t kAllP2p = 1, kAllLocal = 2;
+  std::int32_t verdict = kAllP2p | kAllLocal;
+  for (int peer = 0; peer < n; ++peer) {
+    if (comm->transports_[peer] != PeerTransport::kP2p) verdict &= ~kAllP2p;
+    if (comm->transports_[peer] == PeerTransport::kNone) verdict &= ~kAllLocal;
+    FERRY_TRACE(Transport, "peer %d: %s", peer, peer_transport_name(comm->transports_[peer]));
+  }
+  // Each process has its own topology (one rank's file may not load), so
+  // the ranks agree: the collective set-up below is entered by all or none.
+  std::vector<std::int32_t> verdicts(n);
+  FERRY_CHECK(comm->bootstrap_->allgather(&verdict, verdicts.data(), sizeof(verdict)));
+  for (std::int32_t v : verdicts) verdict &= v;
+
+  comm->all_peers_mapped_ = n == 1 || (verdict & kAllP2p);
+  if (!comm->all_peers_mapped_ && (verdict & kAllLocal)) {
     const Status status = SharedSegments::create(*comm->bootstrap_, backend,
                                                  static_cast<std::size_t>(params().shm_segment_bytes), &comm->shm_);
     if (!ok(status)) FERRY_WARN(Transport, "shm transport unavailable (%s): device buffers will be staged",
                                 status_name(status));
   }
-  FERRY_INFO(Init, "engine communicator of %d ranks: %s", n,
+  FERRY_INFO(Init, "engine communicator of %d ranks (topology: %s): %s", n,
+             topology ? local_topology().source.c_str() : "none",
              comm->all_peers_mapped_ ? "every peer mapped (p2p)"
              : comm->shm_            ? "peers through host shared memory (shm)"
                                      : "no engine transport to every peer");

@@ -10,6 +10,7 @@
 
 #include "engine/bootstrap/bootstrap.h"
 #include "engine/gpu/gpu.h"
+#include "engine/topology/system_graph.h"
 #include "engine/transport/p2p.h"
 #include "engine/transport/shm.h"
 
@@ -25,6 +26,22 @@ struct RankIdentity {
 };
 static_assert(sizeof(RankIdentity) == 24, "RankIdentity travels between processes; keep its layout fixed");
 
+// How a rank reaches a peer's device buffers.
+enum class PeerTransport : int { kNone = 0, kP2p, kShm };
+const char* peer_transport_name(PeerTransport transport);
+
+// How `rank` reaches each rank (itself: p2p), from everyone's identity and
+// the topology when there is one (else nullptr):
+//  - ranks on other machines, or with another device backend: none;
+//  - GPUs whose rank attribute is a communicator rank (a topology file):
+//    the search's transport between the two (NET: none);
+//  - CUDA with a topology but no ranks in it: the worst transport between
+//    the machine's GPUs (which GPU a rank uses is not known at set-up);
+//  - otherwise p2p, as without a topology.
+// Then FERRY_P2P_DISABLE turns p2p into shm, FERRY_SHM_DISABLE shm into none.
+std::vector<PeerTransport> plan_peer_transports(int rank, const std::vector<RankIdentity>& ranks,
+                                                const SystemGraph* topology, bool p2p_disable, bool shm_disable);
+
 class Communicator {
  public:
   // Collective over the bootstrap's ranks.
@@ -38,6 +55,10 @@ class Communicator {
   // True when every peer's device memory can be mapped here (one machine,
   // same device backend): the precondition of the direct algorithms.
   bool all_peers_mapped() const { return all_peers_mapped_; }
+  // What the topology planned for peer (plan_peer_transports); the
+  // collectives take p2p only when every peer has it, else shm when every
+  // peer has p2p or shm.
+  PeerTransport transport_to(int peer) const { return transports_[peer]; }
   // Host shared memory with every peer, where peer device memory cannot be
   // mapped but all ranks share one machine; nullptr otherwise.
   SharedSegments* shm() { return shm_.get(); }
@@ -55,6 +76,7 @@ class Communicator {
 
   std::unique_ptr<Bootstrap> bootstrap_;
   bool all_peers_mapped_ = false;
+  std::vector<PeerTransport> transports_;
   PeerMemory peer_memory_;
   std::unique_ptr<SharedSegments> shm_;
   struct StreamKey {

@@ -281,6 +281,18 @@ Transport choose_transport(const GpuPath& path) {
   return Transport::kShm;
 }
 
+Transport worst_transport_between_gpus(const SystemGraph& graph, int host) {
+  std::vector<int> gpus;
+  for (int i = 0; i < static_cast<int>(graph.nodes.size()); ++i)
+    if (graph.nodes[i].type == NodeType::kGpu && graph.nodes[i].host == host) gpus.push_back(i);
+  const RankPaths paths = compute_rank_paths(graph, gpus);
+  Transport worst = Transport::kP2p;
+  for (int a = 0; a < paths.nranks; ++a)
+    for (int b = 0; b < paths.nranks; ++b)
+      if (a != b) worst = std::max(worst, choose_transport(paths.at(a, b)));
+  return worst;
+}
+
 double ring_bandwidth(const RankPaths& paths, const Ring& ring) {
   double slowest = std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < ring.size() && ring.size() > 1; ++i)

@@ -42,6 +42,11 @@ RankPaths compute_rank_paths(const SystemGraph& graph, const std::vector<int>& g
 // SHM elsewhere on one host, NET between hosts.
 Transport choose_transport(const GpuPath& path);
 
+// The transport between the two GPUs of one host that are worst connected
+// (P2P where the host has fewer than two GPUs): what ranks of that host can
+// count on when which GPU each of them uses is not known.
+Transport worst_transport_between_gpus(const SystemGraph& graph, int host);
+
 // A ring is the ranks in visiting order, starting at rank 0; it runs at the
 // speed of its slowest hop.
 using Ring = std::vector<int>;

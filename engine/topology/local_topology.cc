@@ -1,0 +1,76 @@
+#include "engine/topology/local_topology.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "engine/common/params.h"
+#include "engine/topology/topology_xml.h"
+
+namespace ferry {
+namespace {
+
+std::string expand_dump_path(const std::string& pattern) {
+  std::string out;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size() && (pattern[i + 1] == 'h' || pattern[i + 1] == 'p')) {
+      char host[256] = "";
+      gethostname(host, sizeof(host) - 1);
+      out += pattern[++i] == 'h' ? std::string(host) : std::to_string(getpid());
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+// Written beside the target and renamed, so ranks of one machine that dump
+// to the same name never leave a torn file.
+bool write_atomically(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream file(temporary, std::ios::trunc);
+    if (!(file << text) || !(file.flush())) return false;
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) == 0) return true;
+  std::remove(temporary.c_str());
+  return false;
+}
+
+}  // namespace
+
+LocalTopology load_local_topology(const std::string& topo_file, const std::string& dump_file) {
+  LocalTopology topo;
+  if (!topo_file.empty()) {
+    topo.source = "FERRY_TOPO_FILE=" + topo_file;
+    topo.available = ok(load_topology_file(topo_file, topo.graph, &topo.error));
+    if (!topo.available)
+      FERRY_WARN(Topo, "FERRY_TOPO_FILE: %s; the engine chooses transports without a topology", topo.error.c_str());
+  } else {
+    topo.source = "discovered";
+    topo.available = ok(discover_topology(topo.graph, &topo.discovery));
+    topo.source += " (" + topo.discovery.hwloc_note + "; NVML: " + topo.discovery.nvml_note + ")";
+    if (!topo.available) topo.error = "discovery failed: " + topo.discovery.hwloc_note;
+  }
+  if (!topo.available) topo.graph = SystemGraph{};
+
+  if (topo.available && !dump_file.empty()) {
+    const std::string path = expand_dump_path(dump_file);
+    if (write_atomically(path, dump_topology_xml(topo.graph, 0))) {
+      topo.dump_path = path;
+      FERRY_INFO(Topo, "topology written to %s", path.c_str());
+    } else {
+      FERRY_WARN(Topo, "FERRY_TOPO_DUMP_FILE: cannot write %s", path.c_str());
+    }
+  }
+  FERRY_INFO(Topo, "topology: %s", topo.available ? topo.source.c_str() : topo.error.c_str());
+  return topo;
+}
+
+const LocalTopology& local_topology() {
+  static const LocalTopology* topo = new LocalTopology(load_local_topology(params().topo_file, params().topo_dump_file));
+  return *topo;
+}
+
+}  // namespace ferry

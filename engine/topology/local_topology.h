@@ -1,0 +1,31 @@
+// The topology the engine uses in this process: the file FERRY_TOPO_FILE
+// names, else this machine as discovery finds it. Worked out once per
+// process, on first use, so processes that never use the engine pay nothing.
+#pragma once
+
+#include <string>
+
+#include "engine/topology/discovery.h"
+#include "engine/topology/system_graph.h"
+
+namespace ferry {
+
+struct LocalTopology {
+  bool available = false;     // graph describes this machine
+  SystemGraph graph;
+  std::string source;         // where the graph came from, for logs and ferry-info
+  std::string error;          // why there is no graph (a bad file: its name and line)
+  std::string dump_path;      // where the graph was written, if asked
+  DiscoveryReport discovery;  // what discovery found, when it ran
+};
+
+// What FERRY_TOPO_FILE and FERRY_TOPO_DUMP_FILE say, computed on the first
+// call and kept; thread-safe.
+const LocalTopology& local_topology();
+
+// The same for explicit settings, uncached: topo_file empty means discover;
+// dump_file, when not empty, receives the graph as XML (%h: host name,
+// %p: process id).
+LocalTopology load_local_topology(const std::string& topo_file, const std::string& dump_file);
+
+}  // namespace ferry
