@@ -24,6 +24,7 @@ struct StagedRequest {
   bool persistent = false;
   bool active = true;       // started and not yet completed
   bool delivered = false;   // outputs already copied back by MPI_Request_get_status
+  std::function<int()> complete;  // instead of staging: track_request
 };
 
 std::mutex requests_mutex;
@@ -71,11 +72,13 @@ int finish_request(MPI_Request request, const MPI_Status& status) {
   std::unique_ptr<Staging> released;
   Staging* staging = nullptr;
   bool receive = false;
+  std::function<int()> complete;
   {
     std::lock_guard<std::mutex> lock(requests_mutex);
     auto it = staged_requests().find(request);
     if (it == staged_requests().end() || !it->second.active) return MPI_SUCCESS;
     StagedRequest& staged = it->second;
+    complete = std::move(staged.complete);
     receive = staged.receive;
     if (!staged.delivered) staging = staged.staging.get();
     if (staged.persistent) {
@@ -86,6 +89,7 @@ int finish_request(MPI_Request request, const MPI_Status& status) {
       outstanding.fetch_sub(1, std::memory_order_release);
     }
   }
+  if (complete) return complete();
   return staging ? deliver(*staging, receive, status) : MPI_SUCCESS;
 }
 
@@ -109,6 +113,14 @@ int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime 
   staged_requests()[*request] = std::move(staged);
   outstanding.fetch_add(1, std::memory_order_release);
   return mpi_result;
+}
+
+void track_request(MPI_Request request, std::function<int()> complete) {
+  StagedRequest tracked;
+  tracked.complete = std::move(complete);
+  std::lock_guard<std::mutex> lock(requests_mutex);
+  staged_requests()[request] = std::move(tracked);
+  outstanding.fetch_add(1, std::memory_order_release);
 }
 
 int handle_Isend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
@@ -394,14 +406,17 @@ int handle_Request_get_status(MPI_Request request, int* flag, MPI_Status* status
   if (result != MPI_SUCCESS || !*flag) return result;
   Staging* staging = nullptr;
   bool receive = false;
+  std::function<int()> complete;
   {
     std::lock_guard<std::mutex> lock(requests_mutex);
     auto it = staged_requests().find(request);
     if (it == staged_requests().end() || !it->second.active || it->second.delivered) return MPI_SUCCESS;
     it->second.delivered = true;
+    complete = it->second.complete;
     staging = it->second.staging.get();
     receive = it->second.receive;
   }
+  if (complete) return complete();
   return deliver(*staging, receive, *st);
 }
 

@@ -6,6 +6,8 @@
 
 #include <mpi.h>
 
+#include <functional>
+
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/stats.h"
@@ -25,6 +27,13 @@ enum class Lifetime {
 // (Staging::received).
 int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime lifetime = Lifetime::kOnce,
                bool receive = false);
+
+// A request whose outputs are delivered elsewhere too: an RMA R-call on the
+// real MPI's window (rma.cc), whose results are due at the request's
+// completion or at the epoch's synchronization, whichever comes first.
+// complete() runs in the Wait or Test that completes the request (and in
+// MPI_Request_get_status when it reports completion); it must be idempotent.
+void track_request(MPI_Request request, std::function<int()> complete);
 
 // A point-to-point call with one buffer that returns a request: Isend and
 // Irecv and their kin, the persistent inits, Imrecv. pmpi(buffer) makes the

@@ -261,7 +261,9 @@ void Staging::received(const MPI_Status& status) {
   staged_.back().copy_back = std::min(staged_.back().copy_back, arrived);
 }
 
-int Staging::raise() { return raise_error(comm_, error_class_); }
+int Staging::raise() {
+  return win_ != MPI_WIN_NULL ? raise_win_error(win_, error_class_) : raise_error(comm_, error_class_);
+}
 
 int Staging::finish(int mpi_result) {
   if (mpi_result != MPI_SUCCESS) return mpi_result;  // outputs stay as they were

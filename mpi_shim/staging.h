@@ -34,6 +34,8 @@ bool extent_of_typed_blocks(int blocks, const int counts[], const int byte_displ
 class Staging {
  public:
   Staging(FunctionId id, MPI_Comm comm) : id_(id), comm_(comm) {}
+  // An RMA call on a window: failures go through the window's error handler.
+  Staging(FunctionId id, MPI_Win win) : id_(id), comm_(MPI_COMM_NULL), win_(win) {}
   ~Staging();
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
@@ -57,7 +59,8 @@ class Staging {
   bool failed() const { return error_class_ != MPI_SUCCESS; }
   // Whether any buffer was copied to host memory (host buffers never are).
   bool staged_any() const { return !staged_.empty(); }
-  // The staging failure as an MPI error class, raised through comm's handler.
+  // The staging failure as an MPI error class, raised through comm's (or the
+  // window's) handler.
   int raise();
   // Copies outputs back when the MPI call succeeded; returns its result, or
   // the error class of a failed copy.
@@ -84,6 +87,7 @@ class Staging {
 
   FunctionId id_;
   MPI_Comm comm_;
+  MPI_Win win_ = MPI_WIN_NULL;
   int error_class_ = MPI_SUCCESS;
   std::vector<Staged> staged_;
 };

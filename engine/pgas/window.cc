@@ -49,10 +49,27 @@ struct Window::Control {
 static_assert(sizeof(std::atomic<std::uint64_t>) == 8 && std::atomic<std::uint64_t>::is_always_lock_free,
               "the control block is shared between processes: its atomics must be lock-free");
 
-Status Window::create(Communicator& comm, void* base, std::size_t size, int disp_unit, std::unique_ptr<Window>* out) {
+// A dynamic window's regions, after the post and complete counters. Only the
+// owning rank writes it; origins read it as a seqlock: generation is odd
+// while a change is under way and grows by two with each attach or detach.
+struct Window::Region {
+  std::uint64_t base;  // the address in the owning process
+  std::uint64_t bytes;
+  ExportedBuffer exported;
+};
+struct Window::RegionTable {
+  std::atomic<std::uint64_t> generation;
+  std::int32_t count;
+  std::int32_t reserved;
+  Region regions[kMaxRegions];
+};
+
+Status Window::create(Communicator& comm, void* base, std::size_t size, int disp_unit, std::unique_ptr<Window>* out,
+                      bool dynamic) {
   gpu::Backend* backend = gpu::active_backend();
-  if (!backend || !comm.all_peers_mapped()) return Status::kUnavailable;
+  if (!backend || !comm.all_peers_mapped() || (dynamic && size != 0)) return Status::kUnavailable;
   std::unique_ptr<Window> window(new Window(comm, backend));
+  window->dynamic_ = dynamic;
   const int n = comm.size();
   const int me = comm.rank();
 
@@ -90,8 +107,10 @@ Status Window::create(Communicator& comm, void* base, std::size_t size, int disp
   for (std::int32_t m : everyone)
     if (!m) return Status::kUnavailable;
 
-  FERRY_CHECK(SharedSegments::create(comm.bootstrap(), backend, kControlHeaderBytes + 2 * n * sizeof(std::uint64_t),
+  const std::size_t counters = kControlHeaderBytes + 2 * n * sizeof(std::uint64_t);
+  FERRY_CHECK(SharedSegments::create(comm.bootstrap(), backend, counters + (dynamic ? sizeof(RegionTable) : 0),
                                      &window->control_));
+  if (dynamic) window->peer_regions_.resize(n);
   window->held_.assign(n, Held::kNone);
   window->posts_seen_.assign(n, 0);
   window->completes_seen_.assign(n, 0);
@@ -103,6 +122,7 @@ Status Window::create(Communicator& comm, void* base, std::size_t size, int disp
 Window::~Window() {
   for (int r = 0; r < static_cast<int>(ranks_.size()); ++r)
     if (r != rank() && ranks_[r].has_memory) comm_.peer_memory().unpin_buffer(ranks_[r].exported);
+  for (PeerRegions& peer : peer_regions_) unpin_regions(peer);
   if (stream_) backend_->stream_destroy(stream_);
   if (scratch_) backend_->device_free(scratch_);
 }
@@ -125,14 +145,117 @@ bool Window::any_lock_held() const {
   return lock_all_ || std::any_of(held_.begin(), held_.end(), [](Held h) { return h != Held::kNone; });
 }
 
-Status Window::put(const void* origin, int target, std::size_t offset, std::size_t bytes) {
-  if (bytes == 0) return Status::kOk;
-  return backend_->copy_async(target_address(target, offset), origin, bytes, stream_);
+Window::RegionTable& Window::regions(int rank) const {
+  static_assert(sizeof(Region) == 120 && sizeof(RegionTable) == 16 + 120 * kMaxRegions,
+                "the region table is shared between processes; keep its layout fixed");
+  return *reinterpret_cast<RegionTable*>(control_->segment(rank) + kControlHeaderBytes +
+                                         2 * size() * sizeof(std::uint64_t));
 }
 
-Status Window::get(void* origin, int target, std::size_t offset, std::size_t bytes) {
+Status Window::attach(void* base, std::size_t bytes) {
+  RegionTable& table = regions(rank());
+  const std::uint64_t begin = reinterpret_cast<std::uintptr_t>(base), end = begin + bytes;
+  for (int i = 0; i < table.count; ++i) {
+    const Region& r = table.regions[i];
+    if (begin < r.base + r.bytes && r.base < end) return Status::kInvalidArgument;
+  }
+  if (table.count == kMaxRegions) return Status::kOutOfMemory;
+  Region region{begin, bytes, {}};
+  if (bytes > 0) FERRY_CHECK(comm_.peer_memory().export_buffer(base, &region.exported));
+  const std::uint64_t generation = table.generation.load(std::memory_order_relaxed);
+  table.generation.store(generation + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  table.regions[table.count++] = region;
+  table.generation.store(generation + 2, std::memory_order_release);
+  return Status::kOk;
+}
+
+Status Window::detach(const void* base) {
+  RegionTable& table = regions(rank());
+  const std::uint64_t address = reinterpret_cast<std::uintptr_t>(base);
+  int found = 0;
+  while (found < table.count && table.regions[found].base != address) ++found;
+  if (found == table.count) return Status::kInvalidArgument;
+  const std::uint64_t generation = table.generation.load(std::memory_order_relaxed);
+  table.generation.store(generation + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  table.regions[found] = table.regions[--table.count];
+  table.generation.store(generation + 2, std::memory_order_release);
+  return Status::kOk;
+}
+
+void Window::unpin_regions(PeerRegions& peer) {
+  for (const KnownRegion& r : peer.regions)
+    if (r.mapped && &peer != &peer_regions_[rank()]) comm_.peer_memory().unpin_buffer(r.exported);
+  peer.regions.clear();
+}
+
+// Reads target's table anew (a consistent copy, retried while the target
+// changes it) and forgets the mappings of the old one.
+Status Window::refresh_regions(int target) {
+  PeerRegions& peer = peer_regions_[target];
+  unpin_regions(peer);
+  RegionTable& table = regions(target);
+  std::vector<KnownRegion> copy;
+  std::uint64_t before = 0;
+  wait_until([&] {
+    before = table.generation.load(std::memory_order_acquire);
+    if (before % 2) return false;
+    const int count = std::min(table.count, kMaxRegions);
+    copy.clear();
+    for (int i = 0; i < count; ++i) {
+      const Region& r = table.regions[i];
+      copy.push_back({r.base, r.bytes, r.exported, nullptr});
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return table.generation.load(std::memory_order_relaxed) == before;
+  });
+  peer.regions = std::move(copy);
+  peer.generation = before;
+  return Status::kOk;
+}
+
+Status Window::locate(int target, std::int64_t first, std::size_t bytes, char** at) {
+  *at = nullptr;
   if (bytes == 0) return Status::kOk;
-  return backend_->copy_async(origin, target_address(target, offset), bytes, stream_);
+  if (first < 0) return Status::kInvalidArgument;
+  const std::uint64_t begin = static_cast<std::uint64_t>(first), end = begin + bytes;
+  if (!dynamic_) {
+    if (end > ranks_[target].bytes) return Status::kInvalidArgument;
+    *at = static_cast<char*>(ranks_[target].mapped) + begin;
+    return Status::kOk;
+  }
+  PeerRegions& peer = peer_regions_[target];
+  if (regions(target).generation.load(std::memory_order_acquire) != peer.generation)
+    FERRY_CHECK(refresh_regions(target));
+  for (KnownRegion& r : peer.regions) {
+    if (begin < r.base || end > r.base + r.bytes) continue;
+    if (!r.mapped) {
+      if (target == rank())
+        r.mapped = reinterpret_cast<void*>(static_cast<std::uintptr_t>(r.base));
+      else
+        FERRY_CHECK(comm_.peer_memory().pin_buffer(r.exported, &r.mapped));
+    }
+    *at = static_cast<char*>(r.mapped) + (begin - r.base);
+    return Status::kOk;
+  }
+  return Status::kInvalidArgument;
+}
+
+Status Window::put(const void* origin, char* at, const Segment* segments, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const Segment& s = segments[i];
+    if (s.bytes) FERRY_CHECK(backend_->copy_async(at + s.target, static_cast<const char*>(origin) + s.origin, s.bytes, stream_));
+  }
+  return Status::kOk;
+}
+
+Status Window::get(void* origin, const char* at, const Segment* segments, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const Segment& s = segments[i];
+    if (s.bytes) FERRY_CHECK(backend_->copy_async(static_cast<char*>(origin) + s.origin, at + s.target, s.bytes, stream_));
+  }
+  return Status::kOk;
 }
 
 Status Window::flush() { return backend_->stream_synchronize(stream_); }
@@ -199,33 +322,42 @@ class AccumulateLock {
 
 }  // namespace
 
-Status Window::accumulate(const void* origin, void* result, int target, std::size_t offset, std::size_t count,
-                          std::size_t element_bytes, DataType type, AccumulateOp op) {
-  const std::size_t bytes = count * element_bytes;
-  if (bytes == 0) return Status::kOk;
-  char* at = target_address(target, offset);
+Status Window::accumulate(const void* origin, void* result, int target, char* at, const Segment* segments,
+                          std::size_t count, std::size_t element_bytes, DataType type, AccumulateOp op) {
+  std::size_t largest = 0;
+  for (std::size_t i = 0; i < count; ++i) largest = std::max(largest, segments[i].bytes);
+  if (largest == 0) return Status::kOk;
+  // Reserved for the largest segment up front: the scratch must not move
+  // while earlier segments still use it on the stream.
+  if (op.kind == AccumulateOp::kReduce) FERRY_CHECK(reserve_scratch(2 * ((largest + 15) / 16 * 16)));
+  // One lock for every segment: the whole operation is one atomic update.
   AccumulateLock lock(control(target).accumulate_lock);
   // Earlier puts to the same place must land first (MPI orders them).
   FERRY_CHECK(flush());
-  if (result) FERRY_CHECK(backend_->copy_async(result, at, bytes, stream_));
-  switch (op.kind) {
-    case AccumulateOp::kNoOp:
-      break;
-    case AccumulateOp::kReplace:
-      FERRY_CHECK(backend_->copy_async(at, origin, bytes, stream_));
-      break;
-    case AccumulateOp::kReduce:
-      FERRY_CHECK(reduce_into(at, origin, count, element_bytes, type, op.reduce));
-      break;
+  for (std::size_t i = 0; i < count; ++i) {
+    const Segment& s = segments[i];
+    if (s.bytes == 0) continue;
+    char* here = at + s.target;
+    const char* from = static_cast<const char*>(origin) + s.origin;
+    if (result) FERRY_CHECK(backend_->copy_async(static_cast<char*>(result) + s.result, here, s.bytes, stream_));
+    switch (op.kind) {
+      case AccumulateOp::kNoOp:
+        break;
+      case AccumulateOp::kReplace:
+        FERRY_CHECK(backend_->copy_async(here, from, s.bytes, stream_));
+        break;
+      case AccumulateOp::kReduce:
+        FERRY_CHECK(reduce_into(here, from, s.bytes / element_bytes, element_bytes, type, op.reduce));
+        break;
+    }
   }
   return flush();
 }
 
-Status Window::compare_and_swap(const void* origin, const void* compare, void* result, int target,
-                                std::size_t offset, std::size_t element_bytes) {
+Status Window::compare_and_swap(const void* origin, const void* compare, void* result, int target, char* at,
+                                std::size_t element_bytes) {
   unsigned char old_value[16], compare_value[16], new_value[16];
   if (element_bytes > sizeof(old_value)) return Status::kInvalidArgument;
-  char* at = target_address(target, offset);
   AccumulateLock lock(control(target).accumulate_lock);
   FERRY_CHECK(flush());
   FERRY_CHECK(backend_->copy(old_value, at, element_bytes));

@@ -3,8 +3,10 @@
 // out of the peer's memory and an accumulate is a reduction kernel on it.
 // Synchronization lives in a small host shared-memory block per rank: the
 // passive-target lock word, the accumulate lock, and the post and complete
-// counters of general active-target epochs. MPI-free: mpi_shim/rma.cc maps
-// the MPI calls onto this.
+// counters of general active-target epochs. A dynamic window has no memory
+// of its own: each rank attaches device regions, listed in its control block
+// with a generation counter, and origins map a region when they first reach
+// it. MPI-free: mpi_shim/rma.cc maps the MPI calls onto this.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +16,7 @@
 
 #include "engine/collectives/communicator.h"
 #include "engine/common/types.h"
+#include "engine/transport/p2p.h"
 
 namespace ferry {
 
@@ -25,11 +28,24 @@ struct AccumulateOp {
 
 class Window {
  public:
+  // Regions one rank of a dynamic window can have attached at once.
+  static constexpr int kMaxRegions = 64;
+
+  // One piece of an operation: the bytes at origin + origin (and at result +
+  // result) pair with those at the target location + target.
+  struct Segment {
+    std::ptrdiff_t origin;
+    std::ptrdiff_t result;
+    std::size_t target;
+    std::size_t bytes;
+  };
+
   // Collective over comm's ranks, which must all map each other's device
   // memory. base is this rank's window memory (device memory of the active
-  // backend), or null with size 0.
+  // backend), or null with size 0. A dynamic window has none (size 0 on
+  // every rank): memory comes with attach().
   static Status create(Communicator& comm, void* base, std::size_t size, int disp_unit,
-                       std::unique_ptr<Window>* out);
+                       std::unique_ptr<Window>* out, bool dynamic = false);
   // Not collective: call close() on every rank first.
   ~Window();
   Window(const Window&) = delete;
@@ -58,17 +74,32 @@ class Window {
   bool lock_all_held() const { return lock_all_; }
   bool any_lock_held() const;
 
-  // Data movement; the target range has been checked against bytes(target).
-  // Puts and gets complete at the next flush or synchronization.
-  Status put(const void* origin, int target, std::size_t offset, std::size_t bytes);
-  Status get(void* origin, int target, std::size_t offset, std::size_t bytes);
-  // Element-wise atomic with respect to every other accumulate on the
-  // window: result (if not null) receives the target's elements from
-  // before; op then combines origin into them. Completes before returning.
-  Status accumulate(const void* origin, void* result, int target, std::size_t offset, std::size_t count,
-                    std::size_t element_bytes, DataType type, AccumulateOp op);
+  bool dynamic() const { return dynamic_; }
+  // Dynamic windows: this rank's device memory [base, base + bytes) becomes
+  // reachable at its own address. kInvalidArgument when it overlaps an
+  // attached region, kOutOfMemory when kMaxRegions are attached already.
+  Status attach(void* base, std::size_t bytes);
+  // kInvalidArgument when no attached region starts at base.
+  Status detach(const void* base);
+
+  // Where the bytes [first, first + bytes) of target's window lie in this
+  // process: first is an offset into its window memory or, in a dynamic
+  // window, an address in one region attached at the target.
+  // kInvalidArgument when the range lies outside; *at is null when bytes is 0.
+  Status locate(int target, std::int64_t first, std::size_t bytes, char** at);
+
+  // Data movement at a location from locate(). Puts and gets are queued
+  // segment by segment and complete at the next flush or synchronization.
+  Status put(const void* origin, char* at, const Segment* segments, std::size_t count);
+  Status get(void* origin, const char* at, const Segment* segments, std::size_t count);
+  // Atomic with respect to every other accumulate on target, over all the
+  // segments together: result (if not null) receives the target's elements
+  // from before; op then combines origin into them. Segments are whole
+  // elements. Completes before returning.
+  Status accumulate(const void* origin, void* result, int target, char* at, const Segment* segments,
+                    std::size_t count, std::size_t element_bytes, DataType type, AccumulateOp op);
   // Atomically: result = target element; if it equals compare, it becomes origin.
-  Status compare_and_swap(const void* origin, const void* compare, void* result, int target, std::size_t offset,
+  Status compare_and_swap(const void* origin, const void* compare, void* result, int target, char* at,
                           std::size_t element_bytes);
 
   // Completes every operation this rank issued (locally and at the targets).
@@ -99,12 +130,25 @@ class Window {
   };
   enum class Held : std::uint8_t { kNone, kShared, kExclusive };
   struct Control;
+  struct Region;
+  struct RegionTable;
+  // A dynamic window's regions at one target, as this rank last read them.
+  struct KnownRegion {
+    std::uint64_t base;
+    std::uint64_t bytes;
+    ExportedBuffer exported;
+    void* mapped;  // pinned on first use; null before
+  };
+  struct PeerRegions {
+    std::uint64_t generation = ~std::uint64_t{0};
+    std::vector<KnownRegion> regions;
+  };
 
   Window(Communicator& comm, gpu::Backend* backend) : comm_(comm), backend_(backend) {}
   Control& control(int rank) const;
-  char* target_address(int target, std::size_t offset) const {
-    return static_cast<char*>(ranks_[target].mapped) + offset;
-  }
+  RegionTable& regions(int rank) const;
+  Status refresh_regions(int target);
+  void unpin_regions(PeerRegions& peer);
   Status reserve_scratch(std::size_t bytes);
   // at[i] = at[i] op origin[i] on the device; the caller holds the target's
   // accumulate lock.
@@ -118,6 +162,8 @@ class Window {
   std::unique_ptr<SharedSegments> control_;
   void* scratch_ = nullptr;
   std::size_t scratch_bytes_ = 0;
+  bool dynamic_ = false;
+  std::vector<PeerRegions> peer_regions_;  // dynamic windows, per target
 
   bool fence_epoch_ = false;
   bool lock_all_ = false;

@@ -6,8 +6,9 @@
 // origin buffers; every synchronization mode (fence, post/start/complete/
 // wait/test, lock/unlock, lock_all, flush); accumulates and exclusive locks
 // checked for atomicity under contention; the predefined window attributes;
-// the error classes of bad calls; host windows beside device windows; a
-// window over a sub-communicator.
+// the error classes of bad calls; host windows beside device windows; host
+// windows reached with device origin and result buffers (staged); a window
+// over a sub-communicator.
 //
 // Window memory is read and written only through suite_memcpy (and through
 // MPI), as real GPU memory would have to be.
@@ -18,98 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "rma_common.h"
 #include "suite.h"
 
 namespace {
 
 using namespace suite;
-
-// How a case gets its window.
-enum class Flavor { allocate, allocate_shared, create };
-
-const char* flavor_name(Flavor flavor) {
-  switch (flavor) {
-    case Flavor::allocate: return "MPI_Win_allocate";
-    case Flavor::allocate_shared: return "MPI_Win_allocate_shared";
-    case Flavor::create: return "MPI_Win_create";
-  }
-  return "?";
-}
-
-// A window of `count` elements of T per rank, in device memory, holding
-// `initial` after construction.
-template <class T>
-class DeviceWindow {
- public:
-  DeviceWindow(Flavor flavor, size_t count, const std::vector<T>& initial, MPI_Comm comm, const Case& what)
-      : flavor_(flavor), count_(count) {
-    MPI_Info info;
-    MPI_Info_create(&info);
-    MPI_Info_set(info, "mpi_memory_alloc_kinds", "cuda:device");
-    const MPI_Aint bytes = MPI_Aint(count * sizeof(T));
-    switch (flavor) {
-      case Flavor::allocate:
-        check_mpi(MPI_Win_allocate(bytes, sizeof(T), info, comm, &base_, &win_), what);
-        disp_unit_ = sizeof(T);
-        break;
-      case Flavor::allocate_shared:
-        check_mpi(MPI_Win_allocate_shared(bytes, sizeof(T), info, comm, &base_, &win_), what);
-        disp_unit_ = sizeof(T);
-        break;
-      case Flavor::create:
-        // Three bytes past the allocation: no alignment is assumed; the
-        // displacement unit is one byte.
-        owned_ = static_cast<char*>(suite_device_malloc(bytes + 3));
-        base_ = owned_ + 3;
-        check_mpi(MPI_Win_create(base_, bytes, 1, info, comm, &win_), what);
-        disp_unit_ = 1;
-        break;
-    }
-    MPI_Info_free(&info);
-    MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN);
-    write(initial);
-    // Everyone's initial contents are in place before anyone reaches them.
-    MPI_Barrier(comm);
-  }
-  ~DeviceWindow() {
-    MPI_Win_free(&win_);
-    if (owned_) suite_device_free(owned_);
-  }
-
-  MPI_Win win() const { return win_; }
-  void* base() const { return base_; }
-  int disp_unit() const { return disp_unit_; }
-  // The displacement of element i at any rank.
-  MPI_Aint disp(size_t i) const { return MPI_Aint(i * sizeof(T) / size_t(disp_unit_)); }
-  std::vector<T> read() const {
-    std::vector<T> values(count_);
-    if (count_) suite_memcpy(values.data(), base_, count_ * sizeof(T));
-    return values;
-  }
-  void write(const std::vector<T>& values) {
-    if (count_) suite_memcpy(base_, values.data(), count_ * sizeof(T));
-  }
-
- private:
-  Flavor flavor_;
-  size_t count_;
-  void* base_ = nullptr;
-  char* owned_ = nullptr;
-  MPI_Win win_ = MPI_WIN_NULL;
-  int disp_unit_ = 1;
-};
-
-constexpr Flavor kFlavors[] = {Flavor::allocate, Flavor::allocate_shared, Flavor::create};
-
-template <class T>
-MPI_Datatype mpi_type() {
-  if constexpr (std::is_same_v<T, int>) return MPI_INT;
-  if constexpr (std::is_same_v<T, long>) return MPI_LONG;
-  if constexpr (std::is_same_v<T, int64_t>) return MPI_INT64_T;
-  if constexpr (std::is_same_v<T, uint32_t>) return MPI_UINT32_T;
-  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
-  if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
-}
 
 Memory origin_memory(uint64_t case_id, int rank) { return (case_id + rank) % 2 ? Memory::host : Memory::device; }
 
@@ -524,6 +439,121 @@ void host_window_beside_device_window() {
   MPI_Win_free(&win);
 }
 
+
+// A host window (the real MPI's) reached with device origin and result
+// buffers, which Ferry stages through host memory: results must be in the
+// device buffers once the synchronization (fence, flush, flush_all, unlock)
+// or the request's completion says so, and not a moment later.
+void host_window_device_buffers() {
+  const int rank = world_rank(), ranks = world_size();
+  const uint64_t id = next_case_id();
+  Case what{"MPI_Win_create on host memory, device origin and result buffers", "MPI_INT64_T"};
+  const size_t count = 101;
+  const int right = (rank + 1) % ranks, left = (rank + ranks - 1) % ranks;
+  auto initial = [&](int r) { return random_values<int64_t>(count, id, r, Values::small); };
+  std::vector<int64_t> host = initial(rank);
+  MPI_Win win;
+  check_mpi(MPI_Win_create(host.data(), MPI_Aint(count * sizeof(int64_t)), sizeof(int64_t), MPI_INFO_NULL,
+                           MPI_COMM_WORLD, &win),
+            what);
+  MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+
+  // Fence epoch: a put of 31 elements at 5, an accumulate of 29 at 40, and a
+  // get of 23 of the left neighbour's elements from 75 (odd counts, offsets).
+  Case fence_case = what;
+  fence_case.detail = "fence";
+  const std::vector<int64_t> sent = random_values<int64_t>(31, id + 1, rank, Values::small);
+  const std::vector<int64_t> added = random_values<int64_t>(29, id + 2, rank, Values::small);
+  Buffer put_origin = make_buffer(sent, Memory::device, 8);
+  Buffer acc_origin = make_buffer(added, Memory::device, 8);
+  Buffer fetched = make_buffer(poisoned<int64_t>(23), Memory::device, 8);
+  check_mpi(MPI_Win_fence(0, win), fence_case);
+  check_mpi(MPI_Put(put_origin.data(), 31, MPI_INT64_T, right, 5, 31, MPI_INT64_T, win), fence_case);
+  check_mpi(MPI_Accumulate(acc_origin.data(), 29, MPI_INT64_T, right, 40, 29, MPI_INT64_T, MPI_SUM, win),
+            fence_case);
+  check_mpi(MPI_Get(fetched.data(), 23, MPI_INT64_T, left, 75, 23, MPI_INT64_T, win), fence_case);
+  check_mpi(MPI_Win_fence(0, win), fence_case);
+  std::vector<int64_t> expected = initial(rank);
+  {
+    const std::vector<int64_t> s = random_values<int64_t>(31, id + 1, left, Values::small);
+    const std::vector<int64_t> a = random_values<int64_t>(29, id + 2, left, Values::small);
+    std::copy(s.begin(), s.end(), expected.begin() + 5);
+    for (size_t i = 0; i < a.size(); ++i) expected[40 + i] += a[i];
+  }
+  const std::vector<int64_t> left_initial = initial(left);
+  expect_buffer(fence_case, fetched, std::vector<int64_t>(left_initial.begin() + 75, left_initial.begin() + 98));
+  check_mpi(MPI_Win_fence(MPI_MODE_NOSUCCEED, win), fence_case);
+  expect_values(fence_case, expected, host);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  // Lock epoch on the right neighbour: fetch-and-op, compare-and-swap and a
+  // get, checked after MPI_Win_flush and before the unlock; an MPI_Rget
+  // checked after its MPI_Wait; an MPI_Rput completed by the unlock.
+  Case lock_case = what;
+  lock_case.detail = "lock/flush";
+  const std::vector<int64_t> right_before = [&] {
+    std::vector<int64_t> w = initial(right);
+    const std::vector<int64_t> s = random_values<int64_t>(31, id + 1, rank, Values::small);
+    const std::vector<int64_t> a = random_values<int64_t>(29, id + 2, rank, Values::small);
+    std::copy(s.begin(), s.end(), w.begin() + 5);
+    for (size_t i = 0; i < a.size(); ++i) w[40 + i] += a[i];
+    return w;
+  }();
+  Buffer one = make_buffer(std::vector<int64_t>{1000 + rank}, Memory::device);
+  Buffer old_value = make_buffer(poisoned<int64_t>(1), Memory::device);
+  Buffer compare = make_buffer(std::vector<int64_t>{right_before[3]}, Memory::device);
+  Buffer swapped_in = make_buffer(std::vector<int64_t>{-7}, Memory::device);
+  Buffer swapped_out = make_buffer(poisoned<int64_t>(1), Memory::device);
+  Buffer got = make_buffer(poisoned<int64_t>(9), Memory::device, 8);
+  Buffer requested = make_buffer(poisoned<int64_t>(11), Memory::device, 8);
+  const std::vector<int64_t> rput_data = random_values<int64_t>(4, id + 3, rank, Values::small);
+  Buffer rput_origin = make_buffer(rput_data, Memory::device, 8);
+  check_mpi(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, win), lock_case);
+  check_mpi(MPI_Fetch_and_op(one.data(), old_value.data(), MPI_INT64_T, right, 1, MPI_SUM, win), lock_case);
+  check_mpi(MPI_Compare_and_swap(swapped_in.data(), compare.data(), swapped_out.data(), MPI_INT64_T, right, 3, win),
+            lock_case);
+  check_mpi(MPI_Get(got.data(), 9, MPI_INT64_T, right, 60, 9, MPI_INT64_T, win), lock_case);
+  check_mpi(MPI_Win_flush(right, win), lock_case);
+  expect_buffer(lock_case, old_value, std::vector<int64_t>{right_before[1]});
+  expect_buffer(lock_case, swapped_out, std::vector<int64_t>{right_before[3]});
+  expect_buffer(lock_case, got, std::vector<int64_t>(right_before.begin() + 60, right_before.begin() + 69));
+  MPI_Request request;
+  check_mpi(MPI_Rget(requested.data(), 11, MPI_INT64_T, right, 20, 11, MPI_INT64_T, win, &request), lock_case);
+  check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), lock_case);
+  Case rget_case = lock_case;
+  rget_case.detail = "MPI_Rget + MPI_Wait";
+  expect_buffer(rget_case, requested, std::vector<int64_t>(right_before.begin() + 20, right_before.begin() + 31));
+  check_mpi(MPI_Rput(rput_origin.data(), 4, MPI_INT64_T, right, 70, 4, MPI_INT64_T, win, &request), lock_case);
+  check_mpi(MPI_Win_unlock(right, win), lock_case);
+  check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), lock_case);
+  MPI_Barrier(MPI_COMM_WORLD);
+  expected[1] += 1000 + left;
+  expected[3] = -7;
+  const std::vector<int64_t> from_left = random_values<int64_t>(4, id + 3, left, Values::small);
+  std::copy(from_left.begin(), from_left.end(), expected.begin() + 70);
+  expect_values(lock_case, expected, host);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  // lock_all: a get from every rank, completed by MPI_Win_flush_all.
+  Case all_case = what;
+  all_case.detail = "lock_all/flush_all";
+  std::vector<Buffer> everyone;
+  for (int r = 0; r < ranks; ++r) everyone.push_back(make_buffer(poisoned<int64_t>(3), Memory::device));
+  check_mpi(MPI_Win_lock_all(0, win), all_case);
+  for (int r = 0; r < ranks; ++r)
+    check_mpi(MPI_Get(everyone[r].data(), 3, MPI_INT64_T, r, 69, 3, MPI_INT64_T, win), all_case);
+  check_mpi(MPI_Win_flush_all(win), all_case);
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<int64_t> theirs = initial(r);
+    const std::vector<int64_t> p = random_values<int64_t>(4, id + 3, (r + ranks - 1) % ranks, Values::small);
+    std::copy(p.begin(), p.end(), theirs.begin() + 70);
+    expect_buffer(all_case, everyone[r], std::vector<int64_t>(theirs.begin() + 69, theirs.begin() + 72));
+  }
+  check_mpi(MPI_Win_unlock_all(win), all_case);
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Win_free(&win);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -551,5 +581,6 @@ int main(int argc, char** argv) {
   shared_query();
   bad_calls();
   host_window_beside_device_window();
+  host_window_device_buffers();
   return finish();
 }
