@@ -1,0 +1,249 @@
+/* GPU-initiated one-sided communication on MPI windows.
+ *
+ * A device window (MPI_Win_allocate with info mpi_memory_alloc_kinds =
+ * cuda:device, or MPI_Win_create on device memory) maps every rank's window
+ * memory into every GPU. ferry_win_device_handle gives a kernel that map:
+ *
+ *   ferry_window_device_t w;
+ *   ferry_win_device_handle(win, &w);      // collective, the first time per window
+ *   my_kernel<<<grid, block>>>(w, ...);    // pass by value
+ *
+ * and, in the kernel, the calls below: put/get (thread, warp and block
+ * forms), single elements (p/g), atomics on a peer's window memory, signals
+ * (a 64-bit word of the target's window memory set or added to after the
+ * data before it is visible) with wait_until, fence/quiet, and a barrier
+ * over the window's ranks. Offsets are bytes into the target's window
+ * memory. Every peer of a window is reachable today (windows need all ranks
+ * on one machine with peer access); reachable() says so per rank, and a call
+ * to an unreachable peer traps with a message.
+ *
+ * Ordering: put/p/atomics from one thread to one target are not ordered with
+ * each other until fence(); signal() orders everything the calling thread
+ * (for block and warp forms: the whole block or warp) wrote before it.
+ * quiet() completes every earlier write of the calling thread everywhere. */
+#ifndef FERRY_DEVICE_H
+#define FERRY_DEVICE_H
+
+#include <mpi.h>
+
+#include "ferry/device_handle.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Fills *handle for win. Collective over the window's ranks the first time
+ * it is called for a window; cheap afterwards. The handle stays valid until
+ * MPI_Win_free. Returns an MPI error code (MPI_ERR_WIN: not a device window),
+ * raised through the window's error handler. */
+int ferry_win_device_handle(MPI_Win win, ferry_window_device_t* handle);
+
+#ifdef __cplusplus
+}
+#endif
+
+#if defined(__CUDACC__)
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+
+namespace ferry::device {
+
+enum class SignalOp { kSet, kAdd };
+enum class Compare { kEq, kNe, kGt, kGe, kLt, kLe };
+
+__device__ __forceinline__ bool reachable(const ferry_window_device_t& w, int rank) {
+  return rank >= 0 && rank < w.size && w.peers[rank] != nullptr;
+}
+
+// rank's window memory at offset, as this GPU reaches it.
+__device__ __forceinline__ char* address(const ferry_window_device_t& w, int rank, std::size_t offset) {
+  char* base = static_cast<char*>(w.peers[rank]);
+  if (base == nullptr) {
+    printf("ferry: window rank %d is not reachable from this GPU\n", rank);
+    __trap();
+  }
+  return base + offset;
+}
+
+// ---- Bulk data ----------------------------------------------------------
+
+namespace detail {
+
+// Copies bytes with `lanes` cooperating threads, this one being `lane`.
+__device__ __forceinline__ void copy(char* dst, const char* src, std::size_t bytes, unsigned lane, unsigned lanes) {
+  const bool vectorizable = (reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src)) % 16 == 0;
+  std::size_t done = 0;
+  if (vectorizable) {
+    const std::size_t vectors = bytes / 16;
+    for (std::size_t i = lane; i < vectors; i += lanes)
+      reinterpret_cast<int4*>(dst)[i] = reinterpret_cast<const int4*>(src)[i];
+    done = vectors * 16;
+  }
+  for (std::size_t i = done + lane; i < bytes; i += lanes) dst[i] = src[i];
+}
+
+__device__ __forceinline__ unsigned lane_in_block() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+
+}  // namespace detail
+
+// One thread copies bytes from src (this GPU's memory) to rank's window.
+__device__ __forceinline__ void put(const ferry_window_device_t& w, int rank, std::size_t offset, const void* src,
+                                    std::size_t bytes) {
+  detail::copy(address(w, rank, offset), static_cast<const char*>(src), bytes, 0, 1);
+}
+// The 32 threads of a warp copy together; all must call with the same arguments.
+__device__ __forceinline__ void put_warp(const ferry_window_device_t& w, int rank, std::size_t offset,
+                                         const void* src, std::size_t bytes) {
+  detail::copy(address(w, rank, offset), static_cast<const char*>(src), bytes, threadIdx.x % 32, 32);
+  __threadfence_system();
+  __syncwarp();
+}
+// Every thread of the block copies together; all must call with the same arguments.
+__device__ __forceinline__ void put_block(const ferry_window_device_t& w, int rank, std::size_t offset,
+                                          const void* src, std::size_t bytes) {
+  const unsigned threads = blockDim.x * blockDim.y * blockDim.z;
+  detail::copy(address(w, rank, offset), static_cast<const char*>(src), bytes, detail::lane_in_block(), threads);
+  __threadfence_system();
+  __syncthreads();
+}
+
+__device__ __forceinline__ void get(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
+                                    std::size_t bytes) {
+  detail::copy(static_cast<char*>(dst), address(w, rank, offset), bytes, 0, 1);
+}
+__device__ __forceinline__ void get_warp(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
+                                         std::size_t bytes) {
+  detail::copy(static_cast<char*>(dst), address(w, rank, offset), bytes, threadIdx.x % 32, 32);
+  __syncwarp();
+}
+__device__ __forceinline__ void get_block(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
+                                          std::size_t bytes) {
+  const unsigned threads = blockDim.x * blockDim.y * blockDim.z;
+  detail::copy(static_cast<char*>(dst), address(w, rank, offset), bytes, detail::lane_in_block(), threads);
+  __syncthreads();
+}
+
+// ---- Single elements ------------------------------------------------------
+
+template <typename T>
+__device__ __forceinline__ void p(const ferry_window_device_t& w, int rank, std::size_t offset, T value) {
+  *reinterpret_cast<volatile T*>(address(w, rank, offset)) = value;
+}
+template <typename T>
+__device__ __forceinline__ T g(const ferry_window_device_t& w, int rank, std::size_t offset) {
+  return *reinterpret_cast<volatile T*>(address(w, rank, offset));
+}
+
+// ---- Atomics (system scope: every GPU and the host see one order) ---------
+
+// T: int, unsigned, unsigned long long, float, double.
+template <typename T>
+__device__ __forceinline__ T fetch_add(const ferry_window_device_t& w, int rank, std::size_t offset, T value) {
+  return atomicAdd_system(reinterpret_cast<T*>(address(w, rank, offset)), value);
+}
+template <typename T>
+__device__ __forceinline__ void atomic_add(const ferry_window_device_t& w, int rank, std::size_t offset, T value) {
+  (void)fetch_add(w, rank, offset, value);
+}
+// T: int, unsigned, unsigned long long. Returns the old value.
+template <typename T>
+__device__ __forceinline__ T compare_swap(const ferry_window_device_t& w, int rank, std::size_t offset, T compare,
+                                          T value) {
+  return atomicCAS_system(reinterpret_cast<T*>(address(w, rank, offset)), compare, value);
+}
+
+// ---- Ordering --------------------------------------------------------------
+
+// Orders this thread's earlier writes before its later ones, at every target.
+__device__ __forceinline__ void fence() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+// Completes this thread's earlier writes: peer stores over NVLink are done
+// once ordered, so quiet is a system fence as well.
+__device__ __forceinline__ void quiet() { __threadfence_system(); }
+
+// ---- Signals ---------------------------------------------------------------
+
+namespace detail {
+
+// One release store or add at system scope: the write carries the order of
+// everything this thread wrote before it, with no separate full fence.
+__device__ __forceinline__ void store_release(unsigned long long* word, unsigned long long value) {
+  asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
+}
+__device__ __forceinline__ void add_release(unsigned long long* word, unsigned long long value) {
+  asm volatile("red.release.sys.add.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
+}
+__device__ __forceinline__ unsigned long long load_acquire(const unsigned long long* word) {
+  unsigned long long value;
+  asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(value) : "l"(word) : "memory");
+  return value;
+}
+
+}  // namespace detail
+
+// Sets or adds to the 64-bit word at offset in rank's window, after this
+// thread's earlier writes are visible there.
+__device__ __forceinline__ void signal(const ferry_window_device_t& w, int rank, std::size_t offset,
+                                       unsigned long long value, SignalOp op = SignalOp::kSet) {
+  auto* word = reinterpret_cast<unsigned long long*>(address(w, rank, offset));
+  if (op == SignalOp::kSet)
+    detail::store_release(word, value);
+  else
+    detail::add_release(word, value);
+}
+
+// put, then signal once the data is visible: one thread.
+__device__ __forceinline__ void put_signal(const ferry_window_device_t& w, int rank, std::size_t offset,
+                                           const void* src, std::size_t bytes, std::size_t signal_offset,
+                                           unsigned long long value, SignalOp op = SignalOp::kSet) {
+  put(w, rank, offset, src, bytes);
+  signal(w, rank, signal_offset, value, op);
+}
+
+// Waits until the 64-bit word at offset in this rank's window compares true
+// against value; returns the word's value then. Reads after it see
+// everything the signalling thread wrote before its signal.
+__device__ __forceinline__ unsigned long long wait_until(const ferry_window_device_t& w, std::size_t offset,
+                                                         Compare compare, unsigned long long value) {
+  const auto* word = reinterpret_cast<const unsigned long long*>(address(w, w.rank, offset));
+  for (;;) {
+    const unsigned long long seen = detail::load_acquire(word);
+    bool done = false;
+    switch (compare) {
+      case Compare::kEq: done = seen == value; break;
+      case Compare::kNe: done = seen != value; break;
+      case Compare::kGt: done = seen > value; break;
+      case Compare::kGe: done = seen >= value; break;
+      case Compare::kLt: done = seen < value; break;
+      case Compare::kLe: done = seen <= value; break;
+    }
+    if (done) return seen;
+  }
+}
+
+// ---- Barrier over the window's ranks ------------------------------------------
+
+// Called by every thread of one block on every rank (one block per rank at a
+// time); returns once every rank has entered, with every write made before
+// the barrier visible everywhere.
+__device__ __forceinline__ void barrier_block(const ferry_window_device_t& w) {
+  __threadfence_system();
+  __syncthreads();
+  if (detail::lane_in_block() == 0) {
+    unsigned long long* mine = w.sync[w.rank];
+    const unsigned long long epoch = mine[1] + 1;
+    mine[1] = epoch;
+    for (int r = 0; r < w.size; ++r) atomicAdd_system(&w.sync[r][0], 1ULL);
+    while (*reinterpret_cast<volatile unsigned long long*>(&mine[0]) < epoch * static_cast<unsigned>(w.size)) {
+    }
+    __threadfence_system();
+  }
+  __syncthreads();
+}
+
+}  // namespace ferry::device
+#endif /* __CUDACC__ */
+
+#endif /* FERRY_DEVICE_H */
