@@ -4,16 +4,82 @@
 
 #include <cstring>
 #include <set>
+#include <string>
 
 namespace ferry {
+namespace {
+
+// Mappings are shared by every PeerMemory of the process (one per engine
+// communicator, one per window's), because CUDA maps an IPC handle at most
+// once per process: a second open of a mapped handle fails.
+class SharedImports {
+ public:
+  Status open(const ExportedBuffer& in, void** base) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const Key key = key_of(in.handle);
+    auto it = imports_.find(key);
+    if (it != imports_.end()) {
+      if (it->second.pid == in.pid && it->second.allocation_id == in.allocation_id) {
+        ++it->second.references;
+        *base = it->second.base;
+        return Status::kOk;
+      }
+      // The handle of a freed allocation now names a new one. Whoever still
+      // holds the old mapping holds freed memory: close it, so the new
+      // allocation can be mapped; their release becomes a no-op.
+      close_mapping(it->second);
+      imports_.erase(it);
+    }
+    gpu::Backend* backend = gpu::owner_backend({gpu::MemoryKind::kDevice, in.handle.owner});
+    if (!backend) return Status::kUnavailable;
+    FERRY_CHECK(backend->ipc_import(in.handle, base));
+    imports_[key] = Shared{in.pid, in.allocation_id, *base, in.handle.owner, 1};
+    return Status::kOk;
+  }
+
+  void release(const gpu::IpcHandle& handle, std::int32_t pid, std::uint64_t allocation_id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = imports_.find(key_of(handle));
+    if (it == imports_.end() || it->second.pid != pid || it->second.allocation_id != allocation_id) return;
+    if (--it->second.references > 0) return;
+    close_mapping(it->second);
+    imports_.erase(it);
+  }
+
+ private:
+  using Key = std::pair<gpu::BackendKind, std::string>;
+  struct Shared {
+    std::int32_t pid;
+    std::uint64_t allocation_id;
+    void* base;
+    gpu::BackendKind owner;
+    int references;
+  };
+  static Key key_of(const gpu::IpcHandle& handle) {
+    return {handle.owner, std::string(reinterpret_cast<const char*>(handle.bytes), sizeof(handle.bytes))};
+  }
+  static void close_mapping(const Shared& shared) {
+    if (gpu::Backend* backend = gpu::owner_backend({gpu::MemoryKind::kDevice, shared.owner}))
+      backend->ipc_close(shared.base);
+  }
+
+  std::mutex mutex_;
+  std::map<Key, Shared> imports_;
+};
+
+SharedImports& shared_imports() {
+  static auto* imports = new SharedImports;  // outlives every PeerMemory
+  return *imports;
+}
+
+}  // namespace
 
 PeerMemory::~PeerMemory() {
   while (!imports_.empty()) close_import(imports_.begin());
 }
 
 void PeerMemory::close_import(std::map<ImportKey, Import>::iterator it) {
-  if (gpu::Backend* backend = gpu::owner_backend({gpu::MemoryKind::kDevice, it->second.owner}))
-    backend->ipc_close(it->second.base);
+  shared_imports().release(it->second.handle, it->first.pid, it->first.allocation_id);
   lru_.erase(it->second.lru);
   imports_.erase(it);
 }
@@ -76,8 +142,6 @@ Status PeerMemory::import_locked(const ExportedBuffer* buffers, std::size_t coun
     const ImportKey key{in.pid, in.allocation_id};
     auto it = imports_.find(key);
     if (it == imports_.end()) {
-      gpu::Backend* backend = gpu::owner_backend({gpu::MemoryKind::kDevice, in.handle.owner});
-      if (!backend) return Status::kUnavailable;
       if (in.offset >= in.handle.size) return Status::kInvalidArgument;
       if (imports_.size() >= kMaxImports) {
         for (auto oldest = lru_.rbegin(); oldest != lru_.rend(); ++oldest) {
@@ -87,9 +151,9 @@ Status PeerMemory::import_locked(const ExportedBuffer* buffers, std::size_t coun
         }
       }
       void* base = nullptr;
-      FERRY_CHECK(backend->ipc_import(in.handle, &base));
+      FERRY_CHECK(shared_imports().open(in, &base));
       lru_.push_front(key);
-      it = imports_.emplace(key, Import{base, in.handle.owner, lru_.begin(), 0}).first;
+      it = imports_.emplace(key, Import{base, in.handle, lru_.begin(), 0}).first;
       FERRY_TRACE(Transport, "mapped allocation %llu of process %d (%llu bytes) at %p",
                   static_cast<unsigned long long>(in.allocation_id), in.pid,
                   static_cast<unsigned long long>(in.handle.size), base);

@@ -71,7 +71,7 @@ class PeerMemory {
   };
   struct Import {
     void* base;
-    gpu::BackendKind owner;
+    gpu::IpcHandle handle;
     std::list<ImportKey>::iterator lru;
     int pins;
   };
