@@ -1,7 +1,11 @@
 // CUDA backend, compiled when the CUDA toolkit is found. Runtime API for
 // allocation, copies, streams, events and IPC; pointer classification goes
 // through the driver already loaded by the application (see cuda_probe.cc),
-// so classifying never starts CUDA in a process that has not.
+// so classifying never starts CUDA in a process that has not. The virtual
+// memory calls (vm_*) are driver API, reached through the runtime's
+// cudaGetDriverEntryPoint so that libferry.so does not link libcuda.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -23,6 +27,78 @@ Status from_cuda(cudaError_t error, const char* what) {
 }
 
 #define FERRY_CUDA(call) from_cuda((call), #call)
+
+// The driver's virtual memory management calls.
+struct VmmDriver {
+  PFN_cuGetErrorString_v6000 get_error_string;
+  PFN_cuMemGetAllocationGranularity_v10020 get_allocation_granularity;
+  PFN_cuMemAddressReserve_v10020 address_reserve;
+  PFN_cuMemAddressFree_v10020 address_free;
+  PFN_cuMemCreate_v10020 create;
+  PFN_cuMemRelease_v10020 release;
+  PFN_cuMemExportToShareableHandle_v10020 export_to_shareable_handle;
+  PFN_cuMemImportFromShareableHandle_v10020 import_from_shareable_handle;
+  PFN_cuMemMap_v10020 map;
+  PFN_cuMemUnmap_v10020 unmap;
+  PFN_cuMemSetAccess_v10020 set_access;
+};
+
+bool driver_entry_point(const char* symbol, void** function) {
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  const cudaError_t error = cudaGetDriverEntryPointByVersion(symbol, function, 12000, cudaEnableDefault, &found);
+#else
+  const cudaError_t error = cudaGetDriverEntryPoint(symbol, function, cudaEnableDefault, &found);
+#endif
+  if (error == cudaSuccess && found == cudaDriverEntryPointSuccess && *function) return true;
+  cudaGetLastError();
+  FERRY_WARN(Gpu, "CUDA driver entry point %s not found", symbol);
+  return false;
+}
+
+// nullptr when the driver lacks any of them (older than CUDA 10.2).
+const VmmDriver* vmm_driver() {
+  static const VmmDriver* driver = [] () -> const VmmDriver* {
+    auto* d = new VmmDriver{};
+    const bool found =
+        driver_entry_point("cuGetErrorString", reinterpret_cast<void**>(&d->get_error_string)) &&
+        driver_entry_point("cuMemGetAllocationGranularity", reinterpret_cast<void**>(&d->get_allocation_granularity)) &&
+        driver_entry_point("cuMemAddressReserve", reinterpret_cast<void**>(&d->address_reserve)) &&
+        driver_entry_point("cuMemAddressFree", reinterpret_cast<void**>(&d->address_free)) &&
+        driver_entry_point("cuMemCreate", reinterpret_cast<void**>(&d->create)) &&
+        driver_entry_point("cuMemRelease", reinterpret_cast<void**>(&d->release)) &&
+        driver_entry_point("cuMemExportToShareableHandle", reinterpret_cast<void**>(&d->export_to_shareable_handle)) &&
+        driver_entry_point("cuMemImportFromShareableHandle",
+                           reinterpret_cast<void**>(&d->import_from_shareable_handle)) &&
+        driver_entry_point("cuMemMap", reinterpret_cast<void**>(&d->map)) &&
+        driver_entry_point("cuMemUnmap", reinterpret_cast<void**>(&d->unmap)) &&
+        driver_entry_point("cuMemSetAccess", reinterpret_cast<void**>(&d->set_access));
+    if (found) return d;
+    delete d;
+    return nullptr;
+  }();
+  return driver;
+}
+
+Status from_cu(const VmmDriver* d, CUresult result, const char* what) {
+  if (result == CUDA_SUCCESS) return Status::kOk;
+  const char* text = nullptr;
+  if (d->get_error_string(result, &text) != CUDA_SUCCESS || !text) text = "unknown error";
+  FERRY_WARN(Gpu, "%s: %s (%d)", what, text, static_cast<int>(result));
+  return result == CUDA_ERROR_OUT_OF_MEMORY ? Status::kOutOfMemory : Status::kGpuError;
+}
+
+#define FERRY_CU(d, call) from_cu((d), (d)->call, #call)
+
+// Pinned memory on device, exportable as a POSIX file descriptor.
+CUmemAllocationProp chunk_properties(int device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
 
 // An application that has not chosen a device gets one by its local rank, so
 // ranks spread over the GPUs of a node as the launcher placed them.
@@ -162,7 +238,90 @@ class CudaBackend final : public Backend {
   }
   Status ipc_close(void* device_ptr) override { return FERRY_CUDA(cudaIpcCloseMemHandle(device_ptr)); }
 
+  Status vm_granularity(std::size_t* bytes) override {
+    const VmmDriver* d = vmm_driver();
+    if (!d) return Status::kUnsupported;
+    int device = 0;
+    FERRY_CHECK(current_device(&device));
+    const CUmemAllocationProp prop = chunk_properties(device);
+    return FERRY_CU(d, get_allocation_granularity(bytes, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  }
+  Status vm_reserve(std::size_t bytes, void** base) override {
+    const VmmDriver* d = vmm_driver();
+    if (!d) return Status::kUnsupported;
+    std::size_t alignment = 0;
+    FERRY_CHECK(vm_granularity(&alignment));
+    CUdeviceptr address = 0;
+    FERRY_CHECK(FERRY_CU(d, address_reserve(&address, bytes, alignment, 0, 0)));
+    *base = reinterpret_cast<void*>(address);
+    return Status::kOk;
+  }
+  Status vm_unreserve(void* base, std::size_t bytes) override {
+    const VmmDriver* d = vmm_driver();
+    if (!d) return Status::kUnsupported;
+    return FERRY_CU(d, address_free(reinterpret_cast<CUdeviceptr>(base), bytes));
+  }
+  Status vm_create(std::size_t bytes, VmChunk* chunk) override {
+    const VmmDriver* d = vmm_driver();
+    if (!d) return Status::kUnsupported;
+    int device = 0;
+    FERRY_CHECK(current_device(&device));
+    const CUmemAllocationProp prop = chunk_properties(device);
+    CUmemGenericAllocationHandle handle = 0;
+    FERRY_CHECK(FERRY_CU(d, create(&handle, bytes, &prop, 0)));
+    *chunk = VmChunk{static_cast<std::uint64_t>(handle), bytes};
+    return Status::kOk;
+  }
+  Status vm_export(const VmChunk& chunk, int* fd) override {
+    const VmmDriver* d = vmm_driver();
+    if (!d) return Status::kUnsupported;
+    *fd = -1;
+    return FERRY_CU(d, export_to_shareable_handle(fd, static_cast<CUmemGenericAllocationHandle>(chunk.handle),
+                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  }
+  Status vm_import(int fd, std::size_t bytes, VmChunk* chunk) override {
+    const VmmDriver* d = vmm_driver();
+    if (!d) return Status::kUnsupported;
+    ensure_device_for_thread(device_count_);
+    CUmemGenericAllocationHandle handle = 0;
+    FERRY_CHECK(FERRY_CU(d, import_from_shareable_handle(&handle, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
+                                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)));
+    *chunk = VmChunk{static_cast<std::uint64_t>(handle), bytes};
+    return Status::kOk;
+  }
+  Status vm_release(const VmChunk& chunk) override {
+    const VmmDriver* d = vmm_driver();
+    if (!d) return Status::kUnsupported;
+    return FERRY_CU(d, release(static_cast<CUmemGenericAllocationHandle>(chunk.handle)));
+  }
+  Status vm_map(void* address, const VmChunk& chunk) override {
+    const VmmDriver* d = vmm_driver();
+    if (!d) return Status::kUnsupported;
+    int device = 0;
+    FERRY_CHECK(current_device(&device));
+    const auto ptr = reinterpret_cast<CUdeviceptr>(address);
+    FERRY_CHECK(FERRY_CU(d, map(ptr, chunk.bytes, 0, static_cast<CUmemGenericAllocationHandle>(chunk.handle), 0)));
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const Status status = FERRY_CU(d, set_access(ptr, chunk.bytes, &access, 1));
+    if (!ok(status)) d->unmap(ptr, chunk.bytes);
+    return status;
+  }
+  Status vm_unmap(void* address, std::size_t bytes) override {
+    const VmmDriver* d = vmm_driver();
+    if (!d) return Status::kUnsupported;
+    return FERRY_CU(d, unmap(reinterpret_cast<CUdeviceptr>(address), bytes));
+  }
+
  private:
+  // The thread's device, chosen by local rank when the application chose none.
+  Status current_device(int* device) {
+    ensure_device_for_thread(device_count_);
+    return FERRY_CUDA(cudaGetDevice(device));
+  }
+
   int device_count_;
 };
 

@@ -3,11 +3,16 @@
 // as it would on a GPU pointer, while the backend works through a private
 // read-write "shadow" mapping of the same pages. The memfd is what another
 // process imports (through /proc/<pid>/fd), like a CUDA IPC handle.
+// Virtual memory (vm_*) follows the same scheme: a reservation is a
+// PROT_NONE range plus a shadow range of the same size, and a chunk (a
+// memfd) is mapped at the same offset in both, so chunks mapped next to each
+// other are contiguous in the shadow too.
 // Streams are worker threads; kernels and copies are host functions.
 #include "engine/gpu/gpu.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -54,6 +59,13 @@ struct Allocation {
   std::size_t mapped = 0;   // bytes mapped (page multiple)
   int fd = -1;
   bool imported = false;
+  bool vm = false;  // a chunk mapped into a reservation (vm_map); fd is not kept
+};
+
+// A vm_reserve range and its shadow.
+struct Reservation {
+  char* shadow = nullptr;
+  std::size_t bytes = 0;
 };
 
 struct EmulatedIpcPayload {
@@ -133,7 +145,7 @@ class EmulatedBackend final : public Backend {
   Status device_free(void* ptr) override {
     if (!ptr) return Status::kOk;
     Allocation a;
-    if (!unregister_allocation(ptr, /*imported=*/false, &a)) return Status::kInvalidArgument;
+    if (!unregister_allocation(ptr, /*imported=*/false, /*vm=*/false, &a)) return Status::kInvalidArgument;
     unmap_allocation(a);
     allocated_bytes_.fetch_sub(a.mapped);
     return Status::kOk;
@@ -268,6 +280,7 @@ class EmulatedBackend final : public Backend {
     std::shared_lock<std::shared_mutex> lock(mutex_);
     const Allocation* a = find_locked(reinterpret_cast<std::uintptr_t>(device_ptr));
     if (!a || a->user != reinterpret_cast<std::uintptr_t>(device_ptr)) return Status::kInvalidArgument;
+    if (a->vm) return Status::kUnsupported;  // as cudaIpcGetMemHandle refuses VMM memory
     std::memset(handle, 0, sizeof(*handle));
     handle->owner = BackendKind::kEmulated;
     handle->size = a->size;
@@ -301,8 +314,135 @@ class EmulatedBackend final : public Backend {
 
   Status ipc_close(void* device_ptr) override {
     Allocation a;
-    if (!unregister_allocation(device_ptr, /*imported=*/true, &a)) return Status::kInvalidArgument;
+    if (!unregister_allocation(device_ptr, /*imported=*/true, /*vm=*/false, &a)) return Status::kInvalidArgument;
     unmap_allocation(a);
+    return Status::kOk;
+  }
+
+  Status vm_granularity(std::size_t* bytes) override {
+    *bytes = page_round(1);
+    return Status::kOk;
+  }
+
+  Status vm_reserve(std::size_t bytes, void** base) override {
+    *base = nullptr;
+    if (bytes == 0 || bytes != page_round(bytes)) return Status::kInvalidArgument;
+    void* user = reserve_range(nullptr, bytes);
+    if (!user) return Status::kOutOfMemory;
+    void* shadow = reserve_range(nullptr, bytes);
+    if (!shadow) {
+      munmap(user, bytes);
+      return Status::kOutOfMemory;
+    }
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    reservations_[reinterpret_cast<std::uintptr_t>(user)] = Reservation{static_cast<char*>(shadow), bytes};
+    *base = user;
+    return Status::kOk;
+  }
+
+  Status vm_unreserve(void* base, std::size_t bytes) override {
+    const auto user = reinterpret_cast<std::uintptr_t>(base);
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    auto it = reservations_.find(user);
+    if (it == reservations_.end() || it->second.bytes != bytes) return Status::kInvalidArgument;
+    auto mapped = allocations_.lower_bound(user);
+    if (mapped != allocations_.end() && mapped->first < user + bytes) return Status::kInvalidArgument;
+    munmap(base, bytes);
+    munmap(it->second.shadow, bytes);
+    reservations_.erase(it);
+    return Status::kOk;
+  }
+
+  Status vm_create(std::size_t bytes, VmChunk* chunk) override {
+    if (bytes == 0 || bytes != page_round(bytes)) return Status::kInvalidArgument;
+    if (allocated_bytes_.fetch_add(bytes) + bytes > static_cast<std::size_t>(params().emulated_max_bytes)) {
+      allocated_bytes_.fetch_sub(bytes);
+      FERRY_WARN(Gpu, "emulated device chunk of %zu bytes exceeds FERRY_EMULATED_MAX_BYTES", bytes);
+      return Status::kOutOfMemory;
+    }
+    const int fd = memfd_create("ferry-emulated-vm", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      if (fd >= 0) close(fd);
+      allocated_bytes_.fetch_sub(bytes);
+      return Status::kOutOfMemory;
+    }
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    created_chunks_[fd] = bytes;
+    *chunk = VmChunk{static_cast<std::uint64_t>(fd), bytes};
+    return Status::kOk;
+  }
+
+  Status vm_export(const VmChunk& chunk, int* fd) override {
+    *fd = fcntl(static_cast<int>(chunk.handle), F_DUPFD_CLOEXEC, 0);
+    return *fd >= 0 ? Status::kOk : Status::kSystemError;
+  }
+
+  Status vm_import(int fd, std::size_t bytes, VmChunk* chunk) override {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < bytes || bytes != page_round(bytes))
+      return Status::kInvalidArgument;
+    const int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) return Status::kSystemError;
+    *chunk = VmChunk{static_cast<std::uint64_t>(own), bytes};
+    return Status::kOk;
+  }
+
+  Status vm_release(const VmChunk& chunk) override {
+    const int fd = static_cast<int>(chunk.handle);
+    {
+      std::unique_lock<std::shared_mutex> lock(mutex_);
+      auto it = created_chunks_.find(fd);
+      if (it != created_chunks_.end()) {
+        allocated_bytes_.fetch_sub(it->second);
+        created_chunks_.erase(it);
+      }
+    }
+    return close(fd) == 0 ? Status::kOk : Status::kInvalidArgument;
+  }
+
+  Status vm_map(void* address, const VmChunk& chunk) override {
+    const auto user = reinterpret_cast<std::uintptr_t>(address);
+    char* shadow = nullptr;
+    {
+      std::shared_lock<std::shared_mutex> lock(mutex_);
+      auto it = reservations_.upper_bound(user);
+      if (it == reservations_.begin() || chunk.bytes == 0 || chunk.bytes != page_round(chunk.bytes) ||
+          user != page_round(user))
+        return Status::kInvalidArgument;
+      --it;
+      if (user + chunk.bytes > it->first + it->second.bytes) return Status::kInvalidArgument;
+      auto mapped = allocations_.upper_bound(user);
+      if ((mapped != allocations_.end() && mapped->first < user + chunk.bytes) || find_locked(user))
+        return Status::kInvalidArgument;
+      shadow = it->second.shadow + (user - it->first);
+    }
+    const int fd = static_cast<int>(chunk.handle);
+    if (mmap(address, chunk.bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) return Status::kSystemError;
+    if (mmap(shadow, chunk.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+      reserve_range(address, chunk.bytes);
+      return Status::kSystemError;
+    }
+    Allocation a;
+    a.user = user;
+    a.shadow = shadow;
+    a.size = chunk.bytes;
+    a.mapped = chunk.bytes;
+    a.vm = true;
+    register_allocation(a);
+    return Status::kOk;
+  }
+
+  Status vm_unmap(void* address, std::size_t bytes) override {
+    {
+      std::shared_lock<std::shared_mutex> lock(mutex_);
+      auto it = allocations_.find(reinterpret_cast<std::uintptr_t>(address));
+      if (it == allocations_.end() || it->second.mapped != bytes) return Status::kInvalidArgument;
+    }
+    Allocation a;
+    if (!unregister_allocation(address, /*imported=*/false, /*vm=*/true, &a)) return Status::kInvalidArgument;
+    // Back to reserved address space, as it was before the map.
+    reserve_range(address, a.mapped);
+    reserve_range(a.shadow, a.mapped);
     return Status::kOk;
   }
 
@@ -312,7 +452,7 @@ class EmulatedBackend final : public Backend {
     std::shared_lock<std::shared_mutex> lock(mutex_);
     const Allocation* a = find_locked(address);
     if (!a) return const_cast<char*>(static_cast<const char*>(ptr));
-    if (address + bytes > a->user + a->size) {
+    if (address + bytes > a->user + a->size && !(a->vm && vm_run_reaches_locked(a, address + bytes))) {
       FERRY_WARN(Gpu, "access of %zu bytes at %p runs past its emulated allocation", bytes, ptr);
       return nullptr;
     }
@@ -336,6 +476,27 @@ class EmulatedBackend final : public Backend {
     return Status::kOk;
   }
 
+  // Address space with nothing behind it, at address when it is not null.
+  static void* reserve_range(void* address, std::size_t bytes) {
+    void* range = mmap(address, bytes, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (address ? MAP_FIXED : 0), -1, 0);
+    return range == MAP_FAILED ? nullptr : range;
+  }
+
+  // Whether the chunks mapped right after a's, next to it in the user range
+  // and in the shadow, reach end: an access may span them.
+  bool vm_run_reaches_locked(const Allocation* a, std::uintptr_t end) const {
+    auto it = allocations_.find(a->user);
+    for (;;) {
+      const std::uintptr_t next_user = it->second.user + it->second.size;
+      if (end <= next_user) return true;
+      const char* next_shadow = it->second.shadow + it->second.size;
+      if (++it == allocations_.end() || !it->second.vm || it->second.user != next_user ||
+          it->second.shadow != next_shadow)
+        return false;
+    }
+  }
+
   static void unmap_allocation(const Allocation& a) {
     munmap(reinterpret_cast<void*>(a.user), a.mapped);
     munmap(a.shadow, a.mapped);
@@ -350,10 +511,10 @@ class EmulatedBackend final : public Backend {
     count_.fetch_add(1, std::memory_order_release);
   }
 
-  bool unregister_allocation(void* ptr, bool imported, Allocation* out) {
+  bool unregister_allocation(void* ptr, bool imported, bool vm, Allocation* out) {
     std::unique_lock<std::shared_mutex> lock(mutex_);
     auto it = allocations_.find(reinterpret_cast<std::uintptr_t>(ptr));
-    if (it == allocations_.end() || it->second.imported != imported) return false;
+    if (it == allocations_.end() || it->second.imported != imported || it->second.vm != vm) return false;
     *out = it->second;
     allocations_.erase(it);
     count_.fetch_sub(1, std::memory_order_release);
@@ -370,6 +531,8 @@ class EmulatedBackend final : public Backend {
 
   std::shared_mutex mutex_;
   std::map<std::uintptr_t, Allocation> allocations_;
+  std::map<std::uintptr_t, Reservation> reservations_;  // by user base
+  std::map<int, std::size_t> created_chunks_;          // vm_create's memfds, until vm_release
   std::atomic<std::size_t> count_{0};
   std::atomic<std::size_t> allocated_bytes_{0};
   std::uint64_t last_id_ = 0;

@@ -40,6 +40,15 @@ struct IpcHandle {
 };
 static_assert(sizeof(IpcHandle) == 80, "IpcHandle travels between processes; keep its layout fixed");
 
+// Physical device memory that is mapped at addresses of the caller's choice
+// (CUDA's virtual memory management; the emulated device does the same with
+// a memfd). handle is the backend's: a CUmemGenericAllocationHandle, or the
+// emulated device's memfd.
+struct VmChunk {
+  std::uint64_t handle = 0;
+  std::size_t bytes = 0;
+};
+
 struct StreamImpl;
 struct EventImpl;
 using Stream = StreamImpl*;
@@ -92,6 +101,33 @@ class Backend {
   virtual Status ipc_export(void* device_ptr, IpcHandle* handle) = 0;
   virtual Status ipc_import(const IpcHandle& handle, void** device_ptr) = 0;
   virtual Status ipc_close(void* device_ptr) = 0;
+
+  // Virtual memory, for the symmetric heap (engine/pgas/symmetric_heap.h):
+  // reserve address space, create chunks of device memory, map them (or a
+  // peer process's, imported from a file descriptor) at chosen addresses.
+  // Mapped memory is device memory to classify() and query_pointer() (CUDA
+  // reports the whole reservation as its range, the emulated device each
+  // chunk); a reserved address with nothing mapped there is not. Sizes and addresses
+  // are multiples of vm_granularity(); a chunk is mapped whole.
+  virtual Status vm_granularity(std::size_t* bytes) = 0;
+  // Address space only: nothing may touch it until a chunk is mapped there.
+  virtual Status vm_reserve(std::size_t bytes, void** base) = 0;
+  // Gives back a reservation; unmap its chunks first.
+  virtual Status vm_unreserve(void* base, std::size_t bytes) = 0;
+  // A new chunk on the current device. It counts as allocated (the emulated
+  // device's FERRY_EMULATED_MAX_BYTES) until vm_release.
+  virtual Status vm_create(std::size_t bytes, VmChunk* chunk) = 0;
+  // A new file descriptor naming the chunk, for another process of this
+  // machine (send it with engine/transport/fd_passing.h); the caller closes it.
+  virtual Status vm_export(const VmChunk& chunk, int* fd) = 0;
+  // The chunk an exported descriptor names; fd stays the caller's to close.
+  virtual Status vm_import(int fd, std::size_t bytes, VmChunk* chunk) = 0;
+  // Drops the handle; the memory lives on while any process maps it.
+  virtual Status vm_release(const VmChunk& chunk) = 0;
+  // Maps the chunk at address, inside a reservation, read-write for the
+  // current device.
+  virtual Status vm_map(void* address, const VmChunk& chunk) = 0;
+  virtual Status vm_unmap(void* address, std::size_t bytes) = 0;
 };
 
 // The backend chosen by FERRY_DEVICE, initialised on first call (which may
