@@ -23,10 +23,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/bootstrap/mpi_bootstrap.h"
 #include "engine/common/params.h"
 #include "engine/pgas/window.h"
 #include "handlers.h"
-#include "mpi_shim/engine_route.h"
 #include "mpi_shim/requests.h"
 #include "mpi_shim/rma.h"
 #include "mpi_shim/route.h"
@@ -38,6 +38,10 @@ namespace ferry::shim {
 namespace {
 
 struct DeviceWindow {
+  // The window's own engine communicator, over a private duplicate of the
+  // application's: MPI lets the application free its communicator before
+  // the window. Declared first, so the window goes first.
+  std::unique_ptr<Communicator> engine;
   std::unique_ptr<Window> window;
   MPI_Group group = MPI_GROUP_NULL;  // the window's ranks, for PSCW groups
   void* allocated = nullptr;         // Ferry's memory behind Win_allocate(_shared)
@@ -99,8 +103,8 @@ bool agree_on_memory(MPI_Comm comm, bool device_here, bool host_here, bool* any_
 // Creates Ferry's window over this rank's device memory (collective).
 int create_device_window(FunctionId id, void* base, MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm,
                          int flavor, void* allocated, MPI_Win* win) {
-  Communicator* engine = engine_communicator(comm);
-  if (!engine || !engine->all_peers_mapped()) {
+  std::unique_ptr<Communicator> engine;
+  if (!ok(Communicator::create(make_mpi_bootstrap(comm), &engine)) || !engine->all_peers_mapped()) {
     FERRY_WARN(Pgas, "%s: device window memory needs every rank on one machine with peer mapping (p2p)",
                function_name(id));
     return raise_error(comm, MPI_ERR_WIN);
@@ -120,6 +124,7 @@ int create_device_window(FunctionId id, void* base, MPI_Aint size, int disp_unit
     return raise_error(comm, status == Status::kOutOfMemory ? MPI_ERR_NO_MEM : MPI_ERR_WIN);
   }
   auto record = std::make_unique<DeviceWindow>();
+  record->engine = std::move(engine);
   record->window = std::move(window);
   PMPI_Comm_group(comm, &record->group);
   record->allocated = allocated;
@@ -759,9 +764,11 @@ int handle_Win_free(MPI_Win* win) {
   }
   gpu::Backend* backend = gpu::active_backend();
   void* allocated = dw->allocated;
+  // First the real MPI's window: its attributes (the device handle's tables)
+  // are released while the engine window they refer to still exists.
+  const int rc = PMPI_Win_free(win);
   PMPI_Group_free(&dw->group);
   delete dw;  // unmaps the peers' memory
-  const int rc = PMPI_Win_free(win);
   if (allocated && backend) backend->device_free(allocated);
   return rc;
 }

@@ -556,8 +556,29 @@ void host_window_device_buffers() {
 
 }  // namespace
 
+// MPI lets the application free the communicator a window was made from
+// before the window: the window must go on working, and free cleanly.
+void window_outlives_communicator(Flavor flavor) {
+  const int rank = world_rank(), ranks = world_size();
+  const uint64_t id = next_case_id();
+  Case what{std::string(flavor_name(flavor)) + " after MPI_Comm_free of its communicator", "MPI_INT"};
+  const size_t count = 77;
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  DeviceWindow<int> window(flavor, count, poisoned<int>(count), dup, what);
+  MPI_Comm_free(&dup);
+  const std::vector<int> mine = random_values<int>(count, id, rank);
+  Buffer origin = make_buffer(mine, Memory::device);
+  check_mpi(MPI_Win_fence(0, window.win()), what);
+  check_mpi(MPI_Put(origin.data(), int(count), MPI_INT, (rank + 1) % ranks, 0, int(count), MPI_INT, window.win()),
+            what);
+  check_mpi(MPI_Win_fence(0, window.win()), what);
+  expect_values(what, random_values<int>(count, id, (rank + ranks - 1) % ranks), window.read());
+}
+
 int main(int argc, char** argv) {
   init(&argc, &argv);
+  for (Flavor flavor : kFlavors) window_outlives_communicator(flavor);
   for (Flavor flavor : kFlavors) {
     fence_put_get<int>(flavor, "MPI_INT", MPI_COMM_WORLD, "MPI_COMM_WORLD");
     fence_put_get<double>(flavor, "MPI_DOUBLE", MPI_COMM_WORLD, "MPI_COMM_WORLD");
