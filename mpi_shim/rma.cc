@@ -42,6 +42,9 @@ struct DeviceWindow {
   // application's: MPI lets the application free its communicator before
   // the window. Declared first, so the window goes first.
   std::unique_ptr<Communicator> engine;
+  // The memory of MPI_Win_allocate(_shared): at the same offset on every
+  // rank, every rank's copy mapped here (no IPC handles).
+  std::unique_ptr<SymmetricHeap> heap;
   std::unique_ptr<Window> window;
   MPI_Group group = MPI_GROUP_NULL;  // the window's ranks, for PSCW groups
   void* allocated = nullptr;         // Ferry's memory behind Win_allocate(_shared)
@@ -101,14 +104,21 @@ bool agree_on_memory(MPI_Comm comm, bool device_here, bool host_here, bool* any_
 }
 
 // Creates Ferry's window over this rank's device memory (collective).
+// The window's own engine communicator (collective); false, with the error
+// raised, when its ranks cannot map each other's device memory.
+bool window_engine(FunctionId id, MPI_Comm comm, std::unique_ptr<Communicator>* engine, int* rc) {
+  if (ok(Communicator::create(make_mpi_bootstrap(comm), engine)) && (*engine)->all_peers_mapped()) return true;
+  FERRY_WARN(Pgas, "%s: device window memory needs every rank on one machine with peer mapping (p2p)",
+             function_name(id));
+  *rc = raise_error(comm, MPI_ERR_WIN);
+  return false;
+}
+
 int create_device_window(FunctionId id, void* base, MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm,
-                         int flavor, void* allocated, MPI_Win* win) {
-  std::unique_ptr<Communicator> engine;
-  if (!ok(Communicator::create(make_mpi_bootstrap(comm), &engine)) || !engine->all_peers_mapped()) {
-    FERRY_WARN(Pgas, "%s: device window memory needs every rank on one machine with peer mapping (p2p)",
-               function_name(id));
-    return raise_error(comm, MPI_ERR_WIN);
-  }
+                         int flavor, void* allocated, MPI_Win* win, std::unique_ptr<Communicator> engine = nullptr,
+                         std::unique_ptr<SymmetricHeap> heap = nullptr) {
+  int failed = MPI_SUCCESS;
+  if (!engine && !window_engine(id, comm, &engine, &failed)) return failed;
   // The real MPI's window carries the handle. Allocated rather than created:
   // osc/sm serves an allocation on one machine wherever the MPI has no
   // one-sided network component for created windows.
@@ -117,7 +127,7 @@ int create_device_window(FunctionId id, void* base, MPI_Aint size, int disp_unit
   if (rc != MPI_SUCCESS) return rc;
   std::unique_ptr<Window> window;
   const Status status = Window::create(*engine, base, static_cast<std::size_t>(size), disp_unit, &window,
-                                       flavor == MPI_WIN_FLAVOR_DYNAMIC);
+                                       flavor == MPI_WIN_FLAVOR_DYNAMIC, heap.get());
   if (!ok(status)) {
     FERRY_WARN(Pgas, "%s: the device window could not be set up: %s", function_name(id), status_name(status));
     PMPI_Win_free(win);
@@ -125,6 +135,7 @@ int create_device_window(FunctionId id, void* base, MPI_Aint size, int disp_unit
   }
   auto record = std::make_unique<DeviceWindow>();
   record->engine = std::move(engine);
+  record->heap = std::move(heap);
   record->window = std::move(window);
   PMPI_Comm_group(comm, &record->group);
   record->allocated = allocated;
@@ -155,17 +166,42 @@ int allocate_window(FunctionId id, MPI_Aint size, int disp_unit, MPI_Info info, 
   }
   record_route(id, {Route::kEngine, "device memory asked for"});
   gpu::Backend* backend = gpu::active_backend();
+  std::unique_ptr<Communicator> engine;
+  int rc = MPI_SUCCESS;
+  if (!backend || !window_engine(id, comm, &engine, &rc)) return backend ? rc : raise_error(comm, MPI_ERR_WIN);
+
+  // One symmetric object as large as the largest rank's window; every step
+  // is collective and fails on every rank or on none.
+  MPI_Aint largest = 0;
+  PMPI_Allreduce(&size, &largest, 1, MPI_AINT, MPI_MAX, comm);
+  std::unique_ptr<SymmetricHeap> heap;
   void* memory = nullptr;
-  // Every rank allocates (or fails) before the collective set-up, so that a
-  // rank out of memory cannot leave the others waiting.
-  const bool allocated = backend && (size == 0 || ok(backend->device_alloc(static_cast<std::size_t>(size), &memory)));
+  if (largest > 0) {
+    const Status status = SymmetricHeap::create(engine->bootstrap(), backend, static_cast<std::size_t>(largest), &heap);
+    if (ok(status) && ok(heap->allocate(static_cast<std::size_t>(largest), &memory))) {
+      rc = create_device_window(id, memory, size, disp_unit, info, comm, flavor, nullptr, win, std::move(engine),
+                                std::move(heap));
+      if (rc == MPI_SUCCESS) *static_cast<void**>(baseptr) = memory;
+      return rc;
+    }
+    FERRY_INFO(Pgas, "%s: no symmetric heap (%s); window memory mapped through IPC handles", function_name(id),
+               status_name(status));
+    heap.reset();
+    memory = nullptr;
+  }
+
+  // Without a symmetric heap (the backend has no virtual memory management):
+  // plain device memory, mapped by the peers through IPC handles. Every rank
+  // allocates (or fails) before the collective set-up, so that a rank out of
+  // memory cannot leave the others waiting.
+  const bool allocated = size == 0 || ok(backend->device_alloc(static_cast<std::size_t>(size), &memory));
   int everyone = 0, mine = allocated;
   PMPI_Allreduce(&mine, &everyone, 1, MPI_INT, MPI_MIN, comm);
   if (!everyone) {
     if (memory) backend->device_free(memory);
     return raise_error(comm, MPI_ERR_NO_MEM);
   }
-  const int rc = create_device_window(id, memory, size, disp_unit, info, comm, flavor, memory, win);
+  rc = create_device_window(id, memory, size, disp_unit, info, comm, flavor, memory, win, std::move(engine));
   if (rc != MPI_SUCCESS) {
     if (memory) backend->device_free(memory);
     return rc;

@@ -65,7 +65,7 @@ struct Window::RegionTable {
 };
 
 Status Window::create(Communicator& comm, void* base, std::size_t size, int disp_unit, std::unique_ptr<Window>* out,
-                      bool dynamic) {
+                      bool dynamic, const SymmetricHeap* heap) {
   gpu::Backend* backend = gpu::active_backend();
   if (!backend || !comm.all_peers_mapped() || (dynamic && size != 0)) return Status::kUnavailable;
   std::unique_ptr<Window> window(new Window(comm, backend));
@@ -77,7 +77,7 @@ Status Window::create(Communicator& comm, void* base, std::size_t size, int disp
   mine.bytes = size;
   mine.disp_unit = disp_unit;
   mine.has_memory = size > 0;
-  mine.ready = !mine.has_memory || ok(comm.peer_memory().export_buffer(base, &mine.exported));
+  mine.ready = !mine.has_memory || heap || ok(comm.peer_memory().export_buffer(base, &mine.exported));
   mine.ready = mine.ready && ok(backend->stream_create(&window->stream_));
   std::vector<Published> all(n);
   FERRY_CHECK(comm.bootstrap().allgather(&mine, all.data(), sizeof(mine)));
@@ -97,6 +97,10 @@ Status Window::create(Communicator& comm, void* base, std::size_t size, int disp
     if (!rm.has_memory) continue;
     if (r == me) {
       rm.mapped = base;
+    } else if (heap) {
+      rm.mapped = heap->peer_address(base, r);
+      rm.has_memory = 0;  // nothing pinned to release
+      if (!rm.mapped) mapped = 0;
     } else if (!ok(comm.peer_memory().pin_buffer(rm.exported, &rm.mapped))) {
       rm.has_memory = 0;  // not pinned: nothing to release
       mapped = 0;

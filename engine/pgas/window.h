@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/collectives/communicator.h"
+#include "engine/pgas/symmetric_heap.h"
 #include "engine/common/types.h"
 #include "engine/transport/p2p.h"
 
@@ -44,8 +45,11 @@ class Window {
   // memory. base is this rank's window memory (device memory of the active
   // backend), or null with size 0. A dynamic window has none (size 0 on
   // every rank): memory comes with attach().
+  // With heap, base is this rank's copy of one symmetric object of at least
+  // size bytes on every rank (SymmetricHeap::allocate): peers' memory is
+  // already mapped there, and nothing is exported.
   static Status create(Communicator& comm, void* base, std::size_t size, int disp_unit,
-                       std::unique_ptr<Window>* out, bool dynamic = false);
+                       std::unique_ptr<Window>* out, bool dynamic = false, const SymmetricHeap* heap = nullptr);
   // Not collective: call close() on every rank first.
   ~Window();
   Window(const Window&) = delete;
