@@ -4,7 +4,8 @@
 // signals; one way = total / (2 * iterations), timed with CUDA events around
 // one kernel of many iterations (the launch is amortised away). Also the
 // raw flag ping-pong (a bare store to the peer's word, no data, no fence) as
-// the floor NVLink sets.
+// the floor NVLink sets, and the LL form (ll::put/ll::wait: data words
+// carrying their own flags).
 //
 //   mpirun -np 2 -x LD_PRELOAD=libferry.so device-put-latency
 #include <cuda_runtime.h>
@@ -18,7 +19,7 @@ namespace fd = ferry::device;
 
 namespace {
 
-constexpr std::size_t kData = 0, kSignal = 64, kFlag = 128;
+constexpr std::size_t kData = 0, kSignal = 64, kFlag = 128, kLL = 256;
 
 __global__ void put_signal_pingpong(ferry_window_device_t w, int iterations) {
   const int peer = 1 - w.rank;
@@ -31,6 +32,23 @@ __global__ void put_signal_pingpong(ferry_window_device_t w, int iterations) {
       fd::wait_until(w, kSignal, fd::Compare::kGe, i);
       fd::p<unsigned long long>(w, peer, kData, i);
       fd::signal(w, peer, kSignal, i);
+    }
+  }
+}
+
+// The same exchange as LL messages: 8 data bytes with their flags, one store
+// pair, no fence.
+__global__ void ll_pingpong(ferry_window_device_t w, int iterations) {
+  const int peer = 1 - w.rank;
+  unsigned long long value = 0;
+  for (unsigned i = 1; i <= static_cast<unsigned>(iterations); ++i) {
+    if (w.rank == 0) {
+      value = i;
+      fd::ll::put(w, peer, kLL, &value, sizeof(value), i);
+      fd::ll::wait(w, kLL, &value, sizeof(value), i);
+    } else {
+      fd::ll::wait(w, kLL, &value, sizeof(value), i);
+      fd::ll::put(w, peer, kLL, &value, sizeof(value), i);
     }
   }
 }
@@ -95,9 +113,10 @@ int main(int argc, char** argv) {
 
   const int iterations = 200000;
   one_way_us(put_signal_pingpong, w, base, 1000);  // warm-up
-  double put_signal[5], raw[5];
+  double put_signal[5], ll[5], raw[5];
   for (int trial = 0; trial < 5; ++trial) {
     put_signal[trial] = one_way_us(put_signal_pingpong, w, base, iterations);
+    ll[trial] = one_way_us(ll_pingpong, w, base, iterations);
     raw[trial] = one_way_us(raw_flag_pingpong, w, base, iterations);
   }
   auto median5 = [](double* v) {
@@ -113,6 +132,7 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("# device-put-latency: one way, median of 5 runs of %d ping-pongs\n", iterations);
     std::printf("ferry put(8 B) + signal: %.3f us\n", median5(put_signal));
+    std::printf("ferry ll::put(8 B):      %.3f us\n", median5(ll));
     std::printf("raw NVLink flag store:    %.3f us\n", median5(raw));
   }
   MPI_Win_free(&win);

@@ -17,6 +17,9 @@
  * on one machine with peer access); reachable() says so per rank, and a call
  * to an unreachable peer traps with a message.
  *
+ * ll::put/ll::wait move small messages whose words carry their own flags:
+ * one NVLink crossing, no fence, no separate signal.
+ *
  * Ordering: put/p/atomics from one thread to one target are not ordered with
  * each other until fence(); signal() orders everything the calling thread
  * (for block and warp forms: the whole block or warp) wrote before it.
@@ -222,6 +225,86 @@ __device__ __forceinline__ unsigned long long wait_until(const ferry_window_devi
     if (done) return seen;
   }
 }
+
+// ---- LL: small messages that carry their own flags -----------------------------
+
+// Every 4 data bytes travel with a 4-byte flag in one 8-byte store, which
+// arrives whole: the receiver knows a word has come when its flag has, so a
+// message needs no fence and no separate signal, and one NVLink crossing
+// delivers it. The message occupies ll::footprint(bytes) bytes of the
+// target's window; each message at one place needs a new nonzero flag
+// (e.g. a sequence number).
+namespace ll {
+
+__host__ __device__ constexpr std::size_t footprint(std::size_t bytes) { return (bytes + 3) / 4 * 8; }
+
+namespace detail {
+
+__device__ __forceinline__ void store_word(unsigned long long* at, unsigned data, unsigned flag) {
+  const unsigned long long word = (static_cast<unsigned long long>(flag) << 32) | data;
+  asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(at), "l"(word) : "memory");
+}
+// Two words in one 16-byte store (each word still arrives whole).
+__device__ __forceinline__ void store_two_words(unsigned long long* at, unsigned data0, unsigned data1,
+                                                unsigned flag) {
+  const unsigned long long high = static_cast<unsigned long long>(flag) << 32;
+  asm volatile("st.relaxed.sys.v2.u64 [%0], {%1, %2};" ::"l"(at), "l"(high | data0), "l"(high | data1) : "memory");
+}
+__device__ __forceinline__ unsigned long long load_word(const unsigned long long* at) {
+  unsigned long long word;
+  asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(word) : "l"(at) : "memory");
+  return word;
+}
+// Data word i of a message of bytes, zero-padded past the end.
+__device__ __forceinline__ unsigned data_word(const unsigned char* src, std::size_t bytes, std::size_t i) {
+  if (4 * i + 4 <= bytes && reinterpret_cast<std::uintptr_t>(src) % 4 == 0)
+    return reinterpret_cast<const unsigned*>(src)[i];
+  unsigned word = 0;
+  for (int b = 0; b < 4 && 4 * i + b < bytes; ++b) word |= static_cast<unsigned>(src[4 * i + b]) << (8 * b);
+  return word;
+}
+
+}  // namespace detail
+
+// Sends bytes from src to rank's window at offset (8-byte aligned), with
+// `lane` of `lanes` cooperating threads (one thread: 0, 1).
+__device__ __forceinline__ void put(const ferry_window_device_t& w, int rank, std::size_t offset, const void* src,
+                                    std::size_t bytes, unsigned flag, unsigned lane = 0, unsigned lanes = 1) {
+  auto* at = reinterpret_cast<unsigned long long*>(address(w, rank, offset));
+  const auto* data = static_cast<const unsigned char*>(src);
+  const std::size_t words = (bytes + 3) / 4;
+  if (reinterpret_cast<std::uintptr_t>(at) % 16 == 0) {
+    // Pairs of words per 16-byte store: half the stores on the wire.
+    for (std::size_t pair = lane; pair < words / 2; pair += lanes)
+      detail::store_two_words(at + 2 * pair, detail::data_word(data, bytes, 2 * pair),
+                              detail::data_word(data, bytes, 2 * pair + 1), flag);
+    if (words % 2 && lane == (words / 2) % lanes)
+      detail::store_word(at + words - 1, detail::data_word(data, bytes, words - 1), flag);
+    return;
+  }
+  for (std::size_t i = lane; i < words; i += lanes) detail::store_word(at + i, detail::data_word(data, bytes, i), flag);
+}
+
+// Waits until the message at offset in this rank's window carries flag in
+// every word, and copies its bytes to dst.
+__device__ __forceinline__ void wait(const ferry_window_device_t& w, std::size_t offset, void* dst,
+                                     std::size_t bytes, unsigned flag, unsigned lane = 0, unsigned lanes = 1) {
+  const auto* at = reinterpret_cast<const unsigned long long*>(address(w, w.rank, offset));
+  auto* out = static_cast<unsigned char*>(dst);
+  for (std::size_t i = lane; i < (bytes + 3) / 4; i += lanes) {
+    unsigned long long word;
+    do {
+      word = detail::load_word(at + i);
+    } while (static_cast<unsigned>(word >> 32) != flag);
+    if (4 * i + 4 <= bytes && reinterpret_cast<std::uintptr_t>(out) % 4 == 0) {
+      reinterpret_cast<unsigned*>(out)[i] = static_cast<unsigned>(word);
+      continue;
+    }
+    for (int b = 0; b < 4 && 4 * i + b < bytes; ++b) out[4 * i + b] = static_cast<unsigned char>(word >> (8 * b));
+  }
+}
+
+}  // namespace ll
 
 // ---- Barrier over the window's ranks ------------------------------------------
 

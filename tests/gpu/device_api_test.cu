@@ -44,7 +44,9 @@ constexpr std::size_t kFloatSum = kCounter + 64;         // float atomic
 constexpr std::size_t kElection = kFloatSum + 64;        // compare-and-swap slot
 constexpr std::size_t kRounds = kElection + 64;          // barrier round words
 constexpr std::size_t kScalars = kRounds + 64;           // p/g scalars
-constexpr std::size_t kWindowBytes = kScalars + 64 * sizeof(int);
+constexpr std::size_t kLLMessage = kScalars + 64 * sizeof(int);  // LL messages
+constexpr std::size_t kLLBytes = 1001;
+constexpr std::size_t kWindowBytes = kLLMessage + 2 * ferry::device::ll::footprint(kLLBytes);
 
 __host__ __device__ unsigned char pattern(int rank, std::size_t i) {
   return static_cast<unsigned char>(rank * 31 + i * 7 + (i >> 9));
@@ -105,6 +107,21 @@ __global__ void scalars(ferry_window_device_t w) {
   const int right = (w.rank + 1) % w.size;
   for (int k = threadIdx.x; k < 64; k += blockDim.x) fd::p<int>(w, right, kScalars + k * sizeof(int), w.rank * 100 + k);
   fd::quiet();
+}
+
+// LL messages around the ring: a warp sends, then receives its left
+// neighbour's, twice with new flags and data; wrong bytes are counted.
+__global__ void ll_ring(ferry_window_device_t w, const unsigned char* src, unsigned char* got, int* wrong) {
+  const int right = (w.rank + 1) % w.size, left = (w.rank + w.size - 1) % w.size;
+  for (unsigned round = 1; round <= 2; ++round) {
+    const std::size_t at = kLLMessage + (round - 1) * fd::ll::footprint(kLLBytes);
+    fd::ll::put(w, right, at, src + round, kLLBytes, 100 + round, threadIdx.x, blockDim.x);
+    fd::ll::wait(w, at, got, kLLBytes, 100 + round, threadIdx.x, blockDim.x);
+    __syncthreads();
+    for (std::size_t i = threadIdx.x; i < kLLBytes; i += blockDim.x)
+      if (got[i] != pattern(left, i + round)) atomicAdd(wrong, 1);
+    __syncthreads();
+  }
 }
 
 template <typename T>
@@ -241,6 +258,17 @@ int main(int argc, char** argv) {
     const std::vector<int> got = read_window<int>(base, kScalars, 64);
     for (int k = 0; k < 64; ++k) check(got[k] == left * 100 + k, "p<int> scalar " + std::to_string(k));
   }
+
+  // LL messages.
+  {
+    cuda(cudaMemset(wrong, 0, sizeof(int)), "memset wrong");
+    ll_ring<<<1, 64>>>(w, src, fetched, wrong);
+    cuda(cudaDeviceSynchronize(), "ll_ring");
+    int ll_wrong = 0;
+    cuda(cudaMemcpy(&ll_wrong, wrong, sizeof(int), cudaMemcpyDeviceToHost), "wrong");
+    check(ll_wrong == 0, "ll::put/ll::wait: " + std::to_string(ll_wrong) + " bytes wrong");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 
   // A host window has no device handle.
   {
