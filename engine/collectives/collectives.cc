@@ -217,6 +217,8 @@ Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, cons
       return run_direct_reduce(comm, buffers, where, count, type, op, /*one_shot=*/false);
     case AllreduceAlgorithm::kCopyEngine:
       return run_copy_engine_reduce(comm, buffers, where, count, type, op);
+    case AllreduceAlgorithm::kRing:  // model only: parse_tune and the model never pick them
+    case AllreduceAlgorithm::kTree:
     case AllreduceAlgorithm::kCount:
       break;
   }

@@ -30,4 +30,102 @@ std::size_t pipeline_chunk_elements(std::size_t slice_elements, std::size_t elem
   return elements;
 }
 
+namespace {
+
+void add(Schedule& schedule, ScheduleOp::Kind kind, int peer, ElementRange range) {
+  if (range.size() > 0) schedule.push_back({kind, peer, range});
+}
+
+int position_in(const Ring& ring, int rank) {
+  for (std::size_t p = 0; p < ring.size(); ++p)
+    if (ring[p] == rank) return static_cast<int>(p);
+  return -1;
+}
+
+int wrap(int index, int n) { return ((index % n) + n) % n; }
+
+enum class TreePhase { kReduce, kBroadcast, kBoth };
+
+// Chunk c of every tree in turn, so both trees' links work at once.
+Schedule tree_schedule(const std::array<BinaryTree, 2>& trees, int rank, std::size_t count, std::size_t align,
+                       std::size_t chunk_elements, TreePhase phase) {
+  Schedule schedule;
+  const std::size_t chunk = std::max<std::size_t>(1, chunk_elements);
+  const ElementRange halves[2] = {direct_slice(0, 2, count, align), direct_slice(1, 2, count, align)};
+  const std::size_t chunks = (std::max(halves[0].size(), halves[1].size()) + chunk - 1) / chunk;
+  for (std::size_t c = 0; c < chunks; ++c) {
+    for (int t = 0; t < 2; ++t) {
+      const BinaryTree& tree = trees[t];
+      const std::size_t begin = halves[t].begin + c * chunk;
+      const ElementRange range{std::min(begin, halves[t].end), std::min(begin + chunk, halves[t].end)};
+      if (phase != TreePhase::kBroadcast) {
+        for (int child : tree.children[rank])
+          if (child >= 0) add(schedule, ScheduleOp::Kind::kRecvReduce, child, range);
+        if (tree.parent[rank] >= 0) add(schedule, ScheduleOp::Kind::kSend, tree.parent[rank], range);
+      }
+      if (phase != TreePhase::kReduce) {
+        if (tree.parent[rank] >= 0) add(schedule, ScheduleOp::Kind::kRecvCopy, tree.parent[rank], range);
+        for (int child : tree.children[rank])
+          if (child >= 0) add(schedule, ScheduleOp::Kind::kSend, child, range);
+      }
+    }
+  }
+  return schedule;
+}
+
+}  // namespace
+
+Schedule ring_reduce_scatter(const Ring& ring, int rank, std::size_t count, std::size_t align) {
+  Schedule schedule;
+  const int n = static_cast<int>(ring.size());
+  const int p = position_in(ring, rank);
+  const int next = ring[wrap(p + 1, n)];
+  const int prev = ring[wrap(p - 1, n)];
+  for (int step = 0; step < n - 1; ++step) {
+    add(schedule, ScheduleOp::Kind::kSend, next, direct_slice(wrap(p - step, n), n, count, align));
+    add(schedule, ScheduleOp::Kind::kRecvReduce, prev, direct_slice(wrap(p - step - 1, n), n, count, align));
+  }
+  return schedule;
+}
+
+Schedule ring_allgather(const Ring& ring, int rank, std::size_t count, std::size_t align) {
+  Schedule schedule;
+  const int n = static_cast<int>(ring.size());
+  const int p = position_in(ring, rank);
+  const int next = ring[wrap(p + 1, n)];
+  const int prev = ring[wrap(p - 1, n)];
+  for (int step = 0; step < n - 1; ++step) {
+    add(schedule, ScheduleOp::Kind::kSend, next, direct_slice(wrap(p + 1 - step, n), n, count, align));
+    add(schedule, ScheduleOp::Kind::kRecvCopy, prev, direct_slice(wrap(p - step, n), n, count, align));
+  }
+  return schedule;
+}
+
+Schedule ring_allreduce(const Ring& ring, int rank, std::size_t count, std::size_t align) {
+  Schedule schedule = ring_reduce_scatter(ring, rank, count, align);
+  const Schedule gather = ring_allgather(ring, rank, count, align);
+  schedule.insert(schedule.end(), gather.begin(), gather.end());
+  return schedule;
+}
+
+ElementRange ring_owned_slice(const Ring& ring, int rank, std::size_t count, std::size_t align) {
+  const int n = static_cast<int>(ring.size());
+  return direct_slice(wrap(position_in(ring, rank) + 1, n), n, count, align);
+}
+
+Schedule tree_reduce(const std::array<BinaryTree, 2>& trees, int rank, std::size_t count, std::size_t align,
+                     std::size_t chunk_elements) {
+  return tree_schedule(trees, rank, count, align, chunk_elements, TreePhase::kReduce);
+}
+
+Schedule tree_broadcast(const std::array<BinaryTree, 2>& trees, int rank, std::size_t count, std::size_t align,
+                        std::size_t chunk_elements) {
+  return tree_schedule(trees, rank, count, align, chunk_elements, TreePhase::kBroadcast);
+}
+
+Schedule tree_allreduce(const std::array<BinaryTree, 2>& trees, int rank, std::size_t count, std::size_t align,
+                        std::size_t chunk_elements) {
+  return tree_schedule(trees, rank, count, align, chunk_elements, TreePhase::kBoth);
+}
+
 }  // namespace ferry

@@ -3,7 +3,11 @@
 // tests check them by simulating every rank in one process.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <vector>
+
+#include "engine/topology/search.h"
 
 namespace ferry {
 
@@ -22,5 +26,43 @@ ElementRange direct_slice(int rank, int nranks, std::size_t count, std::size_t a
 // The pipeline chunks of a slice: chunk c covers [begin + c * chunk, ...).
 std::size_t pipeline_chunk_elements(std::size_t slice_elements, std::size_t element_bytes,
                                     std::size_t max_chunk_bytes);
+
+// One operation of a rank's schedule; a rank runs its operations in order.
+// kSend sends `range` of this rank's buffer to peer; a receive takes the
+// peer's next send to this rank (sends between two ranks arrive in order,
+// with the same range) and adds it into the local range (kRecvReduce) or
+// copies it over it (kRecvCopy). Empty ranges are left out on both sides.
+struct ScheduleOp {
+  enum class Kind { kSend, kRecvReduce, kRecvCopy };
+  Kind kind;
+  int peer;
+  ElementRange range;
+};
+using Schedule = std::vector<ScheduleOp>;
+
+// Ring allreduce over the ranks in ring order (search_rings), the buffer cut
+// into nranks slices by direct_slice. Reduce-scatter: at step s (0..n-2) the
+// rank at position p sends slice p-s to the next rank and reduces slice
+// p-s-1 received from the previous one; afterwards it holds slice p+1 reduced
+// (ring_owned_slice). All-gather: at step s it sends slice p+1-s and copies
+// in slice p-s. Both 2(n-1) steps, each moving 1/n of the buffer per link.
+Schedule ring_reduce_scatter(const Ring& ring, int rank, std::size_t count, std::size_t align);
+Schedule ring_allgather(const Ring& ring, int rank, std::size_t count, std::size_t align);
+Schedule ring_allreduce(const Ring& ring, int rank, std::size_t count, std::size_t align);
+ElementRange ring_owned_slice(const Ring& ring, int rank, std::size_t count, std::size_t align);
+
+// Double binary tree (build_double_binary_tree): tree t carries half t of the
+// buffer (direct_slice(t, 2, ...)), cut into pipeline chunks of at most
+// chunk_elements, trees alternating chunk by chunk. Reduce: a rank adds each
+// child's chunk into its own, then sends the sum to its parent, so tree t's
+// root ends with half t reduced. Broadcast: a rank takes the chunk from its
+// parent, then sends it to its children. Allreduce runs the reduce and then
+// the broadcast of each chunk before the next chunk, so the two pipeline.
+Schedule tree_reduce(const std::array<BinaryTree, 2>& trees, int rank, std::size_t count, std::size_t align,
+                     std::size_t chunk_elements);
+Schedule tree_broadcast(const std::array<BinaryTree, 2>& trees, int rank, std::size_t count, std::size_t align,
+                        std::size_t chunk_elements);
+Schedule tree_allreduce(const std::array<BinaryTree, 2>& trees, int rank, std::size_t count, std::size_t align,
+                        std::size_t chunk_elements);
 
 }  // namespace ferry

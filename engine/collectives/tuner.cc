@@ -1,5 +1,7 @@
 #include "engine/collectives/tuner.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include "engine/common/log.h"
@@ -8,19 +10,153 @@
 namespace ferry {
 namespace {
 
+// ---- constants of the model -------------------------------------------------
+// Every number says where it comes from; "assumed" ones have no measurement
+// behind them yet and are what to replace first when hardware exists.
+
+constexpr LinkCost kLinks[] = {
+    // hop: GPU-to-GPU flag ping-pong one way, 0.62 us (2x H200, GPU_MACHINE.md).
+    // bandwidth: a kernel reducing half the vector from the peer reaches
+    // 335-343 GB/s bus bandwidth at 16-256 MiB (GPU_MACHINE.md); Ferry's
+    // one-shot allreduce 332 GB/s at 512 MiB (bench/RESULTS.md).
+    {LinkKind::kNvLink, "nvlink", 0.62, 335.0},
+    // Assumed: about NCCL's PCIe step latency; 50 GB/s is ~78 % of a Gen5 x16
+    // link's 64 GB/s, the usual achieved rate. Not measured here.
+    {LinkKind::kPcie, "pcie", 1.0, 50.0},
+    // Ferry's shm route on 2x H200 (bench/RESULTS.md): 8-byte allreduce 33.4 us
+    // against 13.9 us over p2p, three barriers a chunk -> 6.5 us a step;
+    // allreduce bus bandwidth 13.2 GB/s from 32 MiB up.
+    {LinkKind::kShm, "shm", 6.5, 13.2},
+    // Assumed: one 400 Gb/s NDR NIC per GPU at ~90 %, a GPU-to-GPU put plus
+    // flag across it ~5 us. The measured machine has no NIC.
+    {LinkKind::kNet, "net", 5.0, 45.0},
+};
+static_assert(sizeof(kLinks) / sizeof(kLinks[0]) == static_cast<std::size_t>(LinkKind::kCount), "one cost per link");
+
+// Ferry's blocking one-shot allreduce at 8 B takes 13.9 us on 2x H200
+// (bench/RESULTS.md) = launch + sync + one NVLink hop. A persistent kernel
+// answering a host doorbell would bring it to ~2.6 us (GPU_MACHINE.md).
+constexpr double kLaunchUs = 13.9 - 0.62;
+
+// Copy-engine allreduce forced by FERRY_TUNE: 330-333 GB/s at 256 MiB-1 GiB,
+// against 335 for SM loads (bench/RESULTS.md), and a pipeline whose first
+// chunk (>= 1 MiB, schedule.cc) is pulled and pushed without overlap.
+constexpr double kCopyEngineEfficiency = 331.0 / 335.0;
+constexpr double kCopyEngineChunkBytes = 1 << 20;
+
+// NCCL's tuning model: tree bus bandwidth 0.92 of the ring's, and a pipeline
+// of 256 KiB chunks (src/graph/tuning.cc).
+constexpr double kTreeEfficiency = 0.92;
+constexpr double kTreeChunkBytes = 256 << 10;
+
+const std::vector<MachineModel> kMachines = {
+    {"nvlink", "every rank on one NVLink/NVSwitch fabric, links as measured on 2x H200 (NV18)", kLaunchUs,
+     LinkKind::kNvLink, LinkKind::kNvLink, 0},
+    {"pcie", "every rank on one PCIe fabric with peer access", kLaunchUs, LinkKind::kPcie, LinkKind::kPcie, 0},
+    {"multinode", "nodes of 8 GPUs on NVLink, one network NIC per GPU between nodes", kLaunchUs, LinkKind::kNvLink,
+     LinkKind::kNet, 8},
+};
+
+// ---- cost functions ------------------------------------------------------------
+
+double transfer_us(double bytes, double gbps) { return bytes / (gbps * 1e3); }  // GB/s = 1e3 bytes/us
+
+int ceil_log2(int n) {
+  int depth = 0;
+  while ((1 << depth) < n) ++depth;
+  return depth;
+}
+
+struct Layout {
+  int nodes;
+  int per_node;
+  const LinkCost& intra;
+  const LinkCost& inter;
+  double slowest_gbps;  // what a path through every rank runs at
+};
+
+Layout layout_of(int nranks, const MachineModel& m) {
+  const int per_node = m.gpus_per_node > 0 ? std::min(nranks, m.gpus_per_node) : nranks;
+  const int nodes = (nranks + per_node - 1) / per_node;
+  const LinkCost& intra = link_cost(m.intra);
+  const LinkCost& inter = link_cost(m.inter);
+  return {nodes, per_node, intra, inter,
+          nodes > 1 ? std::min(intra.bandwidth_gbps, inter.bandwidth_gbps) : intra.bandwidth_gbps};
+}
+
+// Each rank loads the n-1 peers' whole inputs: one flag hop, (n-1) * bytes in.
+double one_shot_us(std::size_t bytes, int n, const MachineModel& m) {
+  const LinkCost& link = link_cost(m.intra);
+  return m.launch_us + link.hop_us + transfer_us(double(n - 1) * bytes, link.bandwidth_gbps);
+}
+
+// Reduce-scatter then all-gather through peer memory: two flag hops,
+// 2 (n-1)/n * bytes each way.
+double two_shot_us(std::size_t bytes, int n, const MachineModel& m) {
+  const LinkCost& link = link_cost(m.intra);
+  return m.launch_us + 2 * link.hop_us + transfer_us(2.0 * (n - 1) / n * bytes, link.bandwidth_gbps);
+}
+
+double copy_engine_us(std::size_t bytes, int n, const MachineModel& m) {
+  const LinkCost& link = link_cost(m.intra);
+  const double bw = link.bandwidth_gbps * kCopyEngineEfficiency;
+  const double fill = 2 * transfer_us(std::min<double>(double(bytes) / n, kCopyEngineChunkBytes), bw);
+  return m.launch_us + 2 * link.hop_us + fill + transfer_us(2.0 * (n - 1) / n * bytes, bw);
+}
+
+// NCCL's ring: 2(n-1) steps, of which 2(nodes-1) cross the network; every
+// link carries 2 (n-1)/n * bytes at the slowest link's rate.
+double ring_us(std::size_t bytes, int n, const MachineModel& m) {
+  if (n <= 1) return m.launch_us;
+  const Layout l = layout_of(n, m);
+  const int steps = 2 * (n - 1);
+  const int inter_steps = 2 * (l.nodes - 1);
+  const double latency = (steps - inter_steps) * l.intra.hop_us + inter_steps * l.inter.hop_us;
+  return m.launch_us + latency + transfer_us(2.0 * (n - 1) / n * bytes, l.slowest_gbps);
+}
+
+// Double binary tree: up to the root and back down, log2 depth within a node
+// and across nodes; each tree carries half the data, so every rank's link
+// moves 2 * bytes each way. Pipelined in chunks: the first one crosses the
+// whole depth before the bandwidth term applies.
+double tree_us(std::size_t bytes, int n, const MachineModel& m) {
+  if (n <= 1) return m.launch_us;
+  const Layout l = layout_of(n, m);
+  const int intra_depth = ceil_log2(l.per_node);
+  const int inter_depth = ceil_log2(l.nodes);
+  const double latency = 2 * (intra_depth * l.intra.hop_us + inter_depth * l.inter.hop_us);
+  const double bw = l.slowest_gbps * kTreeEfficiency;
+  const double fill = 2 * (intra_depth + inter_depth) * transfer_us(std::min(bytes / 2.0, kTreeChunkBytes), bw);
+  return m.launch_us + latency + fill + transfer_us(2.0 * bytes, bw);
+}
+
+// Direct algorithms address every peer's buffer: at most kMaxDirectRanks
+// (executor.h) peers, all mapped (one node, NVLink or PCIe peer access).
+constexpr int kDirectMaxRanks = 16;
+
 constexpr AlgorithmInfo kAllreduceAlgorithms[] = {
     {AllreduceAlgorithm::kOneShot, "oneshot",
-     "every rank loads every rank's whole input over peer memory and reduces into its own output", false},
+     "every rank loads every rank's whole input over peer memory and reduces into its own output", false, true,
+     kDirectMaxRanks, true, one_shot_us},
     {AllreduceAlgorithm::kTwoShot, "twoshot",
-     "rank r loads slice r of every input, reduces, and stores it into every rank's output", true},
+     "rank r loads slice r of every input, reduces, and stores it into every rank's output", true, true,
+     kDirectMaxRanks, true, two_shot_us},
     {AllreduceAlgorithm::kCopyEngine, "copyengine",
      "copy engines pull the peers' slices into scratch, a kernel reduces, copy engines push the result; "
      "pipelined in chunks, SMs mostly idle",
-     true},
+     true, true, kDirectMaxRanks, true, copy_engine_us},
+    {AllreduceAlgorithm::kRing, "ring",
+     "reduce-scatter then all-gather around a ring, 2(n-1) steps (schedule only, no kernel yet)", true, false, 0,
+     false, ring_us},
+    {AllreduceAlgorithm::kTree, "tree",
+     "double binary tree: reduce up, broadcast down, log2(n) depth, pipelined (schedule only, no kernel yet)", true,
+     false, 0, false, tree_us},
 };
 static_assert(sizeof(kAllreduceAlgorithms) / sizeof(kAllreduceAlgorithms[0]) ==
                   static_cast<std::size_t>(AllreduceAlgorithm::kCount),
               "one record per algorithm");
+
+std::atomic<std::uint64_t> g_choices[static_cast<int>(AllreduceAlgorithm::kCount)];
 
 bool parse_size(const std::string& text, std::size_t* out) {
   if (text.empty()) return false;
@@ -48,24 +184,49 @@ std::vector<std::string> split(const std::string& text, char separator) {
   }
 }
 
-AllreduceAlgorithm default_allreduce(int nranks, std::size_t, bool any_in_place) {
-  // Copy engines are never the default: on 2x H200 they matched the SM
-  // kernels only from 256 MiB up and lost below (bench/RESULTS.md); they are
-  // there for FERRY_TUNE when the SMs are wanted for other work.
-  // One-shot moves (n-1) * bytes into each rank, two-shot 2 (n-1)/n * bytes:
-  // equal at two ranks, where one-shot needs no remote stores.
-  return nranks <= 2 && !any_in_place ? AllreduceAlgorithm::kOneShot : AllreduceAlgorithm::kTwoShot;
+}  // namespace
+
+const LinkCost& link_cost(LinkKind kind) { return kLinks[static_cast<int>(kind)]; }
+
+const std::vector<MachineModel>& machine_models() { return kMachines; }
+
+const MachineModel* find_machine_model(const std::string& name) {
+  for (const MachineModel& m : kMachines)
+    if (name == m.name) return &m;
+  return nullptr;
 }
 
-}  // namespace
+const MachineModel& default_machine_model() { return kMachines[0]; }
 
 const AlgorithmInfo& algorithm_info(AllreduceAlgorithm algorithm) {
   return kAllreduceAlgorithms[static_cast<int>(algorithm)];
 }
 
+bool algorithm_applies(AllreduceAlgorithm algorithm, int nranks, const MachineModel& machine) {
+  const AlgorithmInfo& info = algorithm_info(algorithm);
+  if (nranks < 1 || (info.max_ranks > 0 && nranks > info.max_ranks)) return false;
+  if (!info.one_node_only) return true;
+  const bool peers_mapped = machine.intra == LinkKind::kNvLink || machine.intra == LinkKind::kPcie;
+  return peers_mapped && (machine.gpus_per_node == 0 || nranks <= machine.gpus_per_node);
+}
+
+double predict_allreduce_us(AllreduceAlgorithm algorithm, std::size_t bytes, int nranks,
+                            const MachineModel& machine) {
+  if (!algorithm_applies(algorithm, nranks, machine)) return -1;
+  return algorithm_info(algorithm).time_us(bytes, nranks, machine);
+}
+
+double allreduce_busbw_gbps(std::size_t bytes, int nranks, double time_us) {
+  if (nranks < 2 || time_us <= 0) return 0;
+  return 2.0 * (nranks - 1) / nranks * double(bytes) / (time_us * 1e3);
+}
+
 std::vector<TuneRule> parse_tune(const std::string& text, std::vector<std::string>* problems) {
   std::vector<TuneRule> rules;
   if (text.empty()) return rules;
+  std::string names;
+  for (const AlgorithmInfo& info : kAllreduceAlgorithms)
+    if (info.implemented) names += std::string(names.empty() ? "" : ", ") + info.name;
   // An entry without a collective continues the one before it:
   // "allreduce:0-64K:oneshot,64K-:copyengine".
   std::string collective;
@@ -79,10 +240,15 @@ std::vector<TuneRule> parse_tune(const std::string& text, std::vector<std::strin
                  (range[1].empty() || parse_size(range[1], &rule.max_bytes));
     for (const AlgorithmInfo& info : kAllreduceAlgorithms)
       if (valid && fields[2] == info.name) rule.algorithm = info.id;
+    if (valid && rule.algorithm != AllreduceAlgorithm::kCount && !algorithm_info(rule.algorithm).implemented) {
+      problems->push_back("FERRY_TUNE entry '" + entry + "' names " + fields[2] +
+                          ", which the model predicts but no kernel runs yet (algorithms: " + names + ")");
+      continue;
+    }
     if (!valid || rule.algorithm == AllreduceAlgorithm::kCount || rule.min_bytes >= rule.max_bytes) {
       problems->push_back("FERRY_TUNE entry '" + entry +
-                          "' is not [collective:]MIN-MAX:algorithm (collective: allreduce; algorithms: oneshot, "
-                          "twoshot, copyengine)");
+                          "' is not [collective:]MIN-MAX:algorithm (collective: allreduce; algorithms: " + names +
+                          ")");
       continue;
     }
     collective = fields[0];
@@ -91,14 +257,39 @@ std::vector<TuneRule> parse_tune(const std::string& text, std::vector<std::strin
   return rules;
 }
 
+AllreduceAlgorithm model_allreduce(int nranks, std::size_t bytes, bool any_in_place, const MachineModel& machine) {
+  // Past kMaxDirectRanks nothing implemented applies; the engine does not
+  // take such communicators (collectives.cc), so two-shot only answers queries.
+  AllreduceAlgorithm best = AllreduceAlgorithm::kTwoShot;
+  double best_us = -1;
+  for (const AlgorithmInfo& info : kAllreduceAlgorithms) {
+    if (!info.implemented || (any_in_place && !info.in_place_safe)) continue;
+    const double us = predict_allreduce_us(info.id, bytes, nranks, machine);
+    // Ties go to the earlier record: one-shot needs no remote stores.
+    if (us >= 0 && (best_us < 0 || us < best_us)) {
+      best = info.id;
+      best_us = us;
+    }
+  }
+  return best;
+}
+
 AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_place,
-                                    const std::vector<TuneRule>& rules) {
+                                    const std::vector<TuneRule>& rules, const MachineModel& machine,
+                                    bool* from_rule) {
+  if (from_rule) *from_rule = false;
   for (const TuneRule& rule : rules) {
     if (bytes < rule.min_bytes || bytes >= rule.max_bytes) continue;
     if (any_in_place && !algorithm_info(rule.algorithm).in_place_safe) break;
+    if (from_rule) *from_rule = true;
     return rule.algorithm;
   }
-  return default_allreduce(nranks, bytes, any_in_place);
+  return model_allreduce(nranks, bytes, any_in_place, machine);
+}
+
+AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_place,
+                                    const std::vector<TuneRule>& rules) {
+  return choose_allreduce(nranks, bytes, any_in_place, rules, default_machine_model());
 }
 
 AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_place) {
@@ -108,9 +299,18 @@ AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_p
     for (const std::string& problem : problems) FERRY_WARN(Coll, "%s", problem.c_str());
     return parsed;
   }();
-  const AllreduceAlgorithm choice = choose_allreduce(nranks, bytes, any_in_place, rules);
-  FERRY_TRACE(Coll, "allreduce of %zu bytes on %d ranks: %s", bytes, nranks, algorithm_info(choice).name);
+  const MachineModel& machine = default_machine_model();
+  bool from_rule = false;
+  const AllreduceAlgorithm choice = choose_allreduce(nranks, bytes, any_in_place, rules, machine, &from_rule);
+  if (params().stats) g_choices[static_cast<int>(choice)].fetch_add(1, std::memory_order_relaxed);
+  FERRY_TRACE(Coll, "allreduce of %zu bytes on %d ranks%s: %s (%s; model on %s predicts %.1f us)", bytes, nranks,
+              any_in_place ? " in place" : "", algorithm_info(choice).name, from_rule ? "FERRY_TUNE" : "model",
+              machine.name, predict_allreduce_us(choice, bytes, nranks, machine));
   return choice;
+}
+
+std::uint64_t allreduce_choice_count(AllreduceAlgorithm algorithm) {
+  return g_choices[static_cast<int>(algorithm)].load(std::memory_order_relaxed);
 }
 
 }  // namespace ferry

@@ -1,24 +1,71 @@
-// Which algorithm runs a collective. Algorithms are self-describing records;
-// the default choice is a small table by rank count and size, and one
+// Which algorithm runs a collective. Algorithms are self-describing records
+// with an alpha-beta cost function each; the default choice is the fastest
+// implemented algorithm by that model on the machine's constants, and one
 // FERRY_TUNE string overrides it, e.g. "allreduce:0-64K:oneshot,64K-:copyengine".
+// Ring and double binary tree are in the model only (their schedules exist,
+// their kernels do not): the runtime never picks them, ferry-info --model
+// predicts them. engine/collectives/README.md says what the model assumes.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace ferry {
 
-enum class AllreduceAlgorithm : int { kOneShot, kTwoShot, kCopyEngine, kCount };
+enum class AllreduceAlgorithm : int { kOneShot, kTwoShot, kCopyEngine, kRing, kTree, kCount };
+
+// The kinds of link a machine is built of, and what one hop over each costs.
+enum class LinkKind : int { kNvLink, kPcie, kShm, kNet, kCount };
+
+struct LinkCost {
+  LinkKind kind;
+  const char* name;
+  double hop_us;          // one step's synchronization across the link (alpha)
+  double bandwidth_gbps;  // per direction, with both directions busy (1/beta)
+};
+const LinkCost& link_cost(LinkKind kind);
+
+// A machine for the model: ranks fill nodes of gpus_per_node GPUs joined by
+// `intra` links; nodes are joined by `inter` links. gpus_per_node == 0: every
+// rank is on one node.
+struct MachineModel {
+  const char* name;
+  const char* description;
+  double launch_us;  // launch + completion of one blocking call, paid once
+  LinkKind intra;
+  LinkKind inter;
+  int gpus_per_node;
+};
+const std::vector<MachineModel>& machine_models();
+const MachineModel* find_machine_model(const std::string& name);  // nullptr if unknown
+// What the runtime assumes for p2p communicators: the measured NVLink pair.
+const MachineModel& default_machine_model();
 
 struct AlgorithmInfo {
   AllreduceAlgorithm id;
   const char* name;
   const char* description;
   bool in_place_safe;  // may run when outputs alias inputs
+  bool implemented;    // false: model only, never chosen at run time
+  int max_ranks;       // 0: any; direct algorithms are limited by kMaxDirectRanks
+  bool one_node_only;  // needs every peer's memory mapped
+  // Predicted time of one blocking call in microseconds.
+  double (*time_us)(std::size_t bytes, int nranks, const MachineModel& machine);
 };
 
 const AlgorithmInfo& algorithm_info(AllreduceAlgorithm algorithm);
+
+// Whether the algorithm can run nranks ranks on this machine at all.
+bool algorithm_applies(AllreduceAlgorithm algorithm, int nranks, const MachineModel& machine);
+
+// Predicted time in microseconds; negative where the algorithm does not apply.
+double predict_allreduce_us(AllreduceAlgorithm algorithm, std::size_t bytes, int nranks,
+                            const MachineModel& machine);
+
+// nccl-tests' allreduce bus bandwidth in GB/s: 2(n-1)/n * bytes / time.
+double allreduce_busbw_gbps(std::size_t bytes, int nranks, double time_us);
 
 // One FERRY_TUNE rule: sizes in [min_bytes, max_bytes) use algorithm.
 struct TuneRule {
@@ -28,14 +75,26 @@ struct TuneRule {
 };
 
 // Parses "allreduce:LO-HI:name,..." (sizes with K/M/G, HI empty = no limit).
-// Malformed entries are skipped and described in problems.
+// Malformed entries, and entries naming a model-only algorithm, are skipped
+// and described in problems.
 std::vector<TuneRule> parse_tune(const std::string& text, std::vector<std::string>* problems);
 
+// The fastest implemented algorithm by the model that may run this call.
+AllreduceAlgorithm model_allreduce(int nranks, std::size_t bytes, bool any_in_place, const MachineModel& machine);
+
 // The choice for this call: FERRY_TUNE's rule for bytes if one matches and
-// is safe for the call, else the default. Every rank computes the same
-// answer from the same inputs.
+// is safe for the call, else the model's. Every rank computes the same
+// answer from the same inputs. *from_rule (if given) says which decided.
+AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_place,
+                                    const std::vector<TuneRule>& rules, const MachineModel& machine,
+                                    bool* from_rule = nullptr);
 AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_place,
                                     const std::vector<TuneRule>& rules);
+// With FERRY_TUNE and the default machine; logs the choice at trace level and
+// counts it for FERRY_STATS.
 AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_place);
+
+// Engine allreduce calls per algorithm since load (counted when FERRY_STATS is on).
+std::uint64_t allreduce_choice_count(AllreduceAlgorithm algorithm);
 
 }  // namespace ferry

@@ -2,16 +2,149 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace ferry {
 namespace {
 
-TEST(Tuner, DefaultsByRankCountSizeAndInPlace) {
+constexpr std::size_t KiB = 1 << 10, MiB = 1 << 20, GiB = std::size_t{1} << 30;
+constexpr auto kOne = AllreduceAlgorithm::kOneShot;
+constexpr auto kTwo = AllreduceAlgorithm::kTwoShot;
+
+// The choices without FERRY_TUNE. Two ranks as measured on 2x H200
+// (bench/RESULTS.md): one-shot at every size (it matched or beat two-shot
+// and copy engines up to 1 GiB), two-shot in place; copy engines never.
+// More ranks: one-shot only while (n-1) * bytes costs less than two-shot's
+// second flag hop, two-shot above.
+TEST(Tuner, DefaultChoicesForATableOfSizesAndRankCounts) {
+  struct Row {
+    int nranks;
+    std::size_t bytes;
+    bool in_place;
+    AllreduceAlgorithm expected;
+  };
+  const Row table[] = {
+      {2, 8, false, kOne},        {2, 4 * KiB, false, kOne},   {2, 256 * KiB, false, kOne},
+      {2, 2 * MiB, false, kOne},  {2, 32 * MiB, false, kOne},  {2, 512 * MiB, false, kOne},
+      {2, GiB, false, kOne},      {2, 8, true, kTwo},          {2, 2 * MiB, true, kTwo},
+      {2, GiB, true, kTwo},       {3, 8, false, kOne},         {3, 8, true, kTwo},
+      {4, 8, false, kOne},        {4, 16 * KiB, false, kOne},  {4, MiB, false, kTwo},
+      {4, 512 * MiB, false, kTwo}, {8, 8, false, kOne},        {8, 4 * KiB, false, kOne},
+      {8, 256 * KiB, false, kTwo}, {8, 512 * MiB, true, kTwo}, {16, 8, false, kOne},
+      {16, MiB, false, kTwo},     {17, 8, false, kTwo},        {64, GiB, false, kTwo},
+  };
   const std::vector<TuneRule> none;
-  EXPECT_EQ(choose_allreduce(2, 8, false, none), AllreduceAlgorithm::kOneShot);
-  EXPECT_EQ(choose_allreduce(2, 8, true, none), AllreduceAlgorithm::kTwoShot);
-  EXPECT_EQ(choose_allreduce(4, 1 << 20, false, none), AllreduceAlgorithm::kTwoShot);
-  EXPECT_EQ(choose_allreduce(2, std::size_t{512} << 20, false, none), AllreduceAlgorithm::kOneShot);
-  EXPECT_EQ(choose_allreduce(8, std::size_t{512} << 20, true, none), AllreduceAlgorithm::kTwoShot);
+  for (const Row& row : table)
+    EXPECT_EQ(choose_allreduce(row.nranks, row.bytes, row.in_place, none), row.expected)
+        << row.nranks << " ranks, " << row.bytes << " bytes" << (row.in_place ? " in place" : "");
+}
+
+// The model only ever hands the runtime an algorithm with a kernel that may
+// run the call, on every machine and at every scale.
+TEST(Tuner, ModelNeverPicksAModelOnlyOrInapplicableAlgorithm) {
+  for (const MachineModel& machine : machine_models()) {
+    for (int n = 1; n <= 4096; n *= 2) {
+      for (std::size_t bytes = 8; bytes <= 4 * GiB; bytes *= 8) {
+        for (bool in_place : {false, true}) {
+          const AllreduceAlgorithm a = model_allreduce(n, bytes, in_place, machine);
+          EXPECT_TRUE(algorithm_info(a).implemented) << machine.name << " " << n << " " << bytes;
+          if (in_place) EXPECT_TRUE(algorithm_info(a).in_place_safe);
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(algorithm_info(AllreduceAlgorithm::kRing).implemented);
+  EXPECT_FALSE(algorithm_info(AllreduceAlgorithm::kTree).implemented);
+}
+
+TEST(Tuner, ModelOnlyAlgorithmsCannotBeForced) {
+  std::vector<std::string> problems;
+  const auto rules = parse_tune("allreduce:0-1M:ring,1M-:tree,allreduce:0-:twoshot", &problems);
+  EXPECT_EQ(problems.size(), 2u);
+  ASSERT_EQ(rules.size(), 1u);
+  EXPECT_EQ(rules[0].algorithm, kTwo);
+}
+
+// The default machine's constants reproduce Ferry's measured one-shot times
+// on 2x H200 (bench/RESULTS.md) within 10 %.
+TEST(TunerModel, MatchesMeasuredOneShotOnTwoH200) {
+  const MachineModel& nvlink = default_machine_model();
+  const struct {
+    std::size_t bytes;
+    double measured_us;
+  } measured[] = {{8, 13.9}, {512 * KiB, 15.5}, {2 * MiB, 21.5}, {32 * MiB, 115.9}, {512 * MiB, 1617.8}};
+  for (const auto& m : measured)
+    EXPECT_NEAR(predict_allreduce_us(kOne, m.bytes, 2, nvlink), m.measured_us, 0.1 * m.measured_us) << m.bytes;
+}
+
+double model_us(AllreduceAlgorithm a, std::size_t bytes, int n, const MachineModel& machine) {
+  return predict_allreduce_us(a, bytes, n, machine);
+}
+
+// At 8 bytes each doubling of the ranks adds one level to the tree, two hops
+// at most (log n); the ring's cost above the launch floor doubles (n).
+TEST(TunerModel, SmallMessageLatencyTreeLogNRingLinear) {
+  for (const MachineModel& machine : machine_models()) {
+    const double floor = machine.launch_us;
+    const double slowest_hop = std::max(link_cost(machine.intra).hop_us, link_cost(machine.inter).hop_us);
+    for (int n = 2; n < 4096; n *= 2) {
+      const double step =
+          model_us(AllreduceAlgorithm::kTree, 8, 2 * n, machine) - model_us(AllreduceAlgorithm::kTree, 8, n, machine);
+      EXPECT_GT(step, 0) << machine.name << " " << n;
+      EXPECT_LE(step, 2 * slowest_hop * 1.01) << machine.name << " " << n;
+    }
+    for (int n = 64; n < 4096; n *= 2) {
+      const double ratio = (model_us(AllreduceAlgorithm::kRing, 8, 2 * n, machine) - floor) /
+                           (model_us(AllreduceAlgorithm::kRing, 8, n, machine) - floor);
+      EXPECT_GT(ratio, 1.8) << machine.name << " " << n;
+      EXPECT_LT(ratio, 2.2) << machine.name << " " << n;
+    }
+  }
+}
+
+// Large messages: the ring's bus bandwidth approaches, and never exceeds, the
+// slowest link's bandwidth.
+TEST(TunerModel, RingBusBandwidthApproachesTheLinkAtLargeSizes) {
+  for (const MachineModel& machine : machine_models()) {
+    for (int n : {2, 8, 64}) {
+      const double link = n > machine.gpus_per_node && machine.gpus_per_node > 0
+                              ? std::min(link_cost(machine.intra).bandwidth_gbps,
+                                         link_cost(machine.inter).bandwidth_gbps)
+                              : link_cost(machine.intra).bandwidth_gbps;
+      const double busbw =
+          allreduce_busbw_gbps(4 * GiB, n, model_us(AllreduceAlgorithm::kRing, 4 * GiB, n, machine));
+      EXPECT_GT(busbw, 0.95 * link) << machine.name << " " << n;
+      EXPECT_LE(busbw, link) << machine.name << " " << n;
+      const double smaller =
+          allreduce_busbw_gbps(MiB, n, model_us(AllreduceAlgorithm::kRing, MiB, n, machine));
+      EXPECT_LT(smaller, busbw) << machine.name << " " << n;
+    }
+  }
+}
+
+// Tree wins small messages, ring wins large ones: a crossover exists.
+TEST(TunerModel, TreeRingCrossoverExists) {
+  for (const MachineModel& machine : machine_models()) {
+    for (int n : {4, 8, 16, 64}) {
+      EXPECT_LT(model_us(AllreduceAlgorithm::kTree, 8, n, machine), model_us(AllreduceAlgorithm::kRing, 8, n, machine))
+          << machine.name << " " << n;
+      EXPECT_LT(model_us(AllreduceAlgorithm::kRing, 4 * GiB, n, machine),
+                model_us(AllreduceAlgorithm::kTree, 4 * GiB, n, machine))
+          << machine.name << " " << n;
+    }
+  }
+}
+
+TEST(TunerModel, DirectAlgorithmsOnlyWhereEveryPeerIsMapped) {
+  const MachineModel* multinode = find_machine_model("multinode");
+  ASSERT_NE(multinode, nullptr);
+  EXPECT_TRUE(algorithm_applies(kOne, 8, *multinode));
+  EXPECT_FALSE(algorithm_applies(kOne, 16, *multinode));
+  EXPECT_TRUE(algorithm_applies(AllreduceAlgorithm::kTree, 4096, *multinode));
+  EXPECT_TRUE(algorithm_applies(kTwo, 16, default_machine_model()));
+  EXPECT_FALSE(algorithm_applies(kTwo, 17, default_machine_model()));
+  EXPECT_LT(predict_allreduce_us(kTwo, 8, 17, default_machine_model()), 0);
+  EXPECT_EQ(find_machine_model("abacus"), nullptr);
 }
 
 TEST(Tuner, RulesOverrideBySizeRange) {
