@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdio>
 
+#include "engine/collectives/tuner.h"
 #include "engine/common/params.h"
 
 namespace ferry::shim {
@@ -48,6 +49,13 @@ void print_stats(int rank) {
                  static_cast<unsigned long long>(c.by_route[static_cast<int>(Route::kEngine)].load()),
                  static_cast<unsigned long long>(c.by_route[static_cast<int>(Route::kStaged)].load()),
                  static_cast<unsigned long long>(c.by_route[static_cast<int>(Route::kPmpi)].load()));
+  }
+  // Which algorithm the engine ran its allreduce calls with (over peer memory).
+  for (int a = 0; a < static_cast<int>(AllreduceAlgorithm::kCount); ++a) {
+    const auto calls = allreduce_choice_count(static_cast<AllreduceAlgorithm>(a));
+    if (calls == 0) continue;
+    std::fprintf(stderr, "ferry stats rank %d: engine allreduce algorithm %-10s %10llu\n", rank,
+                 algorithm_info(static_cast<AllreduceAlgorithm>(a)).name, static_cast<unsigned long long>(calls));
   }
   std::fflush(stderr);
 }
