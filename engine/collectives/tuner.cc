@@ -303,9 +303,9 @@ AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_p
   bool from_rule = false;
   const AllreduceAlgorithm choice = choose_allreduce(nranks, bytes, any_in_place, rules, machine, &from_rule);
   if (params().stats) g_choices[static_cast<int>(choice)].fetch_add(1, std::memory_order_relaxed);
-  FERRY_TRACE(Coll, "allreduce of %zu bytes on %d ranks%s: %s (%s; model on %s predicts %.1f us)", bytes, nranks,
+  FERRY_TRACE(Coll, "allreduce of %zu bytes on %d ranks%s: %s (%s; %.1f us predicted on %s)", bytes, nranks,
               any_in_place ? " in place" : "", algorithm_info(choice).name, from_rule ? "FERRY_TUNE" : "model",
-              machine.name, predict_allreduce_us(choice, bytes, nranks, machine));
+              predict_allreduce_us(choice, bytes, nranks, machine), machine.name);
   return choice;
 }
 
