@@ -250,6 +250,10 @@ __device__ __forceinline__ void store_two_words(unsigned long long* at, unsigned
   const unsigned long long high = static_cast<unsigned long long>(flag) << 32;
   asm volatile("st.relaxed.sys.v2.u64 [%0], {%1, %2};" ::"l"(at), "l"(high | data0), "l"(high | data1) : "memory");
 }
+__device__ __forceinline__ void load_two_words(const unsigned long long* at, unsigned long long* first,
+                                               unsigned long long* second) {
+  asm volatile("ld.relaxed.sys.v2.u64 {%0, %1}, [%2];" : "=l"(*first), "=l"(*second) : "l"(at) : "memory");
+}
 __device__ __forceinline__ unsigned long long load_word(const unsigned long long* at) {
   unsigned long long word;
   asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(word) : "l"(at) : "memory");
@@ -291,16 +295,36 @@ __device__ __forceinline__ void wait(const ferry_window_device_t& w, std::size_t
                                      std::size_t bytes, unsigned flag, unsigned lane = 0, unsigned lanes = 1) {
   const auto* at = reinterpret_cast<const unsigned long long*>(address(w, w.rank, offset));
   auto* out = static_cast<unsigned char*>(dst);
-  for (std::size_t i = lane; i < (bytes + 3) / 4; i += lanes) {
+  auto deliver = [&](std::size_t i, unsigned long long word) {
+    if (4 * i + 4 <= bytes && reinterpret_cast<std::uintptr_t>(out) % 4 == 0) {
+      reinterpret_cast<unsigned*>(out)[i] = static_cast<unsigned>(word);
+      return;
+    }
+    for (int b = 0; b < 4 && 4 * i + b < bytes; ++b) out[4 * i + b] = static_cast<unsigned char>(word >> (8 * b));
+  };
+  const std::size_t words = (bytes + 3) / 4;
+  std::size_t first_single = 0;
+  if (reinterpret_cast<std::uintptr_t>(at) % 16 == 0) {
+    // Poll pairs of words with one 16-byte load: one memory round trip per pair.
+    for (std::size_t pair = lane; pair < words / 2; pair += lanes) {
+      unsigned long long a, b;
+      do {
+        detail::load_two_words(at + 2 * pair, &a, &b);
+      } while (static_cast<unsigned>(a >> 32) != flag || static_cast<unsigned>(b >> 32) != flag);
+      deliver(2 * pair, a);
+      deliver(2 * pair + 1, b);
+    }
+    first_single = words - words % 2;
+    if (first_single == words || lane != (words / 2) % lanes) return;
+    lane = 0;
+    lanes = 1;
+  }
+  for (std::size_t i = first_single + lane; i < words; i += lanes) {
     unsigned long long word;
     do {
       word = detail::load_word(at + i);
     } while (static_cast<unsigned>(word >> 32) != flag);
-    if (4 * i + 4 <= bytes && reinterpret_cast<std::uintptr_t>(out) % 4 == 0) {
-      reinterpret_cast<unsigned*>(out)[i] = static_cast<unsigned>(word);
-      continue;
-    }
-    for (int b = 0; b < 4 && 4 * i + b < bytes; ++b) out[4 * i + b] = static_cast<unsigned char>(word >> (8 * b));
+    deliver(i, word);
   }
 }
 
