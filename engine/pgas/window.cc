@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/collectives/executor.h"
+#include "engine/pgas/atomics.h"
 
 namespace ferry {
 namespace {
@@ -326,11 +327,58 @@ class AccumulateLock {
 
 }  // namespace
 
+bool Window::device_aligned(const void* p, std::size_t element_bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % element_bytes == 0 &&
+         gpu::classify(p).kind == gpu::MemoryKind::kDevice;
+}
+
+bool Window::native_atomics(const char* at, const Segment* segments, std::size_t count, std::size_t element_bytes,
+                            DataType type, AccumulateOp op) const {
+  if (backend_->kind() != gpu::BackendKind::kCuda || op.kind != AccumulateOp::kReduce ||
+      !gpu_atomic_supported(type, op.reduce))
+    return false;
+  // A GPU atomic needs its element aligned where it lies (MPI allows any
+  // byte displacement; such targets keep the lock).
+  for (std::size_t i = 0; i < count; ++i)
+    if ((reinterpret_cast<std::uintptr_t>(at) + segments[i].target) % element_bytes != 0) return false;
+  return true;
+}
+
 Status Window::accumulate(const void* origin, void* result, int target, char* at, const Segment* segments,
                           std::size_t count, std::size_t element_bytes, DataType type, AccumulateOp op) {
   std::size_t largest = 0;
   for (std::size_t i = 0; i < count; ++i) largest = std::max(largest, segments[i].bytes);
   if (largest == 0) return Status::kOk;
+  if (native_atomics(at, segments, count, element_bytes, type, op)) {
+    // Each element one atomic instruction: concurrent origins need no lock.
+    // Every accumulate of this (type, op) takes this path, wherever its
+    // origin lies, so none races a locked read-modify-write of another.
+    // (MPI's default accumulate_ops=same_op_no_op lets concurrent
+    // accumulates on one place assume the same op or MPI_NO_OP.)
+    const std::size_t padded = (largest + 15) / 16 * 16;
+    FERRY_CHECK(reserve_scratch(2 * padded));
+    char* operand_copy = static_cast<char*>(scratch_);
+    char* result_copy = operand_copy + padded;
+    FERRY_CHECK(flush());  // earlier puts to the same place land first
+    for (std::size_t i = 0; i < count; ++i) {
+      const Segment& s = segments[i];
+      if (s.bytes == 0) continue;
+      const char* operand = static_cast<const char*>(origin) + s.origin;
+      if (!device_aligned(operand, element_bytes)) {
+        FERRY_CHECK(backend_->copy_async(operand_copy, operand, s.bytes, stream_));
+        operand = operand_copy;
+      }
+      char* before = result ? static_cast<char*>(result) + s.result : nullptr;
+      char* before_here = before && !device_aligned(before, element_bytes) ? result_copy : before;
+#ifdef FERRY_HAVE_CUDA
+      FERRY_CHECK(cuda_atomic_accumulate(at + s.target, operand, before_here, s.bytes / element_bytes, type,
+                                         op.reduce, stream_));
+#endif
+      if (before_here != before) FERRY_CHECK(backend_->copy_async(before, result_copy, s.bytes, stream_));
+      // The scratch is reused by the next segment: stream order keeps it safe.
+    }
+    return flush();
+  }
   // Reserved for the largest segment up front: the scratch must not move
   // while earlier segments still use it on the stream.
   if (op.kind == AccumulateOp::kReduce) FERRY_CHECK(reserve_scratch(2 * ((largest + 15) / 16 * 16)));

@@ -154,6 +154,11 @@ class Window {
   Status refresh_regions(int target);
   void unpin_regions(PeerRegions& peer);
   Status reserve_scratch(std::size_t bytes);
+  // Whether an accumulate is the GPU's own atomics on the target memory.
+  bool native_atomics(const char* at, const Segment* segments, std::size_t count, std::size_t element_bytes,
+                      DataType type, AccumulateOp op) const;
+  // Device memory aligned to the element: a kernel may use it in place.
+  static bool device_aligned(const void* p, std::size_t element_bytes);
   // at[i] = at[i] op origin[i] on the device; the caller holds the target's
   // accumulate lock.
   Status reduce_into(char* at, const void* origin, std::size_t count, std::size_t element_bytes, DataType type,
