@@ -103,7 +103,6 @@ bool agree_on_memory(MPI_Comm comm, bool device_here, bool host_here, bool* any_
   return true;
 }
 
-// Creates Ferry's window over this rank's device memory (collective).
 // The window's own engine communicator (collective); false, with the error
 // raised, when its ranks cannot map each other's device memory.
 bool window_engine(FunctionId id, MPI_Comm comm, std::unique_ptr<Communicator>* engine, int* rc) {
@@ -114,6 +113,8 @@ bool window_engine(FunctionId id, MPI_Comm comm, std::unique_ptr<Communicator>* 
   return false;
 }
 
+// Creates Ferry's window over this rank's device memory (collective), on
+// engine (made here when null) and, for Win_allocate(_shared), heap.
 int create_device_window(FunctionId id, void* base, MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm,
                          int flavor, void* allocated, MPI_Win* win, std::unique_ptr<Communicator> engine = nullptr,
                          std::unique_ptr<SymmetricHeap> heap = nullptr) {
