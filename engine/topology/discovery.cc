@@ -44,22 +44,8 @@ bool gpudirect_rdma_module_loaded() {
   return path_exists("/sys/module/nvidia_peermem") || path_exists("/sys/module/nv_peer_mem");
 }
 
-std::string escape(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::string attr(const char* key, const std::string& value) {
-  return " " + std::string(key) + "=\"" + escape(value) + "\"";
+  return " " + std::string(key) + "=\"" + xml_escape(value) + "\"";
 }
 
 std::string busid_of(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci) {

@@ -373,19 +373,6 @@ class GraphBuilder {
   std::string error_;
 };
 
-std::string escape(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 class XmlWriter {
  public:
@@ -445,14 +432,14 @@ class XmlWriter {
     out_ << pad << "<nic>\n";
     for (const Node& net : graph_.nodes) {
       if (net.type != NodeType::kNet || net.parent != id) continue;
-      out_ << pad << "  <net name=\"" << escape(net.name) << "\" dev=\"" << net.dev << "\" speed=\""
+      out_ << pad << "  <net name=\"" << xml_escape(net.name) << "\" dev=\"" << net.dev << "\" speed=\""
            << net.speed_mbps << "\" port=\"" << net.port << "\" gdr=\"" << net.gdr << "\"/>\n";
     }
     out_ << pad << "</nic>\n";
   }
 
   static std::string attr(const char* key, const std::string& value) {
-    return value.empty() ? std::string() : " " + std::string(key) + "=\"" + escape(value) + "\"";
+    return value.empty() ? std::string() : " " + std::string(key) + "=\"" + xml_escape(value) + "\"";
   }
 
   const SystemGraph& graph_;
@@ -497,5 +484,19 @@ Status load_topology_file(const std::string& path, SystemGraph& graph, std::stri
 }
 
 std::string dump_topology_xml(const SystemGraph& graph, int host) { return XmlWriter(graph, host).write(); }
+
+std::string xml_escape(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
 
 }  // namespace ferry

@@ -23,4 +23,7 @@ Status load_topology_file(const std::string& path, SystemGraph& graph, std::stri
 // One host of the graph, in the form load_topology_xml reads.
 std::string dump_topology_xml(const SystemGraph& graph, int host);
 
+// value with XML's special characters as entities, for attribute values.
+std::string xml_escape(const std::string& value);
+
 }  // namespace ferry
