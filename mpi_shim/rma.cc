@@ -833,15 +833,15 @@ int handle_Win_get_attr(MPI_Win win, int keyval, void* attribute_val, int* flag)
   if (!dw || !attribute_val || !flag) return PMPI_Win_get_attr(win, keyval, attribute_val, flag);
   // The predefined attributes describe the device memory, not the real
   // MPI's empty window.
-  void* value = keyval == MPI_WIN_BASE          ? dw->base
-                : keyval == MPI_WIN_SIZE        ? static_cast<void*>(&dw->size)
-                : keyval == MPI_WIN_DISP_UNIT   ? static_cast<void*>(&dw->disp_unit)
-                : keyval == MPI_WIN_CREATE_FLAVOR ? static_cast<void*>(&dw->flavor)
-                : keyval == MPI_WIN_MODEL       ? static_cast<void*>(&dw->model)
-                                                : nullptr;
-  const bool predefined = keyval == MPI_WIN_BASE || keyval == MPI_WIN_SIZE || keyval == MPI_WIN_DISP_UNIT ||
-                          keyval == MPI_WIN_CREATE_FLAVOR || keyval == MPI_WIN_MODEL;
-  if (!predefined) return PMPI_Win_get_attr(win, keyval, attribute_val, flag);
+  void* value = nullptr;
+  switch (keyval) {
+    case MPI_WIN_BASE: value = dw->base; break;
+    case MPI_WIN_SIZE: value = &dw->size; break;
+    case MPI_WIN_DISP_UNIT: value = &dw->disp_unit; break;
+    case MPI_WIN_CREATE_FLAVOR: value = &dw->flavor; break;
+    case MPI_WIN_MODEL: value = &dw->model; break;
+    default: return PMPI_Win_get_attr(win, keyval, attribute_val, flag);
+  }
   *static_cast<void**>(attribute_val) = value;
   *flag = 1;
   return MPI_SUCCESS;

@@ -3,6 +3,21 @@
 #include <climits>
 
 namespace ferry::shim {
+namespace {
+
+// The engine value the table pairs with an MPI handle, if any.
+template <typename Table, typename Handle, typename Value>
+bool look_up(const Table& table, Handle handle, Value* value) {
+  for (const auto& entry : table) {
+    if (entry.mpi == handle) {
+      *value = entry.engine;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
 
 bool engine_data_type(MPI_Datatype datatype, DataType* type) {
   struct Entry {
@@ -24,13 +39,7 @@ bool engine_data_type(MPI_Datatype datatype, DataType* type) {
       {MPI_DOUBLE, DataType::kFloat64},       {MPI_C_FLOAT_COMPLEX, DataType::kComplex64},
       {MPI_C_DOUBLE_COMPLEX, DataType::kComplex128},
   };
-  for (const Entry& e : kTable) {
-    if (e.mpi == datatype) {
-      *type = e.engine;
-      return true;
-    }
-  }
-  return false;
+  return look_up(kTable, datatype, type);
 }
 
 bool engine_reduce_op(MPI_Op op, ReduceOp* reduce_op) {
@@ -44,13 +53,7 @@ bool engine_reduce_op(MPI_Op op, ReduceOp* reduce_op) {
       {MPI_LXOR, ReduceOp::kLxor}, {MPI_BAND, ReduceOp::kBand}, {MPI_BOR, ReduceOp::kBor},
       {MPI_BXOR, ReduceOp::kBxor},
   };
-  for (const Entry& e : kTable) {
-    if (e.mpi == op) {
-      *reduce_op = e.engine;
-      return true;
-    }
-  }
-  return false;
+  return look_up(kTable, op, reduce_op);
 }
 
 bool dense_data_type(MPI_Datatype datatype, int* size) {
