@@ -17,8 +17,6 @@ namespace {
 
 using namespace suite;
 
-constexpr long kLarge = 1 << 18;
-
 enum class Probe { blocking, nonblocking };
 
 // Probes for (source_arg, tag_arg) until a message is there; MPI_Improbe in

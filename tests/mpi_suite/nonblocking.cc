@@ -20,14 +20,6 @@ namespace {
 
 using namespace suite;
 
-constexpr long kLarge = 1 << 18;
-
-// The tag of receives that are cancelled: no case ever sends it.
-constexpr int kCancelTag = 32500;
-// How long a cancelled receive may take to complete before the case decides
-// the MPI could not cancel it.
-constexpr double kCancelPatienceSeconds = 2;
-
 // ---- Sending and receiving ---------------------------------------------------
 
 const char* send_call(Mode mode) {
@@ -478,27 +470,14 @@ void test_cancel(const Datatype& type, long count, Layout layout, Completion how
                       &requests[position]),
             what);
   check_mpi(MPI_Cancel(&requests[position]), what);
-  // MPI_Request_get_status leaves the request alone: the completion call
-  // below is still the one that finishes it.
-  const double start = MPI_Wtime();
-  int done = 0;
-  while (!done && MPI_Wtime() - start < kCancelPatienceSeconds) {
-    check_mpi(MPI_Request_get_status(requests[position], &done, MPI_STATUS_IGNORE), what);
-  }
+  const bool done = cancel_completes(requests[position], what);
   const std::vector<T> data = random_values<T>(count, id, rank);
   if (!done) {
     check_mpi(MPI_Send(data.data(), int(count), type.handle, rank, kCancelTag, MPI_COMM_WORLD),
               what);
   }
   const MPI_Status status = (*complete(how, requests, what))[position];
-  int cancelled = 0;
-  check_mpi(MPI_Test_cancelled(&status, &cancelled), what);
-  if (cancelled) {
-    expect_buffer(what, recv, poisoned<T>(count));
-  } else {
-    expect(!done, what, "completed before any message was sent, yet not cancelled");
-    expect_buffer(what, recv, data);
-  }
+  expect_cancel_outcome(what, status, done, recv, data);
 }
 
 // MPI_Request_free on a device Isend right after posting it, then a second
