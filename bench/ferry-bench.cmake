@@ -3,12 +3,7 @@
 # bench/CMakeLists.txt. The binary links only MPI (and, with the CUDA toolkit,
 # the static CUDA runtime); libferry.so arrives by LD_PRELOAD and NCCL by
 # dlopen, so neither is a link dependency.
-add_executable(ferry-bench ${CMAKE_CURRENT_LIST_DIR}/ferry_bench.cc)
-# ferry/ferry.h for the types of the entry points found with dlsym.
-target_include_directories(ferry-bench PRIVATE ${PROJECT_SOURCE_DIR}/include)
-# C bindings only: Open MPI's C++ bindings would pull in libmpi_cxx.
-target_compile_definitions(ferry-bench PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
-target_link_libraries(ferry-bench PRIVATE MPI::MPI_C ${CMAKE_DL_LIBS})
+ferry_bench_program(ferry-bench ${CMAKE_CURRENT_LIST_DIR}/ferry_bench.cc)
 if(FERRY_HAVE_CUDA)
   # CUDA events, streams, pinned staging memory and NCCL; host code only, so
   # no .cu file and no device code.
