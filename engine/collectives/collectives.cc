@@ -7,6 +7,8 @@
 #include "engine/collectives/executor.h"
 #include "engine/collectives/schedule.h"
 #include "engine/collectives/tuner.h"
+#include "engine/collectives/worker.h"
+#include "engine/common/params.h"
 
 namespace ferry {
 namespace {
@@ -104,6 +106,40 @@ Status map_all(Communicator& comm, const std::vector<Handshake>& all, const void
 const void* at(const void* base, std::size_t offset) { return static_cast<const char*>(base) + offset; }
 void* at(void* base, std::size_t offset) { return static_cast<char*>(base) + offset; }
 
+// The engine worker for a call of bytes per rank, or nullptr: calls larger
+// than FERRY_WORKER_MAX_BYTES launch their kernels and copies, which then
+// cost little next to the data.
+Worker* worker_for_call(Communicator& comm, const Placement& where, std::size_t bytes) {
+  if (bytes > static_cast<std::uint64_t>(std::max<std::int64_t>(0, params().worker_max_bytes))) return nullptr;
+  return comm.worker_for(where.backend, where.device);
+}
+
+// Thread blocks of the worker an item of bytes takes: one block answers
+// small calls without waking the others.
+int worker_blocks_for(const Worker& worker, std::size_t bytes) {
+  constexpr std::size_t kOneBlockBytes = 16 << 10;
+  return bytes <= kOneBlockBytes ? 1 : worker.blocks();
+}
+
+Status run_on_worker(Worker& worker, std::size_t bytes, const DirectReduceArgs& args) {
+  WorkItem item{};
+  item.kind = WorkKind::kDirectReduce;
+  item.blocks = worker_blocks_for(worker, bytes);
+  item.reduce = args;
+  FERRY_TRACE(Coll, "direct reduce of %zu bytes on the engine worker (%d blocks)", bytes, item.blocks);
+  return worker.run(item);
+}
+
+Status run_on_worker(Worker& worker, std::size_t bytes, const CopyListArgs& copies) {
+  WorkItem item{};
+  item.kind = WorkKind::kCopies;
+  item.blocks = worker_blocks_for(worker, bytes);
+  item.copies = copies;
+  FERRY_TRACE(Coll, "%d copies of %zu bytes in all on the engine worker (%d blocks)", copies.count, bytes,
+              item.blocks);
+  return worker.run(item);
+}
+
 // One-shot and two-shot: SM loads straight from the peers' buffers.
 Status run_direct_reduce(Communicator& comm, const MappedBuffers& buffers, const Placement& where,
                          std::size_t count, DataType type, ReduceOp op, bool one_shot) {
@@ -124,8 +160,10 @@ Status run_direct_reduce(Communicator& comm, const MappedBuffers& buffers, const
   } else {
     for (int r = 0; r < n; ++r) args.outputs[r] = at(buffers.outputs[r], offset);
   }
-  gpu::Stream stream = nullptr;
   FERRY_CHECK(where.backend->set_device(where.device));
+  if (Worker* worker = worker_for_call(comm, where, count * element))
+    return run_on_worker(*worker, count * element, args);
+  gpu::Stream stream = nullptr;
   FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
   FERRY_CHECK(launch_direct_reduce(where.backend, args, stream));
   return where.backend->stream_synchronize(stream);
@@ -357,6 +395,14 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
       gpu::Stream stream = nullptr;
       FERRY_CHECK(comm.peer_memory().import_buffer(all[root].first, &source));
       FERRY_CHECK(where.backend->set_device(where.device));
+      if (Worker* worker = worker_for_call(comm, where, bytes)) {
+        CopyListArgs pull{};
+        pull.sources[0] = source;
+        pull.destinations[0] = buffer;
+        pull.bytes[0] = bytes;
+        pull.count = 1;
+        return run_on_worker(*worker, bytes, pull);
+      }
       FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
       FERRY_CHECK(where.backend->copy_async(buffer, source, bytes, stream));
       return where.backend->stream_synchronize(stream);
@@ -414,16 +460,27 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
     for (int peer = 0, i = 0; peer < n; ++peer)
       if (peer != comm.rank() && recv_bytes[peer] > 0) sources[peer] = mapped[i++];
 
+    std::size_t received = 0;
+    for (int peer = 0; peer < n; ++peer) received += recv_bytes[peer];
+    Worker* worker = n <= kMaxWorkerCopies ? worker_for_call(comm, where, received) : nullptr;
+    CopyListArgs pulls{};
     for (int step = 0; step < n; ++step) {
       // Start with the next rank so that peers do not all read one rank at once.
       const int peer = (comm.rank() + step) % n;
       if (recv_bytes[peer] == 0) continue;
       const char* block =
           static_cast<const char*>(sources[peer]) + offsets[static_cast<std::size_t>(peer) * n + comm.rank()];
+      if (worker) {
+        pulls.sources[pulls.count] = block;
+        pulls.destinations[pulls.count] = static_cast<char*>(recv) + recv_offsets[peer];
+        pulls.bytes[pulls.count++] = recv_bytes[peer];
+        continue;
+      }
       const gpu::Stream stream = step == 0 ? streams[0] : streams[1 + (step - 1) % (streams_used - 1)];
       FERRY_CHECK(where.backend->copy_async(static_cast<char*>(recv) + recv_offsets[peer], block, recv_bytes[peer],
                                             stream));
     }
+    if (worker) return pulls.count > 0 ? run_on_worker(*worker, received, pulls) : Status::kOk;
     for (gpu::Stream stream : streams) FERRY_CHECK(where.backend->stream_synchronize(stream));
     return Status::kOk;
   }();

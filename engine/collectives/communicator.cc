@@ -9,6 +9,7 @@
 #include "engine/common/params.h"
 #include "engine/topology/local_topology.h"
 #include "engine/topology/search.h"
+#include "engine/transport/shm_bootstrap.h"
 
 namespace ferry {
 namespace {
@@ -117,6 +118,18 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   FERRY_CHECK(comm->bootstrap_->allgather(&verdict, verdicts.data(), sizeof(verdict)));
   for (std::int32_t v : verdicts) verdict &= v;
 
+  // Per-call handshakes through host shared memory where every rank shares
+  // this machine (the planned transports do not matter: the handshake needs
+  // only host memory).
+  bool one_machine = true;
+  for (const RankIdentity& r : ranks) one_machine = one_machine && r.host_hash == mine.host_hash;
+  if (one_machine && n > 1) {
+    const Status status = ShmBootstrap::wrap(&comm->bootstrap_);
+    if (!ok(status))
+      FERRY_INFO(Bootstrap, "handshakes stay on the set-up bootstrap: no shared memory between the ranks (%s)",
+                 status_name(status));
+  }
+
   comm->all_peers_mapped_ = n == 1 || (verdict & kAllP2p);
   if (!comm->all_peers_mapped_ && (verdict & kAllLocal)) {
     const Status status = SharedSegments::create(*comm->bootstrap_, backend,
@@ -134,6 +147,7 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
 }
 
 Communicator::~Communicator() {
+  workers_.clear();  // they may still use the streams' device
   for (auto& [key, stream] : streams_) key.backend->stream_destroy(stream);
   for (auto& [key, event] : events_) key.backend->event_destroy(event);
   for (auto& [key, scratch] : scratch_) key.first->device_free(scratch.buffer);
@@ -173,6 +187,12 @@ Status Communicator::scratch_for(gpu::Backend* backend, int device, std::size_t 
   }
   *scratch = s.buffer;
   return Status::kOk;
+}
+
+Worker* Communicator::worker_for(gpu::Backend* backend, int device) {
+  auto it = workers_.find({backend, device});
+  if (it == workers_.end()) it = workers_.emplace(std::make_pair(backend, device), Worker::create(backend, device)).first;
+  return it->second.get();
 }
 
 Status Communicator::stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/bootstrap/bootstrap.h"
+#include "engine/collectives/worker.h"
 #include "engine/gpu/gpu.h"
 #include "engine/topology/system_graph.h"
 #include "engine/transport/p2p.h"
@@ -70,6 +71,9 @@ class Communicator {
   // Device scratch of at least bytes on device, kept between calls (grown
   // when a call needs more): no allocation per call on the steady path.
   Status scratch_for(gpu::Backend* backend, int device, std::size_t bytes, void** scratch);
+  // The engine worker on device of backend, created on first use and kept;
+  // nullptr when there is none (FERRY_WORKER=0, or the backend has none).
+  Worker* worker_for(gpu::Backend* backend, int device);
 
  private:
   explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
@@ -94,6 +98,7 @@ class Communicator {
     std::size_t bytes;
   };
   std::map<std::pair<gpu::Backend*, int>, Scratch> scratch_;
+  std::map<std::pair<gpu::Backend*, int>, std::unique_ptr<Worker>> workers_;
 };
 
 }  // namespace ferry

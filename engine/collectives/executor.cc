@@ -26,6 +26,11 @@ struct HostDirectReduce {
 
 }  // namespace
 
+Status run_direct_reduce_on_host(gpu::Backend* backend, const DirectReduceArgs& args) {
+  HostDirectReduce visitor{args, backend};
+  return dispatch_reduction(args.type, args.op, visitor) ? Status::kOk : Status::kUnsupported;
+}
+
 Status launch_direct_reduce(gpu::Backend* backend, const DirectReduceArgs& args, gpu::Stream stream) {
   if (args.ninputs < 1 || args.ninputs > kMaxDirectRanks || args.noutputs < 1 || args.noutputs > kMaxDirectRanks)
     return Status::kInvalidArgument;
@@ -35,11 +40,9 @@ Status launch_direct_reduce(gpu::Backend* backend, const DirectReduceArgs& args,
     case gpu::BackendKind::kCuda:
       return cuda_launch_direct_reduce(args, stream);
 #endif
-    case gpu::BackendKind::kEmulated: {
+    case gpu::BackendKind::kEmulated:
       FERRY_CHECK(backend->stream_synchronize(stream));
-      HostDirectReduce visitor{args, backend};
-      return dispatch_reduction(args.type, args.op, visitor) ? Status::kOk : Status::kUnsupported;
-    }
+      return run_direct_reduce_on_host(backend, args);
     default:
       return Status::kUnsupported;
   }

@@ -25,6 +25,9 @@ struct DirectReduceArgs {
 
 Status launch_direct_reduce(gpu::Backend* backend, const DirectReduceArgs& args, gpu::Stream stream);
 
+// The emulated device's direct reduce, run now on the calling thread.
+Status run_direct_reduce_on_host(gpu::Backend* backend, const DirectReduceArgs& args);
+
 #ifdef FERRY_HAVE_CUDA
 Status cuda_launch_direct_reduce(const DirectReduceArgs& args, gpu::Stream stream);
 #endif

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/collectives/executor.h"
+#include "engine/collectives/pack_device.cuh"
 #include "engine/collectives/reduce_common.h"
 
 namespace ferry {
@@ -11,20 +12,6 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread and rank
-
-template <typename T>
-struct alignas(16) Pack {
-  static constexpr int kCount = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
-  T v[kCount];
-};
-static_assert(sizeof(Pack<float>) == 16 && sizeof(Pack<Complex128>) == 16, "packs are one 16-byte access");
-
-template <typename T, ReduceOp Op>
-__device__ __forceinline__ Pack<T> reduce_pack(Pack<T> a, const Pack<T>& b) {
-#pragma unroll
-  for (int k = 0; k < Pack<T>::kCount; ++k) a.v[k] = reduce<T, Op>(a.v[k], b.v[k]);
-  return a;
-}
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads) direct_reduce_packed(DirectReduceArgs args, std::size_t packs) {

@@ -74,9 +74,13 @@ FERRY_HOST_DEVICE T reduce(T a, T b) {
   X(ReduceOp::kLor) X(ReduceOp::kLxor) X(ReduceOp::kBand) X(ReduceOp::kBor) X(ReduceOp::kBxor)
 
 // Calls visitor.template run<T, Op>() for the runtime (type, op); returns
-// false when MPI does not define the pair.
+// false when MPI does not define the pair. Host and device code both use it
+// (the check that a host visitor is not called from device code is off).
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
 template <typename Visitor>
-bool dispatch_reduction(DataType type, ReduceOp op, Visitor& visitor) {
+FERRY_HOST_DEVICE bool dispatch_reduction(DataType type, ReduceOp op, Visitor& visitor) {
   bool found = false;
 #define FERRY_DISPATCH_OP(OP)                                     \
   if (op == OP) {                                                 \

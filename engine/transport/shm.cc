@@ -63,8 +63,10 @@ Status SharedSegments::create(Bootstrap& bootstrap, gpu::Backend* backend, std::
         break;
       }
     }
-    segments->registered_[r] = ok(backend->host_register(segments->views_[r], bytes));
-    ready = segments->registered_[r];
+    if (backend) {
+      segments->registered_[r] = ok(backend->host_register(segments->views_[r], bytes));
+      ready = segments->registered_[r];
+    }
   }
   std::vector<std::int32_t> everyone(n);
   FERRY_CHECK(bootstrap.allgather(&ready, everyone.data(), sizeof(ready)));

@@ -17,6 +17,8 @@ namespace ferry {
 class SharedSegments {
  public:
   // Collective over the bootstrap's ranks, which must share one machine.
+  // The segments are pinned for backend's device; backend nullptr leaves
+  // them plain host memory.
   static Status create(Bootstrap& bootstrap, gpu::Backend* backend, std::size_t bytes,
                        std::unique_ptr<SharedSegments>* out);
   ~SharedSegments();

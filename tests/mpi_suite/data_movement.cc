@@ -266,6 +266,9 @@ void test_type(const Datatype& type) {
 }
 
 void test_large_counts() {
+  // Shared among the engine worker's blocks (16 KiB to 1 MiB).
+  test_bcast<uint8_t>({MPI_UINT8_T, "MPI_UINT8_T"}, 100003, Layout::offset);
+  test_alltoall<int32_t>({MPI_INT, "MPI_INT"}, 12345, Layout::offset, Alltoall::v);
   test_bcast<double>({MPI_DOUBLE, "MPI_DOUBLE"}, 1 << 20, Layout::offset);
   test_allgather<uint8_t>({MPI_UINT8_T, "MPI_UINT8_T"}, 1 << 20, Layout::device, true);
   test_alltoall<int32_t>({MPI_INT, "MPI_INT"}, 1 << 16, Layout::in_place, Alltoall::plain);

@@ -259,6 +259,12 @@ void test_user_op() {
 }
 
 void test_large_counts() {
+  // Between 16 KiB and 1 MiB the engine worker shares a call among its
+  // blocks; above, calls launch kernels.
+  const long medium = 100003;
+  test_allreduce<float>({MPI_FLOAT, "MPI_FLOAT"}, kSum, medium, Layout::offset);
+  test_allreduce<double>({MPI_DOUBLE, "MPI_DOUBLE"}, kMax, medium, Layout::in_place);
+  test_allreduce<int32_t>({MPI_INT, "MPI_INT"}, kBxor, medium, Layout::device);
   const long large = 1 << 20;
   test_allreduce<float>({MPI_FLOAT, "MPI_FLOAT"}, kSum, large, Layout::device);
   test_reduce<double>({MPI_DOUBLE, "MPI_DOUBLE"}, kMax, large, Layout::offset);

@@ -1,0 +1,319 @@
+// The engine worker on CUDA: one persistent kernel per communicator and
+// device (worker.h). Block 0 polls the mailbox in mapped host memory; an
+// item small enough for one block runs there alone, a larger one is
+// published in device memory to the other blocks, which poll that instead
+// (an L2 load rather than a PCIe round trip), and the last block to finish
+// reports it done. Loads of user and peer buffers bypass L1 (ld.global.cg):
+// a kernel that outlives many calls must not see a previous call's data.
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/collectives/pack_device.cuh"
+#include "engine/collectives/worker.h"
+
+namespace ferry {
+namespace {
+
+constexpr int kWorkerThreads = 512;
+
+Status from_cuda(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return Status::kOk;
+  cudaGetLastError();
+  FERRY_WARN(Coll, "engine worker: %s: %s", what, cudaGetErrorString(error));
+  return Status::kGpuError;
+}
+#define FERRY_CUDA(call) from_cuda((call), #call)
+constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread and input
+
+// What the worker's blocks share in device memory.
+struct WorkerState {
+  std::uint64_t sequence;     // the multi-block item now in `item`
+  std::uint64_t left_launch;  // blocks of this launch number (and earlier) leave
+  unsigned int finished;      // blocks done with the current multi-block item
+  unsigned int reserved;
+  WorkItem item;
+};
+static_assert(sizeof(WorkItem) % sizeof(std::uint64_t) == 0, "work items are copied in 8-byte words");
+
+__device__ __forceinline__ std::uint64_t now_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ std::uint64_t load_acquire_sys(const std::uint64_t* p) {
+  std::uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release_sys(std::uint64_t* p, std::uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ std::uint64_t load_acquire_gpu(const std::uint64_t* p) {
+  std::uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release_gpu(std::uint64_t* p, std::uint64_t v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// A load cached in L2 only: fresh on every call of a long-lived kernel.
+template <typename T>
+__device__ __forceinline__ T load_cg(const T* p) {
+  T value;
+  if constexpr (sizeof(T) == 16) {
+    const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p));
+    memcpy(&value, &v, 16);
+  } else if constexpr (sizeof(T) == 8) {
+    const unsigned long long v = __ldcg(reinterpret_cast<const unsigned long long*>(p));
+    memcpy(&value, &v, 8);
+  } else if constexpr (sizeof(T) == 4) {
+    const unsigned int v = __ldcg(reinterpret_cast<const unsigned int*>(p));
+    memcpy(&value, &v, 4);
+  } else if constexpr (sizeof(T) == 2) {
+    const unsigned short v = __ldcg(reinterpret_cast<const unsigned short*>(p));
+    memcpy(&value, &v, 2);
+  } else {
+    static_assert(sizeof(T) == 1, "element sizes are 1, 2, 4, 8 or 16 bytes");
+    const unsigned char v = __ldcg(reinterpret_cast<const unsigned char*>(p));
+    memcpy(&value, &v, 1);
+  }
+  return value;
+}
+
+// This block's share of a direct reduce (kernels.cu's, over block/blocks).
+template <typename T, ReduceOp Op>
+__device__ __noinline__ void reduce_share(const DirectReduceArgs& a, unsigned block, unsigned blocks) {
+  bool aligned = true;
+  for (int r = 0; r < a.ninputs; ++r) aligned = aligned && reinterpret_cast<std::uintptr_t>(a.inputs[r]) % 16 == 0;
+  for (int k = 0; k < a.noutputs; ++k) aligned = aligned && reinterpret_cast<std::uintptr_t>(a.outputs[k]) % 16 == 0;
+  const std::size_t packs = aligned ? a.count / Pack<T>::kCount : 0;
+  const std::size_t stride = static_cast<std::size_t>(blocks) * kWorkerThreads * kUnroll;
+  for (std::size_t base = static_cast<std::size_t>(block) * kWorkerThreads * kUnroll + threadIdx.x; base < packs;
+       base += stride) {
+    Pack<T> acc[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::size_t p = base + u * kWorkerThreads;
+      if (p < packs) acc[u] = load_cg(static_cast<const Pack<T>*>(a.inputs[0]) + p);
+    }
+    for (int r = 1; r < a.ninputs; ++r) {
+      Pack<T> in[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::size_t p = base + u * kWorkerThreads;
+        if (p < packs) in[u] = load_cg(static_cast<const Pack<T>*>(a.inputs[r]) + p);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) acc[u] = reduce_pack<T, Op>(acc[u], in[u]);
+    }
+    for (int k = 0; k < a.noutputs; ++k) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::size_t p = base + u * kWorkerThreads;
+        if (p < packs) static_cast<Pack<T>*>(a.outputs[k])[p] = acc[u];
+      }
+    }
+  }
+  for (std::size_t i = packs * Pack<T>::kCount + static_cast<std::size_t>(block) * kWorkerThreads + threadIdx.x;
+       i < a.count; i += static_cast<std::size_t>(blocks) * kWorkerThreads) {
+    T acc = load_cg(static_cast<const T*>(a.inputs[0]) + i);
+    for (int r = 1; r < a.ninputs; ++r) acc = reduce<T, Op>(acc, load_cg(static_cast<const T*>(a.inputs[r]) + i));
+    for (int k = 0; k < a.noutputs; ++k) static_cast<T*>(a.outputs[k])[i] = acc;
+  }
+}
+
+struct WorkerReduce {
+  const DirectReduceArgs& args;
+  unsigned block, blocks;
+
+  template <typename T, ReduceOp Op>
+  __device__ void run() {
+    reduce_share<T, Op>(args, block, blocks);
+  }
+};
+
+// This block's share of each copy: 16-byte packs where source and
+// destination are equally aligned, bytes at the edges (or throughout).
+__device__ __noinline__ void copy_share(const CopyListArgs& c, unsigned block, unsigned blocks) {
+  const std::size_t first = static_cast<std::size_t>(block) * kWorkerThreads + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(blocks) * kWorkerThreads;
+  for (int k = 0; k < c.count; ++k) {
+    const auto* src = static_cast<const unsigned char*>(c.sources[k]);
+    auto* dst = static_cast<unsigned char*>(c.destinations[k]);
+    const std::size_t bytes = c.bytes[k];
+    const std::uintptr_t misalign = reinterpret_cast<std::uintptr_t>(src) % 16;
+    const bool packable = misalign == reinterpret_cast<std::uintptr_t>(dst) % 16;
+    const std::size_t head = packable ? (bytes < (16 - misalign) % 16 ? bytes : (16 - misalign) % 16) : bytes;
+    const std::size_t packs = (bytes - head) / 16;
+    const auto* src_packs = reinterpret_cast<const uint4*>(src + head);
+    auto* dst_packs = reinterpret_cast<uint4*>(dst + head);
+    for (std::size_t base = first; base < packs; base += stride * kUnroll) {
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (base + u * stride < packs) v[u] = __ldcg(src_packs + base + u * stride);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (base + u * stride < packs) dst_packs[base + u * stride] = v[u];
+    }
+    for (std::size_t i = first; i < head; i += stride) dst[i] = __ldcg(src + i);
+    for (std::size_t i = head + packs * 16 + first; i < bytes; i += stride) dst[i] = __ldcg(src + i);
+  }
+}
+
+// Runs this block's share; false when the item cannot run here.
+__device__ bool run_share(const WorkItem& item, unsigned block, unsigned blocks) {
+  if (item.kind == WorkKind::kCopies) {
+    copy_share(item.copies, block, blocks);
+    return true;
+  }
+  if (item.kind != WorkKind::kDirectReduce) return false;
+  WorkerReduce visitor{item.reduce, block, blocks};
+  return dispatch_reduction(item.reduce.type, item.reduce.op, visitor);
+}
+
+// Copies an item in 8-byte words; volatile loads, since the source (host
+// memory, or the leader's copy) changes under a running kernel.
+__device__ void copy_item(WorkItem* to, const WorkItem* from) {
+  auto* dst = reinterpret_cast<std::uint64_t*>(to);
+  const auto* src = reinterpret_cast<const volatile std::uint64_t*>(from);
+  for (unsigned i = threadIdx.x; i < sizeof(WorkItem) / 8; i += blockDim.x) dst[i] = src[i];
+}
+
+__global__ void __launch_bounds__(kWorkerThreads)
+    worker_loop(Mailbox* box, WorkerState* state, std::uint64_t launch, std::uint64_t next, std::int64_t idle_ns) {
+  __shared__ WorkItem item;
+  __shared__ std::uint64_t taken;  // the sequence to run; 0: leave
+  const bool leader = blockIdx.x == 0;
+  for (;;) {
+    if (threadIdx.x == 0) {
+      taken = 0;
+      if (leader) {
+        const std::uint64_t since = now_ns();
+        while (!load_acquire_sys(&box->stop)) {
+          const std::uint64_t posted = load_acquire_sys(&box->posted);
+          if (posted >= next) {
+            taken = posted;
+            break;
+          }
+          if (static_cast<std::int64_t>(now_ns() - since) > idle_ns) break;
+        }
+      } else {
+        while (load_acquire_gpu(&state->left_launch) < launch) {
+          const std::uint64_t published = load_acquire_gpu(&state->sequence);
+          if (published >= next) {
+            taken = published;
+            break;
+          }
+        }
+      }
+    }
+    __syncthreads();
+    const std::uint64_t sequence = taken;
+    if (sequence == 0) {
+      if (leader && threadIdx.x == 0) {
+        store_release_gpu(&state->left_launch, launch);
+        if (!load_acquire_sys(&box->stop)) store_release_sys(&box->exited, launch);
+      }
+      return;
+    }
+    next = sequence + 1;
+    copy_item(&item, leader ? &box->item : &state->item);
+    __syncthreads();
+    const bool whole_grid = item.blocks > 1 && gridDim.x > 1;
+    if (leader && whole_grid) {
+      copy_item(&state->item, &item);
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) store_release_gpu(&state->sequence, sequence);
+    }
+
+    const bool ran = whole_grid ? run_share(item, blockIdx.x, gridDim.x) : run_share(item, 0, 1);
+    __threadfence_system();  // this block's results, before the report
+    __syncthreads();
+    if (threadIdx.x != 0) continue;
+    if (whole_grid && atomicAdd(&state->finished, 1u) != gridDim.x - 1) continue;
+    if (whole_grid) atomicExch(&state->finished, 0u);
+    if (!ran) *reinterpret_cast<volatile std::int32_t*>(&box->failed) = 1;
+    __threadfence_system();
+    store_release_sys(&box->done, sequence);
+  }
+}
+
+class CudaWorkerDevice final : public WorkerDevice {
+ public:
+  static std::unique_ptr<WorkerDevice> create(int device, int blocks) {
+    // With launches made blocking, launching a kernel that waits for the
+    // launching thread would never return.
+    const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING");
+    if (blocking && std::strcmp(blocking, "1") == 0) {
+      FERRY_INFO(Coll, "CUDA_LAUNCH_BLOCKING=1: no engine worker; calls launch kernels");
+      return nullptr;
+    }
+    std::unique_ptr<CudaWorkerDevice> worker(new CudaWorkerDevice(device, blocks));
+    cudaError_t error = cudaSetDevice(device);
+    if (error == cudaSuccess)
+      error = cudaHostAlloc(reinterpret_cast<void**>(&worker->box_), sizeof(Mailbox),
+                            cudaHostAllocMapped | cudaHostAllocPortable);
+    if (error == cudaSuccess) {
+      std::memset(worker->box_, 0, sizeof(Mailbox));
+      error = cudaHostGetDevicePointer(reinterpret_cast<void**>(&worker->box_on_device_), worker->box_, 0);
+    }
+    if (error == cudaSuccess) error = cudaMalloc(reinterpret_cast<void**>(&worker->state_), sizeof(WorkerState));
+    if (error == cudaSuccess) error = cudaMemset(worker->state_, 0, sizeof(WorkerState));
+    if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&worker->stream_, cudaStreamNonBlocking);
+    if (error != cudaSuccess) {
+      FERRY_WARN(Coll, "engine worker set-up failed on device %d: %s; calls launch kernels", device,
+                 cudaGetErrorString(error));
+      return nullptr;
+    }
+    return worker;
+  }
+
+  ~CudaWorkerDevice() override {
+    join();
+    if (stream_) cudaStreamDestroy(stream_);
+    if (state_) cudaFree(state_);
+    if (box_) cudaFreeHost(box_);
+  }
+
+  Mailbox* mailbox() override { return box_; }
+
+  Status start(std::uint64_t launch, std::uint64_t first, std::int64_t idle_us) override {
+    // The stream runs one launch after the other: a new launch starts only
+    // after the previous one has left.
+    FERRY_CHECK(FERRY_CUDA(cudaSetDevice(device_)));
+    worker_loop<<<blocks_, kWorkerThreads, 0, stream_>>>(box_on_device_, state_, launch, first, idle_us * 1000);
+    return FERRY_CUDA(cudaGetLastError());
+  }
+
+  Status health() override {
+    const cudaError_t state = cudaStreamQuery(stream_);
+    if (state == cudaSuccess || state == cudaErrorNotReady) return Status::kOk;
+    FERRY_WARN(Coll, "engine worker kernel failed: %s", cudaGetErrorString(state));
+    return Status::kGpuError;
+  }
+
+  Status join() override { return stream_ ? FERRY_CUDA(cudaStreamSynchronize(stream_)) : Status::kOk; }
+
+ private:
+  CudaWorkerDevice(int device, int blocks) : device_(device), blocks_(blocks) {}
+
+  int device_;
+  int blocks_;
+  Mailbox* box_ = nullptr;            // host view
+  Mailbox* box_on_device_ = nullptr;  // the same memory, as kernels address it
+  WorkerState* state_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<WorkerDevice> make_cuda_worker_device(int device, int blocks) {
+  return CudaWorkerDevice::create(device, blocks);
+}
+
+}  // namespace ferry

@@ -1,0 +1,116 @@
+// The engine worker: a device-resident loop per communicator and device
+// that runs small collective steps without a kernel launch per call.
+//
+// A blocking MPI call on one of the GPU machine's H200s pays ~9.5 us for a
+// kernel launch + stream synchronize alone, more than a whole small
+// allreduce should cost. The worker is a persistent kernel (on the emulated
+// device, a host thread) that polls a mailbox in host memory: the calling
+// thread writes a work item and its sequence number, the worker runs it and
+// writes the sequence back as done, and the caller, spinning on that word,
+// returns. After FERRY_WORKER_IDLE_US without work the worker exits, so an
+// idle application holds no SM and cudaDeviceSynchronize returns (it waits
+// at most that long); the next call starts it again.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "engine/collectives/executor.h"
+#include "engine/gpu/gpu.h"
+
+namespace ferry {
+
+constexpr int kMaxWorkerCopies = kMaxDirectRanks;
+
+// Up to kMaxWorkerCopies independent copies (a bcast's pull, an alltoallv's
+// blocks). Pointers are already mapped into this process.
+struct CopyListArgs {
+  const void* sources[kMaxWorkerCopies];
+  void* destinations[kMaxWorkerCopies];
+  std::uint64_t bytes[kMaxWorkerCopies];
+  std::int32_t count;
+  std::int32_t reserved;
+};
+
+enum class WorkKind : std::int32_t { kDirectReduce = 1, kCopies = 2 };
+
+struct WorkItem {
+  WorkKind kind;
+  std::int32_t blocks;  // worker blocks that share the item (the rest skip it)
+  DirectReduceArgs reduce;
+  CopyListArgs copies;
+};
+
+// Host memory both sides see. The caller writes item, then posted; the
+// worker writes done (after its results are visible system-wide) and, when
+// it leaves idle, exited = its launch number.
+struct alignas(64) Mailbox {
+  std::uint64_t posted;
+  std::uint64_t stop;  // nonzero: the worker returns at once
+  char padding0[48];
+  std::uint64_t done;
+  std::uint64_t exited;
+  std::int32_t failed;  // nonzero: an item failed on the worker
+  char padding1[44];
+  WorkItem item;
+};
+static_assert(offsetof(Mailbox, done) == 64 && offsetof(Mailbox, item) == 128,
+              "Mailbox is shared between host and device; keep its layout fixed");
+
+// The device side of a worker: the persistent kernel, or the emulated
+// device's thread.
+class WorkerDevice {
+ public:
+  virtual ~WorkerDevice() = default;
+  virtual Mailbox* mailbox() = 0;
+  // Starts the worker for launch number `launch`; it takes items from
+  // sequence first on, and leaves when idle for idle_us.
+  virtual Status start(std::uint64_t launch, std::uint64_t first, std::int64_t idle_us) = 0;
+  // kOk while running or cleanly exited; an error once the device side failed.
+  virtual Status health() = 0;
+  // Waits until the device side has returned (after stop, or idle).
+  virtual Status join() = 0;
+};
+
+// Both back ends; nullptr when the backend has no worker (or CUDA was not
+// built). blocks: the worker's thread blocks (the emulated device ignores it).
+std::unique_ptr<WorkerDevice> make_worker_device(gpu::Backend* backend, int device, int blocks);
+#ifdef FERRY_HAVE_CUDA
+std::unique_ptr<WorkerDevice> make_cuda_worker_device(int device, int blocks);
+#endif
+
+// Runs one work item on the emulated device's host views (the worker
+// thread's body, and the executor without a worker).
+Status run_work_item_on_host(gpu::Backend* backend, const WorkItem& item);
+
+class Worker {
+ public:
+  // As the parameters say (FERRY_WORKER*); nullptr when the worker is off or
+  // the backend has none: then calls launch kernels.
+  static std::unique_ptr<Worker> create(gpu::Backend* backend, int device);
+  static std::unique_ptr<Worker> create(gpu::Backend* backend, int device, int blocks, std::int64_t idle_us);
+  ~Worker();
+
+  int blocks() const { return blocks_; }
+  // Times the device side was started (first call, and after each idle exit).
+  std::uint64_t launches() const { return launch_; }
+  // Runs item on the device and returns when its results are visible to
+  // later work on any stream. Calls are serialized.
+  Status run(const WorkItem& item);
+
+ private:
+  Worker(std::unique_ptr<WorkerDevice> device, int blocks, std::int64_t idle_us, bool host_worker)
+      : device_(std::move(device)), blocks_(blocks), idle_us_(idle_us), host_worker_(host_worker) {}
+
+  std::mutex mutex_;
+  std::unique_ptr<WorkerDevice> device_;
+  int blocks_;
+  std::int64_t idle_us_;
+  bool host_worker_;  // the device side is a host thread (emulated device)
+  std::uint64_t sequence_ = 0;  // items posted so far
+  std::uint64_t launch_ = 0;    // device-side starts so far
+  bool running_ = false;
+};
+
+}  // namespace ferry

@@ -1,0 +1,116 @@
+// The engine worker's mailbox protocol on the emulated device (a host thread
+// plays the persistent kernel): items run in order, a worker that left idle
+// is started again without losing an item, failures come back as statuses.
+#include "engine/collectives/worker.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+namespace ferry {
+namespace {
+
+gpu::Backend* device() { return gpu::emulated_backend(); }
+
+struct DeviceBuffer {
+  explicit DeviceBuffer(std::size_t bytes) : bytes(bytes) {
+    EXPECT_EQ(device()->device_alloc(bytes, &ptr), Status::kOk);
+  }
+  ~DeviceBuffer() { device()->device_free(ptr); }
+  template <typename T>
+  void fill(const std::vector<T>& values) {
+    ASSERT_EQ(gpu::copy(ptr, values.data(), values.size() * sizeof(T)), Status::kOk);
+  }
+  template <typename T>
+  std::vector<T> read() const {
+    std::vector<T> values(bytes / sizeof(T));
+    EXPECT_EQ(gpu::copy(values.data(), ptr, bytes), Status::kOk);
+    return values;
+  }
+  std::size_t bytes;
+  void* ptr = nullptr;
+};
+
+WorkItem sum_of(const std::vector<DeviceBuffer*>& inputs, DeviceBuffer& output, std::size_t count) {
+  WorkItem item{};
+  item.kind = WorkKind::kDirectReduce;
+  item.blocks = 1;
+  item.reduce.ninputs = static_cast<int>(inputs.size());
+  for (std::size_t r = 0; r < inputs.size(); ++r) item.reduce.inputs[r] = inputs[r]->ptr;
+  item.reduce.noutputs = 1;
+  item.reduce.outputs[0] = output.ptr;
+  item.reduce.count = count;
+  item.reduce.type = DataType::kInt64;
+  item.reduce.op = ReduceOp::kSum;
+  return item;
+}
+
+TEST(EngineWorker, RunsReducesAndCopiesInOrder) {
+  constexpr std::size_t kCount = 1001;
+  auto worker = Worker::create(device(), 0, 4, 100000);
+  ASSERT_NE(worker, nullptr);
+  DeviceBuffer a(kCount * 8), b(kCount * 8), out(kCount * 8), copy(kCount * 8);
+  for (std::int64_t round = 0; round < 50; ++round) {
+    std::vector<std::int64_t> x(kCount), y(kCount);
+    std::iota(x.begin(), x.end(), round);
+    std::iota(y.begin(), y.end(), 3 * round - 500);
+    a.fill(x);
+    b.fill(y);
+    ASSERT_EQ(worker->run(sum_of({&a, &b}, out, kCount)), Status::kOk);
+    WorkItem copies{};
+    copies.kind = WorkKind::kCopies;
+    copies.blocks = 1;
+    copies.copies.count = 2;
+    copies.copies.sources[0] = out.ptr;  // the sum's first half
+    copies.copies.destinations[0] = copy.ptr;
+    copies.copies.bytes[0] = kCount / 2 * 8;
+    copies.copies.sources[1] = static_cast<char*>(a.ptr) + kCount / 2 * 8 + 3;  // odd offsets, odd length
+    copies.copies.destinations[1] = static_cast<char*>(copy.ptr) + kCount / 2 * 8 + 3;
+    copies.copies.bytes[1] = kCount * 8 - kCount / 2 * 8 - 3;
+    ASSERT_EQ(worker->run(copies), Status::kOk);
+    const auto sum = out.read<std::int64_t>();
+    const auto copied = copy.read<std::int64_t>();
+    for (std::size_t i = 0; i < kCount; ++i) {
+      ASSERT_EQ(sum[i], x[i] + y[i]) << "round " << round << " element " << i;
+      if (i < kCount / 2) ASSERT_EQ(copied[i], x[i] + y[i]) << "round " << round << " element " << i;
+      if (i > kCount / 2) ASSERT_EQ(copied[i], x[i]) << "round " << round << " element " << i;
+    }
+  }
+  EXPECT_EQ(worker->launches(), 1u) << "a busy worker with a long idle limit stays up";
+}
+
+TEST(EngineWorker, StartsAgainAfterLeavingIdle) {
+  // Idle limit 0: the worker leaves as soon as it finds no work, so calls
+  // race its exit; none may be lost or run twice.
+  auto worker = Worker::create(device(), 0, 1, 0);
+  ASSERT_NE(worker, nullptr);
+  DeviceBuffer counter(8), one(8);
+  counter.fill(std::vector<std::int64_t>{0});
+  one.fill(std::vector<std::int64_t>{1});
+  constexpr int kCalls = 300;
+  for (int call = 0; call < kCalls; ++call) {
+    ASSERT_EQ(worker->run(sum_of({&counter, &one}, counter, 1)), Status::kOk);
+    if (call % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(counter.read<std::int64_t>()[0], kCalls);
+  EXPECT_GT(worker->launches(), 1u);
+}
+
+TEST(EngineWorker, AnItemItCannotRunFailsAndTheNextRuns) {
+  auto worker = Worker::create(device(), 0, 1, 100000);
+  ASSERT_NE(worker, nullptr);
+  DeviceBuffer a(16), out(16);
+  a.fill(std::vector<std::int64_t>{5, 7});
+  WorkItem bad = sum_of({&a}, out, 1);
+  bad.reduce.type = DataType::kComplex64;
+  bad.reduce.op = ReduceOp::kMin;  // MPI defines no MIN on complex numbers
+  EXPECT_EQ(worker->run(bad), Status::kUnsupported);
+  ASSERT_EQ(worker->run(sum_of({&a, &a}, out, 2)), Status::kOk);
+  EXPECT_EQ(out.read<std::int64_t>(), (std::vector<std::int64_t>{10, 14}));
+}
+
+}  // namespace
+}  // namespace ferry
