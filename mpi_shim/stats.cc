@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdio>
 
+#include "engine/collectives/collectives.h"
 #include "engine/collectives/tuner.h"
 #include "engine/common/params.h"
 
@@ -56,6 +57,16 @@ void print_stats(int rank) {
     if (calls == 0) continue;
     std::fprintf(stderr, "ferry stats rank %d: engine allreduce algorithm %-10s %10llu\n", rank,
                  algorithm_info(static_cast<AllreduceAlgorithm>(a)).name, static_cast<unsigned long long>(calls));
+  }
+  for (int c = 0; c < static_cast<int>(EngineCollective::kCount); ++c) {
+    const EngineCallStats engine = engine_call_stats(static_cast<EngineCollective>(c));
+    if (engine.calls == 0) continue;
+    std::fprintf(stderr,
+                 "ferry stats rank %d: engine %-9s %10llu calls (%llu on the worker), mean us: set-up %.2f "
+                 "handshake %.2f device %.2f finish %.2f\n",
+                 rank, engine_collective_name(static_cast<EngineCollective>(c)),
+                 static_cast<unsigned long long>(engine.calls), static_cast<unsigned long long>(engine.on_worker),
+                 engine.mean_us[0], engine.mean_us[1], engine.mean_us[2], engine.mean_us[3]);
   }
   std::fflush(stderr);
 }

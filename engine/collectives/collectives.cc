@@ -1,6 +1,8 @@
 #include "engine/collectives/collectives.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -38,8 +40,44 @@ Placement placement_of(const void* buffer) {
   return {gpu::owner_backend(info), info.device};
 }
 
+struct PhaseTotals {
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::uint64_t> on_worker{0};
+  std::atomic<std::uint64_t> nanoseconds[static_cast<int>(EnginePhase::kCount)] = {};
+};
+PhaseTotals g_phase_totals[static_cast<int>(EngineCollective::kCount)];
+thread_local bool t_ran_on_worker = false;
+
+// Adds each phase's time to the totals, with FERRY_STATS=1 only.
+class PhaseClock {
+ public:
+  explicit PhaseClock(EngineCollective which)
+      : totals_(params().stats ? &g_phase_totals[static_cast<int>(which)] : nullptr) {
+    if (totals_) last_ = std::chrono::steady_clock::now();
+    t_ran_on_worker = false;
+  }
+  // The time since the previous mark was spent in phase.
+  void mark(EnginePhase phase) {
+    if (!totals_) return;
+    const auto now = std::chrono::steady_clock::now();
+    totals_->nanoseconds[static_cast<int>(phase)] +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count();
+    last_ = now;
+  }
+  void count_call() {
+    if (!totals_) return;
+    ++totals_->calls;
+    if (t_ran_on_worker) ++totals_->on_worker;
+  }
+
+ private:
+  PhaseTotals* totals_;
+  std::chrono::steady_clock::time_point last_;
+};
+
 // Exchanges handshakes; true when every rank is eligible.
-Status agree(Communicator& comm, Handshake& mine, std::vector<Handshake>* all, bool* everyone) {
+Status agree(Communicator& comm, Handshake& mine, std::vector<Handshake>* all, bool* everyone, PhaseClock& clock) {
+  clock.mark(EnginePhase::kSetup);
   all->resize(comm.size());
   FERRY_CHECK(comm.bootstrap().allgather(&mine, all->data(), sizeof(Handshake)));
   *everyone = true;
@@ -50,12 +88,14 @@ Status agree(Communicator& comm, Handshake& mine, std::vector<Handshake>* all, b
     }
     *everyone = *everyone && h.eligible;
   }
+  clock.mark(EnginePhase::kHandshake);
   return Status::kOk;
 }
 
 // After the device work: every rank learns whether any rank failed, and no
 // rank returns while a peer may still read or write its buffers.
-Status finish_together(Communicator& comm, Status local) {
+Status finish_together(Communicator& comm, Status local, PhaseClock& clock) {
+  clock.mark(EnginePhase::kRun);
   std::vector<std::int32_t> statuses(comm.size());
   const std::int32_t mine = static_cast<std::int32_t>(local);
   FERRY_CHECK(comm.bootstrap().allgather(&mine, statuses.data(), sizeof(mine)));
@@ -67,6 +107,8 @@ Status finish_together(Communicator& comm, Status local) {
       return local != Status::kOk ? local : Status::kGpuError;
     }
   }
+  clock.mark(EnginePhase::kFinish);
+  clock.count_call();
   return Status::kOk;
 }
 
@@ -126,6 +168,7 @@ Status run_on_worker(Worker& worker, std::size_t bytes, const DirectReduceArgs& 
   item.kind = WorkKind::kDirectReduce;
   item.blocks = worker_blocks_for(worker, bytes);
   item.reduce = args;
+  t_ran_on_worker = true;
   FERRY_TRACE(Coll, "direct reduce of %zu bytes on the engine worker (%d blocks)", bytes, item.blocks);
   return worker.run(item);
 }
@@ -135,6 +178,7 @@ Status run_on_worker(Worker& worker, std::size_t bytes, const CopyListArgs& copi
   item.kind = WorkKind::kCopies;
   item.blocks = worker_blocks_for(worker, bytes);
   item.copies = copies;
+  t_ran_on_worker = true;
   FERRY_TRACE(Coll, "%d copies of %zu bytes in all on the engine worker (%d blocks)", copies.count, bytes,
               item.blocks);
   return worker.run(item);
@@ -347,6 +391,7 @@ EngineTransport transport_of(Communicator& comm) {
 Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                  bool eligible, bool* ran) {
   *ran = false;
+  PhaseClock clock(EngineCollective::kAllreduce);
   const EngineTransport transport = transport_of(comm);
   const void* input = send ? send : recv;
   Placement where;
@@ -361,16 +406,17 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
   }
   std::vector<Handshake> all;
   bool everyone = false;
-  FERRY_CHECK(agree(comm, mine, &all, &everyone));
+  FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
   if (!everyone) return Status::kOk;
   *ran = true;
   if (transport == EngineTransport::kShm)
-    return finish_together(comm, run_shm_allreduce(comm, where, input, recv, count, type, op));
-  return finish_together(comm, run_allreduce(comm, all, where, input, recv, count, type, op));
+    return finish_together(comm, run_shm_allreduce(comm, where, input, recv, count, type, op), clock);
+  return finish_together(comm, run_allreduce(comm, all, where, input, recv, count, type, op), clock);
 }
 
 Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool eligible, bool* ran) {
   *ran = false;
+  PhaseClock clock(EngineCollective::kBcast);
   const EngineTransport transport = transport_of(comm);
   Placement where;
   Handshake mine{CollectiveKind::kBcast, 0, 0, {}, {}};
@@ -382,10 +428,10 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   }
   std::vector<Handshake> all;
   bool everyone = false;
-  FERRY_CHECK(agree(comm, mine, &all, &everyone));
+  FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
   if (!everyone) return Status::kOk;
   *ran = true;
-  if (transport == EngineTransport::kShm) return finish_together(comm, run_shm_bcast(comm, where, buffer, bytes, root));
+  if (transport == EngineTransport::kShm) return finish_together(comm, run_shm_bcast(comm, where, buffer, bytes, root), clock);
 
   // Every non-root rank pulls the root's buffer with its copy engine.
   Status local = Status::kOk;
@@ -408,13 +454,14 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
       return where.backend->stream_synchronize(stream);
     }();
   }
-  return finish_together(comm, local);
+  return finish_together(comm, local, clock);
 }
 
 Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_bytes,
                  const std::size_t* send_offsets, void* recv, const std::size_t* recv_bytes,
                  const std::size_t* recv_offsets, bool eligible, bool* ran) {
   *ran = false;
+  PhaseClock clock(EngineCollective::kAlltoallv);
   const int n = comm.size();
   const EngineTransport transport = transport_of(comm);
   std::size_t send_span = 0;
@@ -431,7 +478,7 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
   }
   std::vector<Handshake> all;
   bool everyone = false;
-  FERRY_CHECK(agree(comm, mine, &all, &everyone));
+  FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
   if (!everyone) return Status::kOk;
   *ran = true;
 
@@ -439,9 +486,10 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
   std::vector<std::uint64_t> my_offsets(send_offsets, send_offsets + n);
   std::vector<std::uint64_t> offsets(static_cast<std::size_t>(n) * n);
   FERRY_CHECK(comm.bootstrap().allgather(my_offsets.data(), offsets.data(), n * sizeof(std::uint64_t)));
+  clock.mark(EnginePhase::kHandshake);
   if (transport == EngineTransport::kShm)
     return finish_together(
-        comm, run_shm_alltoallv(comm, where, send, send_span, offsets, recv, recv_bytes, recv_offsets));
+        comm, run_shm_alltoallv(comm, where, send, send_span, offsets, recv, recv_bytes, recv_offsets), clock);
 
   // Each rank pulls its blocks from every peer with the copy engines, a few
   // streams in parallel; its own block is a local copy on a stream of its own.
@@ -484,7 +532,27 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
     for (gpu::Stream stream : streams) FERRY_CHECK(where.backend->stream_synchronize(stream));
     return Status::kOk;
   }();
-  return finish_together(comm, local);
+  return finish_together(comm, local, clock);
+}
+
+const char* engine_collective_name(EngineCollective which) {
+  switch (which) {
+    case EngineCollective::kAllreduce: return "allreduce";
+    case EngineCollective::kBcast: return "bcast";
+    case EngineCollective::kAlltoallv: return "alltoallv";
+    case EngineCollective::kCount: break;
+  }
+  return "?";
+}
+
+EngineCallStats engine_call_stats(EngineCollective which) {
+  const PhaseTotals& totals = g_phase_totals[static_cast<int>(which)];
+  EngineCallStats stats{};
+  stats.calls = totals.calls.load();
+  stats.on_worker = totals.on_worker.load();
+  for (int p = 0; p < static_cast<int>(EnginePhase::kCount); ++p)
+    stats.mean_us[p] = stats.calls ? totals.nanoseconds[p].load() / 1e3 / stats.calls : 0;
+  return stats;
 }
 
 }  // namespace ferry

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "engine/collectives/communicator.h"
 #include "engine/common/types.h"
@@ -25,5 +26,18 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
 Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_bytes,
                  const std::size_t* send_offsets, void* recv, const std::size_t* recv_bytes,
                  const std::size_t* recv_offsets, bool eligible, bool* ran);
+
+// Where the engine's collectives spent their time (counted with
+// FERRY_STATS=1 only): set-up (buffer checks, exports), the handshake among
+// the ranks, the device work, and the closing exchange.
+enum class EngineCollective : int { kAllreduce, kBcast, kAlltoallv, kCount };
+enum class EnginePhase : int { kSetup, kHandshake, kRun, kFinish, kCount };
+struct EngineCallStats {
+  std::uint64_t calls;      // calls the engine ran
+  std::uint64_t on_worker;  // of which on the engine worker
+  double mean_us[static_cast<int>(EnginePhase::kCount)];
+};
+const char* engine_collective_name(EngineCollective which);
+EngineCallStats engine_call_stats(EngineCollective which);
 
 }  // namespace ferry

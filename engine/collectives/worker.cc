@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "engine/collectives/worker_common.h"
 #include "engine/common/params.h"
 
 namespace ferry {
@@ -44,12 +45,11 @@ class EmulatedWorkerDevice final : public WorkerDevice {
     auto idle_since = std::chrono::steady_clock::now();
     for (unsigned spins = 0;; ++spins) {
       if (load_acquire(&box_.stop)) return;
-      const std::uint64_t posted = load_acquire(&box_.posted);
-      if (posted >= next) {
-        const WorkItem item = box_.item;
+      WorkItem item{};
+      if (take(next, &item)) {
         if (!ok(run_work_item_on_host(backend_, item))) __atomic_store_n(&box_.failed, 1, __ATOMIC_RELAXED);
-        store_release(&box_.done, posted);
-        next = posted + 1;
+        store_release(&box_.done, next);
+        ++next;
         idle_since = std::chrono::steady_clock::now();
         spins = 0;
         continue;
@@ -60,6 +60,23 @@ class EmulatedWorkerDevice final : public WorkerDevice {
         return;
       }
     }
+  }
+
+  // The item of call `sequence` if its doorbell is complete.
+  bool take(std::uint64_t sequence, WorkItem* item) {
+    const std::uint32_t flag = doorbell_flag(sequence);
+    std::uint32_t words[kDoorbellWords];
+    const std::uint64_t first = load_acquire(&box_.doorbell[0]);
+    if (first >> 32 != flag) return false;
+    const int used = doorbell_words(static_cast<std::uint32_t>(first));
+    words[0] = static_cast<std::uint32_t>(first);
+    for (int i = 1; i < used; ++i) {
+      const std::uint64_t word = load_acquire(&box_.doorbell[i]);
+      if (word >> 32 != flag) return false;
+      words[i] = static_cast<std::uint32_t>(word);
+    }
+    if (!decode_doorbell(words, item)) *item = box_.item;
+    return true;
   }
 
   gpu::Backend* backend_;
@@ -121,8 +138,11 @@ Status Worker::run(const WorkItem& item) {
   std::lock_guard<std::mutex> lock(mutex_);
   Mailbox* box = device_->mailbox();
   const std::uint64_t sequence = ++sequence_;
-  box->item = item;
-  store_release(&box->posted, sequence);
+  std::uint32_t words[kDoorbellWords];
+  const int used = encode_doorbell(item, words);
+  if (doorbell_in_mailbox(words[0])) box->item = item;  // too large for the doorbell
+  const std::uint64_t flag = doorbell_flag(sequence);
+  for (int i = 0; i < used; ++i) store_release(&box->doorbell[i], flag << 32 | words[i]);
   if (!running_) {
     FERRY_CHECK(device_->start(++launch_, sequence, idle_us_));
     running_ = true;

@@ -12,6 +12,7 @@
 
 #include "engine/collectives/pack_device.cuh"
 #include "engine/collectives/worker.h"
+#include "engine/collectives/worker_common.h"
 
 namespace ferry {
 namespace {
@@ -183,36 +184,66 @@ __device__ void copy_item(WorkItem* to, const WorkItem* from) {
   for (unsigned i = threadIdx.x; i < sizeof(WorkItem) / 8; i += blockDim.x) dst[i] = src[i];
 }
 
+// Warp 0 of the leader block: waits until the doorbell holds call `sequence`
+// (then its payload words are in `words`), or for stop or idle. Returns
+// true when the call arrived. Every lane reads 16 bytes of the doorbell in
+// each round: one PCIe round trip brings the whole item.
+__device__ bool wait_doorbell(const Mailbox* box, std::uint64_t sequence, std::int64_t idle_ns,
+                              std::uint32_t* words) {
+  constexpr unsigned kWarp = 0xffffffffu;
+  const unsigned lane = threadIdx.x;
+  const std::uint32_t flag = doorbell_flag(sequence);
+  const std::uint64_t since = now_ns();
+  for (;;) {
+    std::uint64_t low, high;
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
+                 : "=l"(low), "=l"(high)
+                 : "l"(box->doorbell + 2 * lane)
+                 : "memory");
+    const std::uint64_t stop = lane == 0 ? *reinterpret_cast<const volatile std::uint64_t*>(&box->stop) : 0;
+    const int used = __shfl_sync(kWarp, low >> 32 == flag ? doorbell_words(static_cast<std::uint32_t>(low)) : 0, 0);
+    const bool mine = used > 0 && (static_cast<int>(2 * lane) >= used || low >> 32 == flag) &&
+                      (static_cast<int>(2 * lane + 1) >= used || high >> 32 == flag);
+    if (__all_sync(kWarp, mine)) {
+      if (static_cast<int>(2 * lane) < used) words[2 * lane] = static_cast<std::uint32_t>(low);
+      if (static_cast<int>(2 * lane + 1) < used) words[2 * lane + 1] = static_cast<std::uint32_t>(high);
+      __syncwarp();
+      return true;
+    }
+    const bool leave = stop != 0 || static_cast<std::int64_t>(now_ns() - since) > idle_ns;
+    if (__shfl_sync(kWarp, leave, 0)) return false;
+  }
+}
+
 __global__ void __launch_bounds__(kWorkerThreads)
     worker_loop(Mailbox* box, WorkerState* state, std::uint64_t launch, std::uint64_t next, std::int64_t idle_ns) {
+  static_assert(kDoorbellWords == 2 * 32, "one warp reads the doorbell, two words a lane");
   __shared__ WorkItem item;
+  __shared__ std::uint32_t words[kDoorbellWords];
   __shared__ std::uint64_t taken;  // the sequence to run; 0: leave
   const bool leader = blockIdx.x == 0;
   for (;;) {
-    if (threadIdx.x == 0) {
-      taken = 0;
-      if (leader) {
-        const std::uint64_t since = now_ns();
-        while (!load_acquire_sys(&box->stop)) {
-          const std::uint64_t posted = load_acquire_sys(&box->posted);
-          if (posted >= next) {
-            taken = posted;
-            break;
-          }
-          if (static_cast<std::int64_t>(now_ns() - since) > idle_ns) break;
+    if (leader) {
+      if (threadIdx.x < 32) {
+        const bool arrived = wait_doorbell(box, next, idle_ns, words);
+        if (threadIdx.x == 0) {
+          taken = arrived ? next : 0;
+          if (arrived && decode_doorbell(words, &item)) taken |= 1ull << 63;  // item decoded
         }
-      } else {
-        while (load_acquire_gpu(&state->left_launch) < launch) {
-          const std::uint64_t published = load_acquire_gpu(&state->sequence);
-          if (published >= next) {
-            taken = published;
-            break;
-          }
+      }
+    } else if (threadIdx.x == 0) {
+      taken = 0;
+      while (load_acquire_gpu(&state->left_launch) < launch) {
+        const std::uint64_t published = load_acquire_gpu(&state->sequence);
+        if (published >= next) {
+          taken = published;
+          break;
         }
       }
     }
     __syncthreads();
-    const std::uint64_t sequence = taken;
+    const bool decoded = leader && (taken >> 63) != 0;
+    const std::uint64_t sequence = taken & ~(1ull << 63);
     if (sequence == 0) {
       if (leader && threadIdx.x == 0) {
         store_release_gpu(&state->left_launch, launch);
@@ -221,7 +252,7 @@ __global__ void __launch_bounds__(kWorkerThreads)
       return;
     }
     next = sequence + 1;
-    copy_item(&item, leader ? &box->item : &state->item);
+    if (!decoded) copy_item(&item, leader ? &box->item : &state->item);
     __syncthreads();
     const bool whole_grid = item.blocks > 1 && gridDim.x > 1;
     if (leader && whole_grid) {

@@ -42,20 +42,24 @@ struct WorkItem {
   CopyListArgs copies;
 };
 
-// Host memory both sides see. The caller writes item, then posted; the
-// worker writes done (after its results are visible system-wide) and, when
-// it leaves idle, exited = its launch number.
+constexpr int kDoorbellWords = 64;  // 512 bytes: one 16-byte load per lane of a warp
+
+// Host memory both sides see. The caller writes the item into the doorbell
+// as LL words flagged with its sequence (worker_common.h), and into item
+// when it does not fit there; the worker writes done (after its results are
+// visible system-wide) and, when it leaves idle, exited = its launch number.
 struct alignas(64) Mailbox {
-  std::uint64_t posted;
   std::uint64_t stop;  // nonzero: the worker returns at once
-  char padding0[48];
+  char padding0[56];
   std::uint64_t done;
   std::uint64_t exited;
   std::int32_t failed;  // nonzero: an item failed on the worker
   char padding1[44];
+  std::uint64_t doorbell[kDoorbellWords];
   WorkItem item;
 };
-static_assert(offsetof(Mailbox, done) == 64 && offsetof(Mailbox, item) == 128,
+static_assert(offsetof(Mailbox, done) == 64 && offsetof(Mailbox, doorbell) == 128 &&
+                  offsetof(Mailbox, item) == 128 + 8 * kDoorbellWords,
               "Mailbox is shared between host and device; keep its layout fixed");
 
 // The device side of a worker: the persistent kernel, or the emulated

@@ -3,9 +3,12 @@
 // is started again without losing an item, failures come back as statuses.
 #include "engine/collectives/worker.h"
 
+#include "engine/collectives/worker_common.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -46,6 +49,83 @@ WorkItem sum_of(const std::vector<DeviceBuffer*>& inputs, DeviceBuffer& output, 
   item.reduce.type = DataType::kInt64;
   item.reduce.op = ReduceOp::kSum;
   return item;
+}
+
+TEST(EngineWorkerDoorbell, EncodesWhatFitsAndDefersTheRest) {
+  for (int inputs = 1; inputs <= kMaxDirectRanks; ++inputs) {
+    for (int outputs : {1, inputs}) {
+      WorkItem item{};
+      item.kind = WorkKind::kDirectReduce;
+      item.blocks = 300 + inputs;
+      item.reduce.ninputs = inputs;
+      item.reduce.noutputs = outputs;
+      item.reduce.count = (std::size_t{1} << 40) + 12345 * inputs;
+      item.reduce.type = DataType::kComplex128;
+      item.reduce.op = ReduceOp::kProd;
+      for (int r = 0; r < inputs; ++r) item.reduce.inputs[r] = reinterpret_cast<void*>(0x7f0000001000ull + 64 * r);
+      for (int k = 0; k < outputs; ++k) item.reduce.outputs[k] = reinterpret_cast<void*>(0x7e0000000008ull + 8 * k);
+      std::uint32_t words[kDoorbellWords];
+      const int used = encode_doorbell(item, words);
+      ASSERT_LE(used, kDoorbellWords);
+      EXPECT_EQ(doorbell_words(words[0]), used);
+      WorkItem back{};
+      const bool fits = 4 + 2 * (inputs + outputs) <= kDoorbellWords;
+      ASSERT_EQ(decode_doorbell(words, &back), fits) << inputs << " inputs, " << outputs << " outputs";
+      EXPECT_EQ(doorbell_in_mailbox(words[0]), !fits);
+      if (!fits) continue;
+      EXPECT_EQ(back.kind, item.kind);
+      EXPECT_EQ(back.blocks, item.blocks);
+      EXPECT_EQ(back.reduce.count, item.reduce.count);
+      EXPECT_EQ(back.reduce.type, item.reduce.type);
+      EXPECT_EQ(back.reduce.op, item.reduce.op);
+      ASSERT_EQ(back.reduce.ninputs, inputs);
+      ASSERT_EQ(back.reduce.noutputs, outputs);
+      for (int r = 0; r < inputs; ++r) EXPECT_EQ(back.reduce.inputs[r], item.reduce.inputs[r]);
+      for (int k = 0; k < outputs; ++k) EXPECT_EQ(back.reduce.outputs[k], item.reduce.outputs[k]);
+    }
+  }
+  for (int count = 1; count <= kMaxWorkerCopies; ++count) {
+    WorkItem item{};
+    item.kind = WorkKind::kCopies;
+    item.blocks = 1;
+    item.copies.count = count;
+    for (int c = 0; c < count; ++c) {
+      item.copies.sources[c] = reinterpret_cast<void*>(0x1000ull * (c + 1) + 3);
+      item.copies.destinations[c] = reinterpret_cast<void*>(0x7fff00000000ull + c);
+      item.copies.bytes[c] = (std::uint64_t{1} << 33) + c;
+    }
+    std::uint32_t words[kDoorbellWords];
+    encode_doorbell(item, words);
+    WorkItem back{};
+    const bool fits = 2 + 6 * count <= kDoorbellWords;
+    ASSERT_EQ(decode_doorbell(words, &back), fits) << count << " copies";
+    if (!fits) continue;
+    ASSERT_EQ(back.copies.count, count);
+    for (int c = 0; c < count; ++c) {
+      EXPECT_EQ(back.copies.sources[c], item.copies.sources[c]);
+      EXPECT_EQ(back.copies.destinations[c], item.copies.destinations[c]);
+      EXPECT_EQ(back.copies.bytes[c], item.copies.bytes[c]);
+    }
+  }
+  EXPECT_NE(doorbell_flag(0xffffffffull), 0u);
+  EXPECT_NE(doorbell_flag(0xfffffffeull), doorbell_flag(0xffffffffull));
+}
+
+TEST(EngineWorker, RunsItemsTooLargeForTheDoorbell) {
+  auto worker = Worker::create(device(), 0, 1, 100000);
+  ASSERT_NE(worker, nullptr);
+  DeviceBuffer a(8), sum(8);
+  a.fill(std::vector<std::int64_t>{3});
+  std::vector<DeviceBuffer*> inputs(kMaxDirectRanks, &a);
+  std::vector<std::unique_ptr<DeviceBuffer>> outputs;
+  WorkItem item = sum_of(inputs, sum, 1);
+  item.reduce.noutputs = kMaxDirectRanks;  // two-shot at 16 ranks: 32 pointers
+  for (int k = 0; k < kMaxDirectRanks; ++k) {
+    outputs.push_back(std::make_unique<DeviceBuffer>(8));
+    item.reduce.outputs[k] = outputs.back()->ptr;
+  }
+  ASSERT_EQ(worker->run(item), Status::kOk);
+  for (const auto& out : outputs) EXPECT_EQ(out->read<std::int64_t>()[0], 3 * kMaxDirectRanks);
 }
 
 TEST(EngineWorker, RunsReducesAndCopiesInOrder) {

@@ -1,0 +1,125 @@
+// The engine worker's doorbell, shared by the host, the persistent kernel
+// and the emulated device's worker thread: compiles under nvcc and a plain
+// C++ compiler.
+//
+// The host writes a work item as LL words (4 data bytes and a 4-byte flag in
+// one 8-byte store). The worker reads the whole doorbell in one PCIe round
+// trip (a warp, 16 bytes a lane) and knows the item arrived when every word
+// it needs carries the call's flag: no separate "posted" word to read
+// first, which would cost a second round trip (~3 us on the GPU machine).
+#pragma once
+
+#include <cstdint>
+
+#include "engine/collectives/reduce_common.h"
+#include "engine/collectives/worker.h"
+
+namespace ferry {
+
+struct LlWord {
+  std::uint32_t data;
+  std::uint32_t flag;
+};
+static_assert(sizeof(LlWord) == 8, "an LL word is one 8-byte store");
+static_assert(sizeof(Mailbox::doorbell) == kDoorbellWords * sizeof(LlWord), "the doorbell is LL words");
+
+// The flag of call `sequence`: never 0, which fresh memory holds, and
+// different for consecutive calls.
+FERRY_HOST_DEVICE std::uint32_t doorbell_flag(std::uint64_t sequence) {
+  return static_cast<std::uint32_t>(sequence % 0xffffffffu) + 1;
+}
+
+// Doorbell layout, in 4-byte payload words:
+//   0: words used (bits 0-7), kind (8-15), type (16-23), op (24-31)
+//   1: blocks (0-15), inputs or copies (16-23), outputs (24-31)
+//   reduce: 2-3 count, then 2 words per input pointer and per output pointer
+//   copies: 2 words each for source, destination and bytes, per copy
+// An item that does not fit says kind kInMailbox; the worker then reads
+// Mailbox::item (one more round trip).
+constexpr std::uint32_t kInMailbox = 0xff;
+
+namespace doorbell_detail {
+FERRY_HOST_DEVICE void put64(std::uint32_t* words, int* at, std::uint64_t value) {
+  words[(*at)++] = static_cast<std::uint32_t>(value);
+  words[(*at)++] = static_cast<std::uint32_t>(value >> 32);
+}
+FERRY_HOST_DEVICE std::uint64_t get64(const std::uint32_t* words, int* at) {
+  const std::uint64_t low = words[(*at)++];
+  return low | static_cast<std::uint64_t>(words[(*at)++]) << 32;
+}
+}  // namespace doorbell_detail
+
+// Fills words[0..] with item; returns the words used.
+inline int encode_doorbell(const WorkItem& item, std::uint32_t* words) {
+  using doorbell_detail::put64;
+  int at = 2;
+  std::uint32_t kind = static_cast<std::uint32_t>(item.kind), type = 0, op = 0, first = 0, second = 0;
+  if (item.kind == WorkKind::kDirectReduce) {
+    const DirectReduceArgs& r = item.reduce;
+    if (2 + 2 + 2 * (r.ninputs + r.noutputs) > kDoorbellWords) {
+      kind = kInMailbox;
+    } else {
+      type = static_cast<std::uint32_t>(r.type);
+      op = static_cast<std::uint32_t>(r.op);
+      first = static_cast<std::uint32_t>(r.ninputs);
+      second = static_cast<std::uint32_t>(r.noutputs);
+      put64(words, &at, r.count);
+      for (int i = 0; i < r.ninputs; ++i) put64(words, &at, reinterpret_cast<std::uintptr_t>(r.inputs[i]));
+      for (int k = 0; k < r.noutputs; ++k) put64(words, &at, reinterpret_cast<std::uintptr_t>(r.outputs[k]));
+    }
+  } else {
+    const CopyListArgs& c = item.copies;
+    if (2 + 6 * c.count > kDoorbellWords) {
+      kind = kInMailbox;
+    } else {
+      first = static_cast<std::uint32_t>(c.count);
+      for (int i = 0; i < c.count; ++i) {
+        put64(words, &at, reinterpret_cast<std::uintptr_t>(c.sources[i]));
+        put64(words, &at, reinterpret_cast<std::uintptr_t>(c.destinations[i]));
+        put64(words, &at, c.bytes[i]);
+      }
+    }
+  }
+  if (kind == kInMailbox) at = 2;
+  words[0] = static_cast<std::uint32_t>(at) | kind << 8 | type << 16 | op << 24;
+  words[1] = static_cast<std::uint32_t>(item.blocks) | first << 16 | second << 24;
+  return at;
+}
+
+// The words the doorbell says it uses (from word 0).
+FERRY_HOST_DEVICE int doorbell_words(std::uint32_t word0) { return static_cast<int>(word0 & 0xff); }
+
+// Whether the item waits in Mailbox::item (from word 0).
+FERRY_HOST_DEVICE bool doorbell_in_mailbox(std::uint32_t word0) { return (word0 >> 8 & 0xff) == kInMailbox; }
+
+// Rebuilds the item from the words; false when it waits in Mailbox::item.
+FERRY_HOST_DEVICE bool decode_doorbell(const std::uint32_t* words, WorkItem* item) {
+  using doorbell_detail::get64;
+  if (doorbell_in_mailbox(words[0])) return false;
+  const std::uint32_t kind = words[0] >> 8 & 0xff;
+  item->kind = static_cast<WorkKind>(kind);
+  item->blocks = static_cast<std::int32_t>(words[1] & 0xffff);
+  const int first = static_cast<int>(words[1] >> 16 & 0xff);
+  int at = 2;
+  if (item->kind == WorkKind::kDirectReduce) {
+    DirectReduceArgs& r = item->reduce;
+    r.type = static_cast<DataType>(words[0] >> 16 & 0xff);
+    r.op = static_cast<ReduceOp>(words[0] >> 24 & 0xff);
+    r.ninputs = first;
+    r.noutputs = static_cast<int>(words[1] >> 24 & 0xff);
+    r.count = get64(words, &at);
+    for (int i = 0; i < r.ninputs; ++i) r.inputs[i] = reinterpret_cast<const void*>(get64(words, &at));
+    for (int k = 0; k < r.noutputs; ++k) r.outputs[k] = reinterpret_cast<void*>(get64(words, &at));
+  } else {
+    CopyListArgs& c = item->copies;
+    c.count = first;
+    for (int i = 0; i < c.count; ++i) {
+      c.sources[i] = reinterpret_cast<const void*>(get64(words, &at));
+      c.destinations[i] = reinterpret_cast<void*>(get64(words, &at));
+      c.bytes[i] = get64(words, &at);
+    }
+  }
+  return true;
+}
+
+}  // namespace ferry
