@@ -508,7 +508,11 @@ int self_test() {
     test.quiet = true;
     test.prefix = std::string("rank ") + rank + ": ";
   }
-  const std::vector<std::string> problems = ferry::param_problems();
+  std::vector<std::string> problems = ferry::param_problems();
+  std::vector<std::string> unknown_transports;
+  ferry::allowed_transports(ferry::params().transports, false, false, &unknown_transports);
+  for (const std::string& name : unknown_transports)
+    problems.push_back("FERRY_TRANSPORTS names '" + name + "', not a transport (p2p, shm, net, none): ignored");
   if (problems.empty()) {
     test.pass("parameters", "every FERRY_* variable set is known and well formed");
   } else {

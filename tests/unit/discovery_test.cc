@@ -9,6 +9,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -299,41 +300,107 @@ SystemGraph without_ranks(SystemGraph graph) {
 }
 
 using P = PeerTransport;
+constexpr AllowedTransports kAll{};
 
 TEST(TopoPlan, FileRanksFollowTheSearch) {
   const SystemGraph sys = load("two_sockets_sys.xml"), nv18 = load("h200_nv18.xml");
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kEmulated), &sys, false, false), (std::vector<P>{P::kP2p, P::kShm}));
-  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kEmulated), &sys, false, false), (std::vector<P>{P::kShm, P::kP2p}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, false, false), (std::vector<P>{P::kP2p, P::kP2p}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kEmulated), &sys, kAll), (std::vector<P>{P::kP2p, P::kShm}));
+  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kEmulated), &sys, kAll), (std::vector<P>{P::kShm, P::kP2p}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, kAll), (std::vector<P>{P::kP2p, P::kP2p}));
   const SystemGraph pcie = load("pcie_two_sockets.xml");
-  EXPECT_EQ(plan_peer_transports(0, one_machine(4, kCuda), &pcie, false, false),
+  EXPECT_EQ(plan_peer_transports(0, one_machine(4, kCuda), &pcie, kAll),
             (std::vector<P>{P::kP2p, P::kP2p, P::kShm, P::kShm}));
-  EXPECT_EQ(plan_peer_transports(3, one_machine(4, kCuda), &pcie, false, false),
+  EXPECT_EQ(plan_peer_transports(3, one_machine(4, kCuda), &pcie, kAll),
             (std::vector<P>{P::kShm, P::kShm, P::kP2p, P::kP2p}));
 }
 
+// FERRY_P2P_DISABLE and FERRY_SHM_DISABLE, without FERRY_TRANSPORTS.
+AllowedTransports disabled(bool p2p, bool shm) { return allowed_transports("", p2p, shm, nullptr); }
+
 TEST(TopoPlan, DisableParametersOverrideTheSearch) {
   const SystemGraph sys = load("two_sockets_sys.xml"), nv18 = load("h200_nv18.xml");
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, true, false), (std::vector<P>{P::kP2p, P::kShm}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, true, true), (std::vector<P>{P::kP2p, P::kNone}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, false, true), (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, disabled(true, false)),
+            (std::vector<P>{P::kP2p, P::kShm}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, disabled(true, true)),
+            (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, disabled(false, true)),
+            (std::vector<P>{P::kP2p, P::kNone}));
+}
+
+bool operator==(const AllowedTransports& a, const AllowedTransports& b) { return a.p2p == b.p2p && a.shm == b.shm; }
+
+// FERRY_TRANSPORTS's list, alone and with the disable parameters.
+TEST(TopoPlan, TransportsListNamesWhatTheEngineMayUse) {
+  const struct {
+    const char* list;
+    bool p2p, shm;
+  } cases[] = {
+      {"", true, true},           {"p2p,shm", true, true}, {"p2p", true, false},    {"shm", false, true},
+      {" SHM , P2p ", true, true}, {"shm,,", false, true},  {"none", false, false}, {"net", false, false},
+      {"none,p2p", true, false},  {"net,shm", false, true},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> unknown;
+    const AllowedTransports allowed = allowed_transports(c.list, false, false, &unknown);
+    EXPECT_EQ(allowed.p2p, c.p2p) << "'" << c.list << "'";
+    EXPECT_EQ(allowed.shm, c.shm) << "'" << c.list << "'";
+    EXPECT_TRUE(unknown.empty()) << "'" << c.list << "'";
+  }
+  // The disable parameters take away from the list; neither adds to it.
+  EXPECT_TRUE(allowed_transports("p2p,shm", true, false, nullptr) == (AllowedTransports{false, true}));
+  EXPECT_TRUE(allowed_transports("shm", false, true, nullptr) == (AllowedTransports{false, false}));
+  EXPECT_TRUE(allowed_transports("p2p", true, false, nullptr) == (AllowedTransports{false, false}));
+  EXPECT_TRUE(allowed_transports("", false, true, nullptr) == (AllowedTransports{true, false}));
+}
+
+// An unknown name is reported and left out; alone, it leaves every
+// transport allowed (a typo must not stage everything).
+TEST(TopoPlan, UnknownTransportNamesAreReportedAndIgnored) {
+  std::vector<std::string> unknown;
+  EXPECT_TRUE(allowed_transports("shm, NVLink ,ib", false, false, &unknown) == (AllowedTransports{false, true}));
+  EXPECT_EQ(unknown, (std::vector<std::string>{"NVLink", "ib"}));
+  unknown.clear();
+  EXPECT_TRUE(allowed_transports("p2pp", false, false, &unknown) == (AllowedTransports{true, true}));
+  EXPECT_EQ(unknown, (std::vector<std::string>{"p2pp"}));
+  EXPECT_TRUE(allowed_transports("p2pp", false, false, nullptr) == (AllowedTransports{true, true}));
+}
+
+// What FERRY_TRANSPORTS leaves out is planned as the disable parameters
+// plan it: p2p becomes shm, shm becomes none.
+TEST(TopoPlan, TransportsListRestrictsThePlan) {
+  const SystemGraph sys = load("two_sockets_sys.xml"), nv18 = load("h200_nv18.xml");
+  const auto only = [](const char* list) { return allowed_transports(list, false, false, nullptr); };
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, only("shm")), (std::vector<P>{P::kP2p, P::kShm}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, only("p2p")), (std::vector<P>{P::kP2p, P::kP2p}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, only("p2p")), (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, only("shm")), (std::vector<P>{P::kP2p, P::kShm}));
+  EXPECT_EQ(plan_peer_transports(1, one_machine(3, kEmulated), nullptr, only("shm")),
+            (std::vector<P>{P::kShm, P::kP2p, P::kShm}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(3, kEmulated), nullptr, only("none")),
+            (std::vector<P>{P::kP2p, P::kNone, P::kNone}));
+  // With a disable parameter: FERRY_TRANSPORTS=shm and FERRY_SHM_DISABLE=1 leave nothing.
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, allowed_transports("shm", false, true, nullptr)),
+            (std::vector<P>{P::kP2p, P::kNone}));
+  // An unknown name changes nothing.
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, only("bogus")), (std::vector<P>{P::kP2p, P::kShm}));
 }
 
 TEST(TopoPlan, WithoutATopologyOneMachineMeansP2p) {
-  EXPECT_EQ(plan_peer_transports(0, one_machine(3, kEmulated), nullptr, false, false),
+  EXPECT_EQ(plan_peer_transports(0, one_machine(3, kEmulated), nullptr, kAll),
             (std::vector<P>{P::kP2p, P::kP2p, P::kP2p}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kEmulated), nullptr, true, false), (std::vector<P>{P::kP2p, P::kShm}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kEmulated), nullptr, disabled(true, false)),
+            (std::vector<P>{P::kP2p, P::kShm}));
   // No device runtime, another machine, another backend: nothing.
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, 0), nullptr, false, false), (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, 0), nullptr, kAll), (std::vector<P>{P::kP2p, P::kNone}));
   std::vector<RankIdentity> ranks = one_machine(3, kEmulated);
   ranks[1].host_hash = 7;
   ranks[2].backend = kCuda;
-  EXPECT_EQ(plan_peer_transports(0, ranks, nullptr, false, false), (std::vector<P>{P::kP2p, P::kNone, P::kNone}));
+  EXPECT_EQ(plan_peer_transports(0, ranks, nullptr, kAll), (std::vector<P>{P::kP2p, P::kNone, P::kNone}));
   // A topology file cannot join ranks of two machines.
   const SystemGraph nv18 = load("h200_nv18.xml");
   ranks = one_machine(2, kCuda);
   ranks[1].host_hash = 7;
-  EXPECT_EQ(plan_peer_transports(0, ranks, &nv18, false, false), (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan_peer_transports(0, ranks, &nv18, kAll), (std::vector<P>{P::kP2p, P::kNone}));
 }
 
 // Discovered GPUs belong to no rank: CUDA ranks get what the worst pair of
@@ -341,20 +408,21 @@ TEST(TopoPlan, WithoutATopologyOneMachineMeansP2p) {
 TEST(TopoPlan, DiscoveredGpusGiveTheWorstPairToCudaRanks) {
   const SystemGraph pcie = without_ranks(load("pcie_two_sockets.xml"));
   const SystemGraph nv18 = without_ranks(load("h200_nv18.xml"));
-  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kCuda), &pcie, false, false), (std::vector<P>{P::kShm, P::kP2p}));
-  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kCuda), &nv18, false, false), (std::vector<P>{P::kP2p, P::kP2p}));
-  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kEmulated), &pcie, false, false),
+  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kCuda), &pcie, kAll), (std::vector<P>{P::kShm, P::kP2p}));
+  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kCuda), &nv18, kAll), (std::vector<P>{P::kP2p, P::kP2p}));
+  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kEmulated), &pcie, kAll),
             (std::vector<P>{P::kP2p, P::kP2p}));
   // A file naming fewer ranks than the communicator has is not a rank map.
   const SystemGraph ranked_pcie = load("pcie_two_sockets.xml");
-  EXPECT_EQ(plan_peer_transports(0, one_machine(5, kCuda), &ranked_pcie, false, false),
+  EXPECT_EQ(plan_peer_transports(0, one_machine(5, kCuda), &ranked_pcie, kAll),
             (std::vector<P>{P::kP2p, P::kShm, P::kShm, P::kShm, P::kShm}));
 }
 
 // The engine communicator end to end, with the topology of this process
 // (FERRY_TOPO_FILE etc. set by CTest; see tests/unit/CMakeLists.txt).
 // TOPO_TEST_EXPECT names the transport the settings must give: p2p (the
-// default: no file, this machine), shm or none.
+// default: no file, this machine), shm or none; TOPO_TEST_WARNING, a
+// warning the settings must log once.
 TEST(TopoCommunicator, TransportFollowsTheTopologyOfThisProcess) {
   const char* expect = std::getenv("TOPO_TEST_EXPECT");
   const std::string expected = expect ? expect : "p2p";
@@ -389,6 +457,19 @@ TEST(TopoCommunicator, TransportFollowsTheTopologyOfThisProcess) {
     // A bad file: the engine fell back, and the error names file and line.
     EXPECT_NE(topo.error.find(params().topo_file), std::string::npos) << topo.error;
     EXPECT_NE(topo.error.find("line "), std::string::npos) << topo.error;
+  }
+  if (const char* warning = std::getenv("TOPO_TEST_WARNING")) {
+    // Once in this process's log, however many communicators it made.
+    std::string path = params().debug_file;
+    ASSERT_NE(path.find("%p"), std::string::npos) << "FERRY_DEBUG_FILE=" << path;
+    path.replace(path.find("%p"), 2, std::to_string(getpid()));
+    std::ifstream file(path);
+    const std::string log((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    const std::size_t first = log.find(warning);
+    EXPECT_NE(first, std::string::npos) << log;
+    if (first != std::string::npos) EXPECT_EQ(log.find(warning, first + 1), std::string::npos) << log;
+    EXPECT_NE(log.find(" WARN TRANSPORT "), std::string::npos) << log;
+    std::remove(path.c_str());
   }
   if (!params().topo_dump_file.empty()) {
     ASSERT_TRUE(topo.available) << topo.error;
