@@ -25,9 +25,10 @@ std::uint64_t this_host_hash() {
   return std::hash<std::string>{}(std::string(host) + "/" + boot_id);
 }
 
-// Only where it can change the answer: the emulated device is not in the
-// hardware graph, so without a file or a dump to write there is nothing
-// to discover for it.
+// Only where it can change the answer: discovery would add the emulated
+// device as one GPU that all ranks of the machine share (p2p, the answer
+// without a topology), so without a file or a dump to write there is
+// nothing to discover for it.
 const SystemGraph* topology_for(const gpu::Backend* backend) {
   const bool wanted = !params().topo_file.empty() || !params().topo_dump_file.empty() ||
                       (backend && backend->kind() == gpu::BackendKind::kCuda);

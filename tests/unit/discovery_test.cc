@@ -21,6 +21,7 @@
 #include "engine/common/params.h"
 #include "engine/topology/discovery.h"
 #include "engine/topology/local_topology.h"
+#include "engine/topology/search.h"
 #include "engine/topology/topology_xml.h"
 #include "tests/unit/thread_bootstrap.h"
 
@@ -121,7 +122,7 @@ struct Discovered {
 const Discovered& discovered() {
   static const Discovered* once = [] {
     auto* d = new Discovered;
-    d->status = discover_topology(d->graph, &d->report);
+    d->status = discover_topology(0, d->graph, &d->report);
     return d;
   }();
   return *once;
@@ -232,7 +233,7 @@ TEST(TopoDiscovery, DumpAndLoadGiveTheSameGraph) {
 // What the engine reads: FERRY_TOPO_DUMP_FILE gets the graph, %p expanded.
 TEST(TopoLocal, DumpFileHoldsTheDiscoveredGraph) {
   const std::string pattern = ::testing::TempDir() + "ferry-topo-%p.xml";
-  const LocalTopology topo = load_local_topology("", pattern);
+  const LocalTopology topo = load_local_topology("", pattern, 0);
   ASSERT_TRUE(topo.available) << topo.error;
   EXPECT_EQ(topo.dump_path, ::testing::TempDir() + "ferry-topo-" + std::to_string(getpid()) + ".xml");
   SystemGraph loaded;
@@ -243,12 +244,51 @@ TEST(TopoLocal, DumpFileHoldsTheDiscoveredGraph) {
   std::remove(topo.dump_path.c_str());
 }
 
+// On the emulated device its GPU joins this machine's graph, on the first
+// CPU; the ranks of the machine share it, so the search gives them LOC and
+// P2P, as the engine plans for them. A file is the machine as written.
+TEST(TopoDiscovery, EmulatedDeviceIsAGpuOfTheGraph) {
+  SystemGraph graph;
+  DiscoveryReport report;
+  ASSERT_EQ(discover_topology(1, graph, &report), Status::kOk) << report.hwloc_note;
+  EXPECT_EQ(report.emulated_gpus, 1);
+  EXPECT_EQ(report.gpus, discovered().report.gpus);  // those on the PCI bus only
+  EXPECT_EQ(graph.nodes.size(), discovered().graph.nodes.size() + 1);
+  std::vector<int> emulated;
+  for (int id = 0; id < static_cast<int>(graph.nodes.size()); ++id)
+    if (is_emulated_gpu(graph.nodes[id])) emulated.push_back(id);
+  ASSERT_EQ(emulated.size(), 1u);
+  const Node& gpu = graph.nodes[emulated[0]];
+  EXPECT_EQ(gpu.busid, "emulated:0");
+  EXPECT_EQ(gpu.dev, 0);
+  EXPECT_EQ(gpu.rank, -1);
+  EXPECT_EQ(graph.nodes[gpu.parent].type, NodeType::kCpu);
+  EXPECT_EQ(graph.nodes[gpu.parent].numa_id, graph.nodes[0].numa_id);
+  for (const Node& node : discovered().graph.nodes) EXPECT_FALSE(is_emulated_gpu(node));
+
+  const RankPaths paths = compute_rank_paths(graph, {emulated[0], emulated[0]});
+  EXPECT_EQ(paths.at(0, 1).type, PathType::kLocal);
+  EXPECT_EQ(choose_transport(paths.at(0, 1)), Transport::kP2p);
+
+  const std::string xml = dump_topology_xml(graph, 0);
+  SystemGraph loaded;
+  std::string error;
+  ASSERT_EQ(load_topology_xml(xml, loaded, &error), Status::kOk) << error << "\n" << xml;
+  EXPECT_TRUE(loaded == graph) << xml;
+
+  const LocalTopology local = load_local_topology("", "", 1);
+  ASSERT_TRUE(local.available) << local.error;
+  EXPECT_TRUE(local.graph == graph);
+  const LocalTopology file = load_local_topology(fixture("h200_nv18.xml"), "", 1);
+  for (const Node& node : file.graph.nodes) EXPECT_FALSE(is_emulated_gpu(node));
+}
+
 #else
 
 TEST(TopoDiscovery, WithoutHwlocSaysSo) {
   SystemGraph graph;
   DiscoveryReport report;
-  EXPECT_EQ(discover_topology(graph, &report), Status::kUnavailable);
+  EXPECT_EQ(discover_topology(0, graph, &report), Status::kUnavailable);
   EXPECT_NE(report.hwloc_note.find("without hwloc"), std::string::npos) << report.hwloc_note;
   EXPECT_TRUE(graph.nodes.empty());
 }
@@ -256,7 +296,7 @@ TEST(TopoDiscovery, WithoutHwlocSaysSo) {
 #endif
 
 TEST(TopoLocal, FileIsLoadedInsteadOfDiscovering) {
-  const LocalTopology topo = load_local_topology(fixture("h200_nv18.xml"), "");
+  const LocalTopology topo = load_local_topology(fixture("h200_nv18.xml"), "", 0);
   ASSERT_TRUE(topo.available) << topo.error;
   EXPECT_EQ(topo.source, "FERRY_TOPO_FILE=" + fixture("h200_nv18.xml"));
   EXPECT_FALSE(topo.discovery.hwloc);  // discovery did not run
@@ -264,13 +304,13 @@ TEST(TopoLocal, FileIsLoadedInsteadOfDiscovering) {
 }
 
 TEST(TopoLocal, BadFileNamesTheFileAndTheLine) {
-  const LocalTopology topo = load_local_topology(fixture("malformed_line4.xml"), "");
+  const LocalTopology topo = load_local_topology(fixture("malformed_line4.xml"), "", 0);
   EXPECT_FALSE(topo.available);
   EXPECT_NE(topo.error.find(fixture("malformed_line4.xml")), std::string::npos) << topo.error;
   EXPECT_NE(topo.error.find("line 4"), std::string::npos) << topo.error;
   EXPECT_TRUE(topo.graph.nodes.empty());
 
-  const LocalTopology missing = load_local_topology("/nonexistent/topo.xml", "");
+  const LocalTopology missing = load_local_topology("/nonexistent/topo.xml", "", 0);
   EXPECT_FALSE(missing.available);
   EXPECT_NE(missing.error.find("/nonexistent/topo.xml"), std::string::npos) << missing.error;
 }
