@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 
 #include "engine/collectives/communicator.h"
@@ -82,26 +83,37 @@ void print_report() {
   for (const std::string& problem : ferry::param_problems()) std::printf("warning: %s\n", problem.c_str());
 }
 
+// The search's bandwidth; "-" where nothing limits it (ranks on one GPU).
+std::string gbps_text(double gbps) {
+  if (std::isinf(gbps)) return "-";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f", gbps);
+  return text;
+}
+
 // Paths, transports, rings and trees over the GPUs of gpu_of_rank.
 void print_search(const ferry::SystemGraph& graph, const std::vector<int>& gpu_of_rank) {
   const int nranks = static_cast<int>(gpu_of_rank.size());
   for (int r = 0; r < nranks; ++r) {
     const ferry::Node& gpu = graph.nodes[gpu_of_rank[r]];
-    std::printf("  rank %d: host %d, GPU %s (dev %d, sm_%d)\n", r, gpu.host, gpu.busid.c_str(), gpu.dev, gpu.sm);
+    if (ferry::is_emulated_gpu(gpu))
+      std::printf("  rank %d: host %d, GPU %s (emulated device %d)\n", r, gpu.host, gpu.busid.c_str(), gpu.dev);
+    else
+      std::printf("  rank %d: host %d, GPU %s (dev %d, sm_%d)\n", r, gpu.host, gpu.busid.c_str(), gpu.dev, gpu.sm);
   }
   const ferry::RankPaths paths = ferry::compute_rank_paths(graph, gpu_of_rank);
   std::printf("\npaths (type, GB/s, transport):\n");
   for (int a = 0; a < nranks; ++a) {
     for (int b = a + 1; b < nranks; ++b) {
       const ferry::GpuPath& path = paths.at(a, b);
-      std::printf("  %d-%d: %s %.1f %s\n", a, b, ferry::path_type_name(path.type), path.bandwidth_gbps,
+      std::printf("  %d-%d: %s %s %s\n", a, b, ferry::path_type_name(path.type), gbps_text(path.bandwidth_gbps).c_str(),
                   ferry::transport_name(ferry::choose_transport(path)));
     }
   }
   std::printf("\nrings:\n");
   const std::vector<ferry::Ring> rings = ferry::search_rings(paths, 2);
   for (std::size_t c = 0; c < rings.size(); ++c) {
-    std::printf("  channel %zu (%.1f GB/s):", c, ferry::ring_bandwidth(paths, rings[c]));
+    std::printf("  channel %zu (%s GB/s):", c, gbps_text(ferry::ring_bandwidth(paths, rings[c])).c_str());
     for (int r : rings[c]) std::printf(" %d", r);
     std::printf("\n");
   }
@@ -143,7 +155,11 @@ void print_node_tree(const ferry::SystemGraph& graph, int parent, int depth) {
     std::printf("%*s%s", 2 * depth, "", ferry::node_type_name(node.type));
     switch (node.type) {
       case ferry::NodeType::kGpu:
-        std::printf(" %s (dev %d, sm_%d, class %s)\n", node.busid.c_str(), node.dev, node.sm, node.pci_class.c_str());
+        if (ferry::is_emulated_gpu(node))
+          std::printf(" %s (device %d of the emulated device: host memory that peer processes map)\n",
+                      node.busid.c_str(), node.dev);
+        else
+          std::printf(" %s (dev %d, sm_%d, class %s)\n", node.busid.c_str(), node.dev, node.sm, node.pci_class.c_str());
         break;
       case ferry::NodeType::kNet:
         std::printf(" %s (%d Mb/s%s)\n", node.name.c_str(), node.speed_mbps, node.gdr ? ", GPUDirect RDMA" : "");
@@ -169,10 +185,10 @@ int print_local_topology(int nranks) {
   std::printf("\n");
   if (!topo.dump_path.empty()) std::printf("written to %s\n", topo.dump_path.c_str());
   const ferry::SystemGraph& graph = topo.graph;
-  std::vector<int> gpus;
+  std::vector<int> gpus, emulated;
   for (int id = 0; id < static_cast<int>(graph.nodes.size()); ++id) {
     const ferry::Node& node = graph.nodes[id];
-    if (node.type == ferry::NodeType::kGpu) gpus.push_back(id);
+    if (node.type == ferry::NodeType::kGpu) (ferry::is_emulated_gpu(node) ? emulated : gpus).push_back(id);
     if (node.type != ferry::NodeType::kCpu) continue;
     std::printf("  CPU numa %d (affinity %s%s%s%s%s)\n", node.numa_id, node.affinity.c_str(),
                 node.arch.empty() ? "" : ", ", node.arch.c_str(), node.vendor.empty() ? "" : ", ", node.vendor.c_str());
@@ -186,12 +202,21 @@ int print_local_topology(int nranks) {
     std::printf("  %s %s -> %s: %d link(s), %.1f GB/s\n", ferry::link_type_name(link.type), from.busid.c_str(),
                 to.type == ferry::NodeType::kNvSwitch ? "NVSwitch" : to.busid.c_str(), link.count, link.bandwidth_gbps);
   }
-  if (gpus.empty()) {
+  if (gpus.empty() && emulated.empty()) {
     std::printf("\nno GPUs in the topology: ranks of this machine use p2p (shm with FERRY_P2P_DISABLE=1)\n");
     return 0;
   }
-  std::printf("\nCUDA ranks of this machine: %s (the worst pair of its %zu GPU(s))\n",
-              ferry::transport_name(ferry::worst_transport_between_gpus(graph, 0)), gpus.size());
+  if (!emulated.empty()) {
+    // This process runs on the emulated device, as every rank of the machine would: on its device 0.
+    const ferry::RankPaths shared = ferry::compute_rank_paths(graph, {emulated[0], emulated[0]});
+    std::printf("\nemulated-device ranks of this machine: %s (they share emulated device 0; path %s)\n",
+                ferry::transport_name(ferry::choose_transport(shared.at(0, 1))),
+                ferry::path_type_name(shared.at(0, 1).type));
+    gpus = emulated;
+  } else {
+    std::printf("\nCUDA ranks of this machine: %s (the worst pair of its %zu GPU(s))\n",
+                ferry::transport_name(ferry::worst_transport_between_gpus(graph, 0)), gpus.size());
+  }
   // Ranks named in the file, else round robin over the GPUs.
   std::vector<int> gpu_of_rank;
   int ranked = 0;
@@ -508,7 +533,11 @@ int self_test() {
     test.quiet = true;
     test.prefix = std::string("rank ") + rank + ": ";
   }
-  const std::vector<std::string> problems = ferry::param_problems();
+  std::vector<std::string> problems = ferry::param_problems();
+  std::vector<std::string> unknown_transports;
+  ferry::allowed_transports(ferry::params().transports, false, false, &unknown_transports);
+  for (const std::string& name : unknown_transports)
+    problems.push_back("FERRY_TRANSPORTS names '" + name + "', not a transport (p2p, shm, net, none): ignored");
   if (problems.empty()) {
     test.pass("parameters", "every FERRY_* variable set is known and well formed");
   } else {
@@ -518,7 +547,7 @@ int self_test() {
   check_shared_memory(test);
 
   // Discovery, whatever FERRY_TOPO_FILE says: this checks the machine.
-  const ferry::LocalTopology discovered = ferry::load_local_topology("", "");
+  const ferry::LocalTopology discovered = ferry::load_local_topology("", "", 0);
   const ferry::DiscoveryReport& found = discovered.discovery;
   if (found.hwloc) {
     test.pass("hwloc", found.hwloc_note + ": " + std::to_string(found.numa_nodes) + " NUMA node(s), " +
@@ -536,7 +565,7 @@ int self_test() {
     test.skip("NVML", found.nvml_note);
   }
   if (!ferry::params().topo_file.empty()) {
-    const ferry::LocalTopology loaded = ferry::load_local_topology(ferry::params().topo_file, "");
+    const ferry::LocalTopology loaded = ferry::load_local_topology(ferry::params().topo_file, "", 0);
     if (loaded.available) {
       test.pass("FERRY_TOPO_FILE", ferry::params().topo_file + " loads");
     } else {

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -24,15 +26,31 @@ std::uint64_t this_host_hash() {
   return std::hash<std::string>{}(std::string(host) + "/" + boot_id);
 }
 
-// Only where it can change the answer: the emulated device is not in the
-// hardware graph, so without a file or a dump to write there is nothing
-// to discover for it.
+// Only where it can change the answer: discovery would add the emulated
+// device as one GPU that all ranks of the machine share (p2p, the answer
+// without a topology), so without a file or a dump to write there is
+// nothing to discover for it.
 const SystemGraph* topology_for(const gpu::Backend* backend) {
   const bool wanted = !params().topo_file.empty() || !params().topo_dump_file.empty() ||
                       (backend && backend->kind() == gpu::BackendKind::kCuda);
   if (!wanted) return nullptr;
   const LocalTopology& topo = local_topology();
   return topo.available ? &topo.graph : nullptr;
+}
+
+// What this process's settings allow, worked out once, so an unknown name in
+// FERRY_TRANSPORTS is reported once rather than at every communicator.
+const AllowedTransports& configured_transports() {
+  static const AllowedTransports allowed = [] {
+    std::vector<std::string> unknown;
+    const AllowedTransports parsed =
+        allowed_transports(params().transports, params().p2p_disable, params().shm_disable, &unknown);
+    for (const std::string& name : unknown)
+      FERRY_WARN(Transport, "FERRY_TRANSPORTS: unknown transport '%s' ignored (known: p2p, shm, net, none)",
+                 name.c_str());
+    return parsed;
+  }();
+  return allowed;
 }
 
 }  // namespace
@@ -46,8 +64,38 @@ const char* peer_transport_name(PeerTransport transport) {
   return "?";
 }
 
+AllowedTransports allowed_transports(const std::string& list, bool p2p_disable, bool shm_disable,
+                                     std::vector<std::string>* unknown) {
+  AllowedTransports listed{false, false};
+  bool known_name = false;  // none and net included
+  std::size_t start = 0;
+  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (start <= list.size()) {
+    std::size_t end = std::min(list.find(',', start), list.size());
+    const std::size_t next = end + 1;
+    while (start < end && space(list[start])) ++start;
+    while (end > start && space(list[end - 1])) --end;
+    const std::string word = list.substr(start, end - start);
+    start = next;
+    std::string name = word;
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (name.empty()) continue;
+    if (name == "p2p") {
+      listed.p2p = true;
+    } else if (name == "shm") {
+      listed.shm = true;
+    } else if (name != "net" && name != "none") {
+      if (unknown) unknown->push_back(word);
+      continue;
+    }
+    known_name = true;
+  }
+  if (!known_name) listed = AllowedTransports{};
+  return {listed.p2p && !p2p_disable, listed.shm && !shm_disable};
+}
+
 std::vector<PeerTransport> plan_peer_transports(int rank, const std::vector<RankIdentity>& ranks,
-                                                const SystemGraph* topology, bool p2p_disable, bool shm_disable) {
+                                                const SystemGraph* topology, const AllowedTransports& allowed) {
   const int n = static_cast<int>(ranks.size());
   const RankIdentity& mine = ranks[rank];
   RankPaths paths;  // between ranks, when the topology names them all
@@ -79,8 +127,8 @@ std::vector<PeerTransport> plan_peer_transports(int rank, const std::vector<Rank
     PeerTransport transport = searched == Transport::kP2p   ? PeerTransport::kP2p
                               : searched == Transport::kShm ? PeerTransport::kShm
                                                             : PeerTransport::kNone;
-    if (transport == PeerTransport::kP2p && p2p_disable) transport = PeerTransport::kShm;
-    if (transport == PeerTransport::kShm && shm_disable) transport = PeerTransport::kNone;
+    if (transport == PeerTransport::kP2p && !allowed.p2p) transport = PeerTransport::kShm;
+    if (transport == PeerTransport::kShm && !allowed.shm) transport = PeerTransport::kNone;
     plan[peer] = transport;
   }
   return plan;
@@ -103,8 +151,7 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   // peer access lazily when the mapping is opened); host shared memory
   // serves where the topology says peer access is not worth it or p2p is off.
   const SystemGraph* topology = n > 1 ? topology_for(backend) : nullptr;
-  comm->transports_ =
-      plan_peer_transports(comm->rank(), ranks, topology, params().p2p_disable, params().shm_disable);
+  comm->transports_ = plan_peer_transports(comm->rank(), ranks, topology, configured_transports());
   constexpr std::int32_t kAllP2p = 1, kAllLocal = 2;
   std::int32_t verdict = kAllP2p | kAllLocal;
   for (int peer = 0; peer < n; ++peer) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/bootstrap/bootstrap.h"
@@ -31,6 +32,20 @@ static_assert(sizeof(RankIdentity) == 24, "RankIdentity travels between processe
 enum class PeerTransport : int { kNone = 0, kP2p, kShm };
 const char* peer_transport_name(PeerTransport transport);
 
+// The transports the settings let the engine use between ranks.
+struct AllowedTransports {
+  bool p2p = true;
+  bool shm = true;
+};
+
+// FERRY_TRANSPORTS's list (comma separated, case and spaces ignored: p2p,
+// shm; net is known but has no transport yet; none allows nothing), less
+// what FERRY_P2P_DISABLE and FERRY_SHM_DISABLE turn off. A list that names
+// no known transport (empty, or only unknown names) allows all of them.
+// Unknown names are added to unknown, for the caller to report.
+AllowedTransports allowed_transports(const std::string& list, bool p2p_disable, bool shm_disable,
+                                     std::vector<std::string>* unknown);
+
 // How `rank` reaches each rank (itself: p2p), from everyone's identity and
 // the topology when there is one (else nullptr):
 //  - ranks on other machines, or with another device backend: none;
@@ -39,9 +54,10 @@ const char* peer_transport_name(PeerTransport transport);
 //  - CUDA with a topology but no ranks in it: the worst transport between
 //    the machine's GPUs (which GPU a rank uses is not known at set-up);
 //  - otherwise p2p, as without a topology.
-// Then FERRY_P2P_DISABLE turns p2p into shm, FERRY_SHM_DISABLE shm into none.
+// Then a p2p that is not allowed becomes shm, and a shm that is not
+// allowed none.
 std::vector<PeerTransport> plan_peer_transports(int rank, const std::vector<RankIdentity>& ranks,
-                                                const SystemGraph* topology, bool p2p_disable, bool shm_disable);
+                                                const SystemGraph* topology, const AllowedTransports& allowed);
 
 class Communicator {
  public:

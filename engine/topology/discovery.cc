@@ -17,6 +17,15 @@
 #endif
 
 namespace ferry {
+namespace {
+
+constexpr const char* kEmulatedBusPrefix = "emulated:";
+
+}  // namespace
+
+bool is_emulated_gpu(const Node& node) {
+  return node.type == NodeType::kGpu && node.busid.rfind(kEmulatedBusPrefix, 0) == 0;
+}
 
 #ifdef FERRY_HAVE_HWLOC
 namespace {
@@ -113,8 +122,12 @@ bool is_gpu(hwloc_obj_t obj) {
 
 class HwlocWriter {
  public:
-  HwlocWriter(hwloc_topology_t topology, const NvmlScan& nvml, DiscoveryReport& report)
-      : topology_(topology), nvml_(nvml), report_(report), gdr_(gpudirect_rdma_module_loaded()) {}
+  HwlocWriter(hwloc_topology_t topology, const NvmlScan& nvml, int emulated_devices, DiscoveryReport& report)
+      : topology_(topology),
+        nvml_(nvml),
+        emulated_devices_(emulated_devices),
+        report_(report),
+        gdr_(gpudirect_rdma_module_loaded()) {}
 
   std::string write() {
     struct utsname machine;
@@ -136,6 +149,9 @@ class HwlocWriter {
               (vendor ? attr("vendor", vendor) : "") + ">\n";
       for (hwloc_obj_t root : pci_roots())
         if (numa_index_of(root, numa) == i) body += write_io(root, 2);
+      // Emulated device memory is host memory on whichever node first
+      // touches it; the first stands for all of them.
+      if (i == 0) body += write_emulated_gpus(2);
       body += "  </cpu>\n";
       ++report_.numa_nodes;
     }
@@ -230,6 +246,20 @@ class HwlocWriter {
     return out + pad + "</gpu>\n";
   }
 
+  // The emulated device's GPUs: no PCI class, speed or width, as no PCI
+  // device is behind them; rank -1, like every discovered GPU.
+  std::string write_emulated_gpus(int depth) {
+    const std::string pad(2 * depth, ' ');
+    std::string out;
+    for (int dev = 0; dev < emulated_devices_; ++dev) {
+      out += pad + "<pci" + attr("busid", kEmulatedBusPrefix + std::to_string(dev)) + ">\n" + pad + "  <gpu" +
+             attr("dev", std::to_string(dev)) + attr("sm", "0") + attr("rank", "-1") + attr("gdr", "0") + "/>\n" +
+             pad + "</pci>\n";
+      ++report_.emulated_gpus;
+    }
+    return out;
+  }
+
   // One <net> per verbs device of the PCI function, else per interface.
   std::string write_nets(hwloc_obj_t obj, int depth) {
     const std::string pad(2 * depth, ' ');
@@ -250,6 +280,7 @@ class HwlocWriter {
 
   hwloc_topology_t topology_;
   const NvmlScan& nvml_;
+  const int emulated_devices_;
   DiscoveryReport& report_;
   const bool gdr_;
   std::vector<std::pair<std::string, int>> gpu_busids_;
@@ -261,7 +292,7 @@ std::string hwloc_version() { return std::string("hwloc ") + HWLOC_VERSION; }
 
 }  // namespace
 
-Status discover_topology_xml(std::string* xml, DiscoveryReport* report) {
+Status discover_topology_xml(int emulated_devices, std::string* xml, DiscoveryReport* report) {
   const auto start = std::chrono::steady_clock::now();
   DiscoveryReport found;
   hwloc_topology_t topology;
@@ -296,19 +327,20 @@ Status discover_topology_xml(std::string* xml, DiscoveryReport* report) {
   found.nvml = nvml.loaded;
   found.nvml_note = nvml.note;
 
-  *xml = HwlocWriter(topology, nvml, found).write();
+  *xml = HwlocWriter(topology, nvml, emulated_devices, found).write();
   hwloc_topology_destroy(topology);
   found.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   FERRY_INFO(Topo, "discovered %d NUMA node(s), %d PCI switch(es), %d GPU(s), %d NIC(s), %d NVLink link(s) in %.1f ms "
-             "(%s; NVML: %s)", found.numa_nodes, found.pci_switches, found.gpus, found.nics, found.nvlink_links,
-             found.milliseconds, found.hwloc_note.c_str(), found.nvml_note.c_str());
+             "(%s; NVML: %s); %d emulated GPU(s)", found.numa_nodes, found.pci_switches, found.gpus, found.nics,
+             found.nvlink_links, found.milliseconds, found.hwloc_note.c_str(), found.nvml_note.c_str(),
+             found.emulated_gpus);
   if (report) *report = found;
   return Status::kOk;
 }
 
 #else  // no hwloc at build time
 
-Status discover_topology_xml(std::string*, DiscoveryReport* report) {
+Status discover_topology_xml(int, std::string*, DiscoveryReport* report) {
   DiscoveryReport found;
   found.hwloc_note = "Ferry was built without hwloc (install libhwloc-dev and rebuild)";
   found.nvml_note = "not used (no hwloc)";
@@ -319,9 +351,9 @@ Status discover_topology_xml(std::string*, DiscoveryReport* report) {
 
 #endif
 
-Status discover_topology(SystemGraph& graph, DiscoveryReport* report) {
+Status discover_topology(int emulated_devices, SystemGraph& graph, DiscoveryReport* report) {
   std::string xml, error;
-  FERRY_CHECK(discover_topology_xml(&xml, report));
+  FERRY_CHECK(discover_topology_xml(emulated_devices, &xml, report));
   if (!ok(load_topology_xml(xml, graph, &error))) {
     // Discovery wrote something its own reader rejects: a bug, said plainly.
     FERRY_WARN(Topo, "discovered topology does not load (%s):\n%s", error.c_str(), xml.c_str());

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "engine/common/params.h"
+#include "engine/gpu/gpu.h"
 #include "engine/topology/topology_xml.h"
 
 namespace ferry {
@@ -40,7 +41,8 @@ bool write_atomically(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-LocalTopology load_local_topology(const std::string& topo_file, const std::string& dump_file) {
+LocalTopology load_local_topology(const std::string& topo_file, const std::string& dump_file,
+                                  int emulated_devices) {
   LocalTopology topo;
   if (!topo_file.empty()) {
     topo.source = "FERRY_TOPO_FILE=" + topo_file;
@@ -49,7 +51,7 @@ LocalTopology load_local_topology(const std::string& topo_file, const std::strin
       FERRY_WARN(Topo, "FERRY_TOPO_FILE: %s; the engine chooses transports without a topology", topo.error.c_str());
   } else {
     topo.source = "discovered";
-    topo.available = ok(discover_topology(topo.graph, &topo.discovery));
+    topo.available = ok(discover_topology(emulated_devices, topo.graph, &topo.discovery));
     topo.source += " (" + topo.discovery.hwloc_note + "; NVML: " + topo.discovery.nvml_note + ")";
     if (!topo.available) topo.error = "discovery failed: " + topo.discovery.hwloc_note;
   }
@@ -69,7 +71,12 @@ LocalTopology load_local_topology(const std::string& topo_file, const std::strin
 }
 
 const LocalTopology& local_topology() {
-  static const LocalTopology* topo = new LocalTopology(load_local_topology(params().topo_file, params().topo_dump_file));
+  static const LocalTopology* topo = [] {
+    const gpu::Backend* backend = params().topo_file.empty() ? gpu::active_backend() : nullptr;
+    const int emulated_devices =
+        backend && backend->kind() == gpu::BackendKind::kEmulated ? backend->device_count() : 0;
+    return new LocalTopology(load_local_topology(params().topo_file, params().topo_dump_file, emulated_devices));
+  }();
   return *topo;
 }
 

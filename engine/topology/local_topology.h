@@ -20,12 +20,15 @@ struct LocalTopology {
 };
 
 // What FERRY_TOPO_FILE and FERRY_TOPO_DUMP_FILE say, computed on the first
-// call and kept; thread-safe.
+// call and kept; thread-safe. A discovered graph holds the emulated device's
+// GPUs when the process runs on it, so the first call picks the device
+// backend (gpu::active_backend()) unless FERRY_TOPO_FILE is set.
 const LocalTopology& local_topology();
 
-// The same for explicit settings, uncached: topo_file empty means discover;
-// dump_file, when not empty, receives the graph as XML (%h: host name,
-// %p: process id).
-LocalTopology load_local_topology(const std::string& topo_file, const std::string& dump_file);
+// The same for explicit settings, uncached: topo_file empty means discover,
+// adding emulated_devices GPUs of the emulated device (0: none); dump_file,
+// when not empty, receives the graph as XML (%h: host name, %p: process id).
+LocalTopology load_local_topology(const std::string& topo_file, const std::string& dump_file,
+                                  int emulated_devices);
 
 }  // namespace ferry

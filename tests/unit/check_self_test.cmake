@@ -1,5 +1,6 @@
 # ferry-info --self-test: passes the checks that apply here and says which
-# it skipped; a bad FERRY_TOPO_FILE or an unknown FERRY_* variable fails it.
+# it skipped; a bad FERRY_TOPO_FILE, an unknown FERRY_* variable or an unknown
+# name in FERRY_TRANSPORTS fails it.
 execute_process(COMMAND ${FERRY_INFO} --self-test OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 message("${out}${err}")
 if(NOT rc EQUAL 0)
@@ -21,13 +22,15 @@ endforeach()
 
 set(ENV{FERRY_TOPO_FILE} ${BAD_TOPO})
 set(ENV{FERRY_NOT_A_PARAMETER} 1)
+set(ENV{FERRY_TRANSPORTS} shm,bogus)
 execute_process(COMMAND ${FERRY_INFO} --self-test OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 message("${out}${err}")
 if(rc EQUAL 0)
   message(FATAL_ERROR "ferry-info --self-test passed with a malformed FERRY_TOPO_FILE")
 endif()
 foreach(line "FAIL FERRY_TOPO_FILE: ${BAD_TOPO}: line 4: " "FAIL parameters: FERRY_NOT_A_PARAMETER is not"
-             "self-test: [0-9]+ passed, [0-9]+ skipped, 2 failed")
+             "FAIL parameters: FERRY_TRANSPORTS names 'bogus', not a transport"
+             "self-test: [0-9]+ passed, [0-9]+ skipped, 3 failed")
   string(REPLACE "." "\\." line "${line}")
   if(NOT out MATCHES "(^|\n)${line}")
     message(FATAL_ERROR "ferry-info --self-test printed no line matching '${line}'")

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -20,6 +21,7 @@
 #include "engine/common/params.h"
 #include "engine/topology/discovery.h"
 #include "engine/topology/local_topology.h"
+#include "engine/topology/search.h"
 #include "engine/topology/topology_xml.h"
 #include "tests/unit/thread_bootstrap.h"
 
@@ -120,7 +122,7 @@ struct Discovered {
 const Discovered& discovered() {
   static const Discovered* once = [] {
     auto* d = new Discovered;
-    d->status = discover_topology(d->graph, &d->report);
+    d->status = discover_topology(0, d->graph, &d->report);
     return d;
   }();
   return *once;
@@ -231,7 +233,7 @@ TEST(TopoDiscovery, DumpAndLoadGiveTheSameGraph) {
 // What the engine reads: FERRY_TOPO_DUMP_FILE gets the graph, %p expanded.
 TEST(TopoLocal, DumpFileHoldsTheDiscoveredGraph) {
   const std::string pattern = ::testing::TempDir() + "ferry-topo-%p.xml";
-  const LocalTopology topo = load_local_topology("", pattern);
+  const LocalTopology topo = load_local_topology("", pattern, 0);
   ASSERT_TRUE(topo.available) << topo.error;
   EXPECT_EQ(topo.dump_path, ::testing::TempDir() + "ferry-topo-" + std::to_string(getpid()) + ".xml");
   SystemGraph loaded;
@@ -242,12 +244,51 @@ TEST(TopoLocal, DumpFileHoldsTheDiscoveredGraph) {
   std::remove(topo.dump_path.c_str());
 }
 
+// On the emulated device its GPU joins this machine's graph, on the first
+// CPU; the ranks of the machine share it, so the search gives them LOC and
+// P2P, as the engine plans for them. A file is the machine as written.
+TEST(TopoDiscovery, EmulatedDeviceIsAGpuOfTheGraph) {
+  SystemGraph graph;
+  DiscoveryReport report;
+  ASSERT_EQ(discover_topology(1, graph, &report), Status::kOk) << report.hwloc_note;
+  EXPECT_EQ(report.emulated_gpus, 1);
+  EXPECT_EQ(report.gpus, discovered().report.gpus);  // those on the PCI bus only
+  EXPECT_EQ(graph.nodes.size(), discovered().graph.nodes.size() + 1);
+  std::vector<int> emulated;
+  for (int id = 0; id < static_cast<int>(graph.nodes.size()); ++id)
+    if (is_emulated_gpu(graph.nodes[id])) emulated.push_back(id);
+  ASSERT_EQ(emulated.size(), 1u);
+  const Node& gpu = graph.nodes[emulated[0]];
+  EXPECT_EQ(gpu.busid, "emulated:0");
+  EXPECT_EQ(gpu.dev, 0);
+  EXPECT_EQ(gpu.rank, -1);
+  EXPECT_EQ(graph.nodes[gpu.parent].type, NodeType::kCpu);
+  EXPECT_EQ(graph.nodes[gpu.parent].numa_id, graph.nodes[0].numa_id);
+  for (const Node& node : discovered().graph.nodes) EXPECT_FALSE(is_emulated_gpu(node));
+
+  const RankPaths paths = compute_rank_paths(graph, {emulated[0], emulated[0]});
+  EXPECT_EQ(paths.at(0, 1).type, PathType::kLocal);
+  EXPECT_EQ(choose_transport(paths.at(0, 1)), Transport::kP2p);
+
+  const std::string xml = dump_topology_xml(graph, 0);
+  SystemGraph loaded;
+  std::string error;
+  ASSERT_EQ(load_topology_xml(xml, loaded, &error), Status::kOk) << error << "\n" << xml;
+  EXPECT_TRUE(loaded == graph) << xml;
+
+  const LocalTopology local = load_local_topology("", "", 1);
+  ASSERT_TRUE(local.available) << local.error;
+  EXPECT_TRUE(local.graph == graph);
+  const LocalTopology file = load_local_topology(fixture("h200_nv18.xml"), "", 1);
+  for (const Node& node : file.graph.nodes) EXPECT_FALSE(is_emulated_gpu(node));
+}
+
 #else
 
 TEST(TopoDiscovery, WithoutHwlocSaysSo) {
   SystemGraph graph;
   DiscoveryReport report;
-  EXPECT_EQ(discover_topology(graph, &report), Status::kUnavailable);
+  EXPECT_EQ(discover_topology(0, graph, &report), Status::kUnavailable);
   EXPECT_NE(report.hwloc_note.find("without hwloc"), std::string::npos) << report.hwloc_note;
   EXPECT_TRUE(graph.nodes.empty());
 }
@@ -255,7 +296,7 @@ TEST(TopoDiscovery, WithoutHwlocSaysSo) {
 #endif
 
 TEST(TopoLocal, FileIsLoadedInsteadOfDiscovering) {
-  const LocalTopology topo = load_local_topology(fixture("h200_nv18.xml"), "");
+  const LocalTopology topo = load_local_topology(fixture("h200_nv18.xml"), "", 0);
   ASSERT_TRUE(topo.available) << topo.error;
   EXPECT_EQ(topo.source, "FERRY_TOPO_FILE=" + fixture("h200_nv18.xml"));
   EXPECT_FALSE(topo.discovery.hwloc);  // discovery did not run
@@ -263,13 +304,13 @@ TEST(TopoLocal, FileIsLoadedInsteadOfDiscovering) {
 }
 
 TEST(TopoLocal, BadFileNamesTheFileAndTheLine) {
-  const LocalTopology topo = load_local_topology(fixture("malformed_line4.xml"), "");
+  const LocalTopology topo = load_local_topology(fixture("malformed_line4.xml"), "", 0);
   EXPECT_FALSE(topo.available);
   EXPECT_NE(topo.error.find(fixture("malformed_line4.xml")), std::string::npos) << topo.error;
   EXPECT_NE(topo.error.find("line 4"), std::string::npos) << topo.error;
   EXPECT_TRUE(topo.graph.nodes.empty());
 
-  const LocalTopology missing = load_local_topology("/nonexistent/topo.xml", "");
+  const LocalTopology missing = load_local_topology("/nonexistent/topo.xml", "", 0);
   EXPECT_FALSE(missing.available);
   EXPECT_NE(missing.error.find("/nonexistent/topo.xml"), std::string::npos) << missing.error;
 }
@@ -299,41 +340,107 @@ SystemGraph without_ranks(SystemGraph graph) {
 }
 
 using P = PeerTransport;
+constexpr AllowedTransports kAll{};
 
 TEST(TopoPlan, FileRanksFollowTheSearch) {
   const SystemGraph sys = load("two_sockets_sys.xml"), nv18 = load("h200_nv18.xml");
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kEmulated), &sys, false, false), (std::vector<P>{P::kP2p, P::kShm}));
-  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kEmulated), &sys, false, false), (std::vector<P>{P::kShm, P::kP2p}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, false, false), (std::vector<P>{P::kP2p, P::kP2p}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kEmulated), &sys, kAll), (std::vector<P>{P::kP2p, P::kShm}));
+  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kEmulated), &sys, kAll), (std::vector<P>{P::kShm, P::kP2p}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, kAll), (std::vector<P>{P::kP2p, P::kP2p}));
   const SystemGraph pcie = load("pcie_two_sockets.xml");
-  EXPECT_EQ(plan_peer_transports(0, one_machine(4, kCuda), &pcie, false, false),
+  EXPECT_EQ(plan_peer_transports(0, one_machine(4, kCuda), &pcie, kAll),
             (std::vector<P>{P::kP2p, P::kP2p, P::kShm, P::kShm}));
-  EXPECT_EQ(plan_peer_transports(3, one_machine(4, kCuda), &pcie, false, false),
+  EXPECT_EQ(plan_peer_transports(3, one_machine(4, kCuda), &pcie, kAll),
             (std::vector<P>{P::kShm, P::kShm, P::kP2p, P::kP2p}));
 }
 
+// FERRY_P2P_DISABLE and FERRY_SHM_DISABLE, without FERRY_TRANSPORTS.
+AllowedTransports disabled(bool p2p, bool shm) { return allowed_transports("", p2p, shm, nullptr); }
+
 TEST(TopoPlan, DisableParametersOverrideTheSearch) {
   const SystemGraph sys = load("two_sockets_sys.xml"), nv18 = load("h200_nv18.xml");
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, true, false), (std::vector<P>{P::kP2p, P::kShm}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, true, true), (std::vector<P>{P::kP2p, P::kNone}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, false, true), (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, disabled(true, false)),
+            (std::vector<P>{P::kP2p, P::kShm}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, disabled(true, true)),
+            (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, disabled(false, true)),
+            (std::vector<P>{P::kP2p, P::kNone}));
+}
+
+bool operator==(const AllowedTransports& a, const AllowedTransports& b) { return a.p2p == b.p2p && a.shm == b.shm; }
+
+// FERRY_TRANSPORTS's list, alone and with the disable parameters.
+TEST(TopoPlan, TransportsListNamesWhatTheEngineMayUse) {
+  const struct {
+    const char* list;
+    bool p2p, shm;
+  } cases[] = {
+      {"", true, true},           {"p2p,shm", true, true}, {"p2p", true, false},    {"shm", false, true},
+      {" SHM , P2p ", true, true}, {"shm,,", false, true},  {"none", false, false}, {"net", false, false},
+      {"none,p2p", true, false},  {"net,shm", false, true},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> unknown;
+    const AllowedTransports allowed = allowed_transports(c.list, false, false, &unknown);
+    EXPECT_EQ(allowed.p2p, c.p2p) << "'" << c.list << "'";
+    EXPECT_EQ(allowed.shm, c.shm) << "'" << c.list << "'";
+    EXPECT_TRUE(unknown.empty()) << "'" << c.list << "'";
+  }
+  // The disable parameters take away from the list; neither adds to it.
+  EXPECT_TRUE(allowed_transports("p2p,shm", true, false, nullptr) == (AllowedTransports{false, true}));
+  EXPECT_TRUE(allowed_transports("shm", false, true, nullptr) == (AllowedTransports{false, false}));
+  EXPECT_TRUE(allowed_transports("p2p", true, false, nullptr) == (AllowedTransports{false, false}));
+  EXPECT_TRUE(allowed_transports("", false, true, nullptr) == (AllowedTransports{true, false}));
+}
+
+// An unknown name is reported and left out; alone, it leaves every
+// transport allowed (a typo must not stage everything).
+TEST(TopoPlan, UnknownTransportNamesAreReportedAndIgnored) {
+  std::vector<std::string> unknown;
+  EXPECT_TRUE(allowed_transports("shm, NVLink ,ib", false, false, &unknown) == (AllowedTransports{false, true}));
+  EXPECT_EQ(unknown, (std::vector<std::string>{"NVLink", "ib"}));
+  unknown.clear();
+  EXPECT_TRUE(allowed_transports("p2pp", false, false, &unknown) == (AllowedTransports{true, true}));
+  EXPECT_EQ(unknown, (std::vector<std::string>{"p2pp"}));
+  EXPECT_TRUE(allowed_transports("p2pp", false, false, nullptr) == (AllowedTransports{true, true}));
+}
+
+// What FERRY_TRANSPORTS leaves out is planned as the disable parameters
+// plan it: p2p becomes shm, shm becomes none.
+TEST(TopoPlan, TransportsListRestrictsThePlan) {
+  const SystemGraph sys = load("two_sockets_sys.xml"), nv18 = load("h200_nv18.xml");
+  const auto only = [](const char* list) { return allowed_transports(list, false, false, nullptr); };
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, only("shm")), (std::vector<P>{P::kP2p, P::kShm}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, only("p2p")), (std::vector<P>{P::kP2p, P::kP2p}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, only("p2p")), (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, only("shm")), (std::vector<P>{P::kP2p, P::kShm}));
+  EXPECT_EQ(plan_peer_transports(1, one_machine(3, kEmulated), nullptr, only("shm")),
+            (std::vector<P>{P::kShm, P::kP2p, P::kShm}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(3, kEmulated), nullptr, only("none")),
+            (std::vector<P>{P::kP2p, P::kNone, P::kNone}));
+  // With a disable parameter: FERRY_TRANSPORTS=shm and FERRY_SHM_DISABLE=1 leave nothing.
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, allowed_transports("shm", false, true, nullptr)),
+            (std::vector<P>{P::kP2p, P::kNone}));
+  // An unknown name changes nothing.
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, only("bogus")), (std::vector<P>{P::kP2p, P::kShm}));
 }
 
 TEST(TopoPlan, WithoutATopologyOneMachineMeansP2p) {
-  EXPECT_EQ(plan_peer_transports(0, one_machine(3, kEmulated), nullptr, false, false),
+  EXPECT_EQ(plan_peer_transports(0, one_machine(3, kEmulated), nullptr, kAll),
             (std::vector<P>{P::kP2p, P::kP2p, P::kP2p}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kEmulated), nullptr, true, false), (std::vector<P>{P::kP2p, P::kShm}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kEmulated), nullptr, disabled(true, false)),
+            (std::vector<P>{P::kP2p, P::kShm}));
   // No device runtime, another machine, another backend: nothing.
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, 0), nullptr, false, false), (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan_peer_transports(0, one_machine(2, 0), nullptr, kAll), (std::vector<P>{P::kP2p, P::kNone}));
   std::vector<RankIdentity> ranks = one_machine(3, kEmulated);
   ranks[1].host_hash = 7;
   ranks[2].backend = kCuda;
-  EXPECT_EQ(plan_peer_transports(0, ranks, nullptr, false, false), (std::vector<P>{P::kP2p, P::kNone, P::kNone}));
+  EXPECT_EQ(plan_peer_transports(0, ranks, nullptr, kAll), (std::vector<P>{P::kP2p, P::kNone, P::kNone}));
   // A topology file cannot join ranks of two machines.
   const SystemGraph nv18 = load("h200_nv18.xml");
   ranks = one_machine(2, kCuda);
   ranks[1].host_hash = 7;
-  EXPECT_EQ(plan_peer_transports(0, ranks, &nv18, false, false), (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan_peer_transports(0, ranks, &nv18, kAll), (std::vector<P>{P::kP2p, P::kNone}));
 }
 
 // Discovered GPUs belong to no rank: CUDA ranks get what the worst pair of
@@ -341,20 +448,21 @@ TEST(TopoPlan, WithoutATopologyOneMachineMeansP2p) {
 TEST(TopoPlan, DiscoveredGpusGiveTheWorstPairToCudaRanks) {
   const SystemGraph pcie = without_ranks(load("pcie_two_sockets.xml"));
   const SystemGraph nv18 = without_ranks(load("h200_nv18.xml"));
-  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kCuda), &pcie, false, false), (std::vector<P>{P::kShm, P::kP2p}));
-  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kCuda), &nv18, false, false), (std::vector<P>{P::kP2p, P::kP2p}));
-  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kEmulated), &pcie, false, false),
+  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kCuda), &pcie, kAll), (std::vector<P>{P::kShm, P::kP2p}));
+  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kCuda), &nv18, kAll), (std::vector<P>{P::kP2p, P::kP2p}));
+  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kEmulated), &pcie, kAll),
             (std::vector<P>{P::kP2p, P::kP2p}));
   // A file naming fewer ranks than the communicator has is not a rank map.
   const SystemGraph ranked_pcie = load("pcie_two_sockets.xml");
-  EXPECT_EQ(plan_peer_transports(0, one_machine(5, kCuda), &ranked_pcie, false, false),
+  EXPECT_EQ(plan_peer_transports(0, one_machine(5, kCuda), &ranked_pcie, kAll),
             (std::vector<P>{P::kP2p, P::kShm, P::kShm, P::kShm, P::kShm}));
 }
 
 // The engine communicator end to end, with the topology of this process
 // (FERRY_TOPO_FILE etc. set by CTest; see tests/unit/CMakeLists.txt).
 // TOPO_TEST_EXPECT names the transport the settings must give: p2p (the
-// default: no file, this machine), shm or none.
+// default: no file, this machine), shm or none; TOPO_TEST_WARNING, a
+// warning the settings must log once.
 TEST(TopoCommunicator, TransportFollowsTheTopologyOfThisProcess) {
   const char* expect = std::getenv("TOPO_TEST_EXPECT");
   const std::string expected = expect ? expect : "p2p";
@@ -389,6 +497,19 @@ TEST(TopoCommunicator, TransportFollowsTheTopologyOfThisProcess) {
     // A bad file: the engine fell back, and the error names file and line.
     EXPECT_NE(topo.error.find(params().topo_file), std::string::npos) << topo.error;
     EXPECT_NE(topo.error.find("line "), std::string::npos) << topo.error;
+  }
+  if (const char* warning = std::getenv("TOPO_TEST_WARNING")) {
+    // Once in this process's log, however many communicators it made.
+    std::string path = params().debug_file;
+    ASSERT_NE(path.find("%p"), std::string::npos) << "FERRY_DEBUG_FILE=" << path;
+    path.replace(path.find("%p"), 2, std::to_string(getpid()));
+    std::ifstream file(path);
+    const std::string log((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    const std::size_t first = log.find(warning);
+    EXPECT_NE(first, std::string::npos) << log;
+    if (first != std::string::npos) EXPECT_EQ(log.find(warning, first + 1), std::string::npos) << log;
+    EXPECT_NE(log.find(" WARN TRANSPORT "), std::string::npos) << log;
+    std::remove(path.c_str());
   }
   if (!params().topo_dump_file.empty()) {
     ASSERT_TRUE(topo.available) << topo.error;
