@@ -419,6 +419,21 @@ struct LinkResult {
 
 std::uint8_t link_pattern(int rank, std::size_t i) { return static_cast<std::uint8_t>(rank * 97 + i * 13 + (i >> 12)); }
 
+// The device a rank tests: its rank on the node, as the launcher tells it,
+// modulo the devices (what applications usually pick), so two ranks on a
+// two-GPU node test the link between the GPUs, not one GPU's memory.
+int device_of_local_rank(ferry::gpu::Backend* backend, int rank) {
+  int local = rank;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "PMI_LOCAL_RANK"}) {
+    if (const char* value = std::getenv(name)) {
+      local = std::atoi(value);
+      break;
+    }
+  }
+  const int devices = backend->device_count();
+  return devices > 0 ? local % devices : 0;
+}
+
 // Under a PMIx launcher (mpirun -np N ferry-info --self-test): every rank
 // pulls from every other over the transport the engine chose between them,
 // one ordered pair at a time, checks the bytes, and rank 0 reports each link.
@@ -444,7 +459,11 @@ void check_links(SelfTest& test, ferry::gpu::Backend* backend) {
   ferry::gpu::Stream stream = nullptr;
   ferry::SharedSegments* shm = comm->shm();
   const std::size_t shm_bytes = shm ? std::min(bytes, shm->bytes()) : 0;
-  std::int32_t ready = ok(backend->device_alloc(bytes, &mine)) && ok(backend->device_alloc(bytes, &landing)) &&
+  const std::int32_t device = device_of_local_rank(backend, me);
+  std::vector<std::int32_t> devices(n);
+  comm->bootstrap().allgather(&device, devices.data(), sizeof(device));
+  std::int32_t ready = ok(backend->set_device(device)) && ok(backend->device_alloc(bytes, &mine)) &&
+                       ok(backend->device_alloc(bytes, &landing)) &&
                        ok(backend->copy(mine, host.data(), bytes)) && ok(backend->stream_create(&stream));
   if (shm) std::memcpy(shm->segment(me), host.data(), shm_bytes);
   ferry::ExportedBuffer exported{};
@@ -510,7 +529,9 @@ void check_links(SelfTest& test, ferry::gpu::Backend* backend) {
     for (int source = 0; source < n; ++source) {
       if (source == destination) continue;
       const LinkResult& r = gathered[static_cast<std::size_t>(destination) * n * n + destination * n + source];
-      const std::string pair = "rank " + std::to_string(source) + " -> rank " + std::to_string(destination);
+      const std::string pair = "rank " + std::to_string(source) + " (device " + std::to_string(devices[source]) +
+                               ") -> rank " + std::to_string(destination) + " (device " +
+                               std::to_string(devices[destination]) + ")";
       if (r.transport == 0) {
         test.fail(check, pair + ": no engine transport between them (device buffers would be staged)");
         continue;
@@ -629,7 +650,7 @@ std::string size_name(std::size_t bytes) {
 int print_model(const std::vector<std::size_t>& sizes, const ferry::MachineModel& machine) {
   using ferry::AllreduceAlgorithm;
   std::printf("allreduce model, machine %s: %s\n", machine.name, machine.description);
-  std::printf("launch + sync %.1f us a call", machine.launch_us);
+  std::printf("launch + sync %.1f us a call, %.1f us on the engine worker", machine.launch_us, machine.worker_us);
   for (ferry::LinkKind kind : {machine.intra, machine.inter}) {
     const ferry::LinkCost& link = ferry::link_cost(kind);
     std::printf("; %s %.2f us a hop, %.1f GB/s", link.name, link.hop_us, link.bandwidth_gbps);
@@ -638,8 +659,8 @@ int print_model(const std::vector<std::size_t>& sizes, const ferry::MachineModel
   if (machine.gpus_per_node > 0) std::printf("; %d GPUs a node", machine.gpus_per_node);
   std::printf("\ntime of one blocking call in us; busbw in GB/s = 2(n-1)/n * bytes / time (nccl-tests);\n"
               "direct algorithms only where every peer is mapped; pick = the runtime's choice (not in place)\n\n");
-  std::printf("%8s %6s %11s %9s %11s %9s %11s %11s %11s  %-7s %s\n", "bytes", "ranks", "ring us", "busbw", "tree us",
-              "busbw", "oneshot us", "twoshot us", "copyeng us", "faster", "pick");
+  std::printf("%8s %6s %11s %9s %11s %9s %11s %11s %11s %11s  %-7s %s\n", "bytes", "ranks", "ring us", "busbw",
+              "tree us", "busbw", "ll us", "oneshot us", "twoshot us", "copyeng us", "faster", "pick");
   const auto cell = [&](AllreduceAlgorithm a, std::size_t bytes, int n) {
     const double us = ferry::predict_allreduce_us(a, bytes, n, machine);
     char text[32];
@@ -652,8 +673,9 @@ int print_model(const std::vector<std::size_t>& sizes, const ferry::MachineModel
       const double ring = ferry::predict_allreduce_us(AllreduceAlgorithm::kRing, bytes, n, machine);
       const double tree = ferry::predict_allreduce_us(AllreduceAlgorithm::kTree, bytes, n, machine);
       const bool direct = ferry::algorithm_applies(AllreduceAlgorithm::kOneShot, n, machine);
-      std::printf("%8s %6d %11.1f %9.2f %11.1f %9.2f %11s %11s %11s  %-7s %s\n", size_name(bytes).c_str(), n, ring,
-                  ferry::allreduce_busbw_gbps(bytes, n, ring), tree, ferry::allreduce_busbw_gbps(bytes, n, tree),
+      std::printf("%8s %6d %11.1f %9.2f %11.1f %9.2f %11s %11s %11s %11s  %-7s %s\n", size_name(bytes).c_str(), n,
+                  ring, ferry::allreduce_busbw_gbps(bytes, n, ring), tree, ferry::allreduce_busbw_gbps(bytes, n, tree),
+                  cell(AllreduceAlgorithm::kOneShotLl, bytes, n).c_str(),
                   cell(AllreduceAlgorithm::kOneShot, bytes, n).c_str(),
                   cell(AllreduceAlgorithm::kTwoShot, bytes, n).c_str(),
                   cell(AllreduceAlgorithm::kCopyEngine, bytes, n).c_str(), ring < tree ? "ring" : "tree",
@@ -665,7 +687,7 @@ int print_model(const std::vector<std::size_t>& sizes, const ferry::MachineModel
 }
 
 int model_command(int argc, char** argv) {
-  std::vector<std::size_t> sizes = {8, 64 << 10, 1 << 20, 16 << 20, 256 << 20};
+  std::vector<std::size_t> sizes = {8, 16 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20};
   const ferry::MachineModel* machine = &ferry::default_machine_model();
   for (int i = 0; i < argc; i += 2) {
     const std::string option = argv[i];

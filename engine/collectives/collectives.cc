@@ -10,17 +10,20 @@
 #include "engine/collectives/schedule.h"
 #include "engine/collectives/tuner.h"
 #include "engine/collectives/worker.h"
+#include "engine/collectives/worker_common.h"
 #include "engine/common/params.h"
 
 namespace ferry {
 namespace {
 
-enum class CollectiveKind : std::uint32_t { kAllreduce = 1, kBcast = 2, kAlltoallv = 3 };
+enum class CollectiveKind : std::uint16_t { kAllreduce = 1, kBcast = 2, kAlltoallv = 3 };
 
 // What each rank says before a collective: whether it takes the engine
-// route, and the buffers its peers will map.
+// route, with which algorithm (allreduce), and the buffers its peers will
+// map (none for the LL algorithm).
 struct Handshake {
   CollectiveKind kind;
+  std::uint16_t algorithm;
   std::uint16_t eligible;
   std::uint16_t in_place;
   ExportedBuffer first;
@@ -32,12 +35,13 @@ static_assert(sizeof(Handshake) == 216, "Handshake travels between processes; ke
 struct Placement {
   gpu::Backend* backend = nullptr;
   int device = -1;
+  gpu::PointerInfo info;  // the buffer's classification, for its export
 };
 
 Placement placement_of(const void* buffer) {
   const gpu::PointerInfo info = gpu::classify(buffer);
   if (info.kind != gpu::MemoryKind::kDevice) return {};
-  return {gpu::owner_backend(info), info.device};
+  return {gpu::owner_backend(info), info.device, info};
 }
 
 struct PhaseTotals {
@@ -159,7 +163,7 @@ Worker* worker_for_call(Communicator& comm, const Placement& where, std::size_t 
 // Thread blocks of the worker an item of bytes takes: one block answers
 // small calls without waking the others.
 int worker_blocks_for(const Worker& worker, std::size_t bytes) {
-  constexpr std::size_t kOneBlockBytes = 16 << 10;
+  constexpr std::size_t kOneBlockBytes = 64 << 10;
   return bytes <= kOneBlockBytes ? 1 : worker.blocks();
 }
 
@@ -284,12 +288,44 @@ Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, 
   return Status::kOk;
 }
 
+// One-shot over LL on the worker: nothing of the application's is mapped,
+// and no rank reads another's buffers, so no closing exchange is needed.
+Status run_ll_allreduce(Communicator& comm, const Placement& where, const void* input, void* output,
+                        std::size_t count, DataType type, ReduceOp op) {
+  Communicator::LlChannel* channel = nullptr;
+  FERRY_CHECK(comm.ll_channel(where.backend, where.device, &channel));
+  const std::uint64_t call = ++channel->calls;
+  WorkItem item{};
+  item.kind = WorkKind::kLlAllreduce;
+  item.blocks = 1;
+  LlAllreduceArgs& ll = item.ll;
+  ll.input = input;
+  ll.output = output;
+  for (int r = 0; r < comm.size(); ++r) ll.buffers[r] = channel->buffers[r];
+  ll.count = count;
+  ll.type = type;
+  ll.op = op;
+  ll.rank = comm.rank();
+  ll.nranks = comm.size();
+  ll.flag = doorbell_flag(call);
+  ll.parity = static_cast<std::uint32_t>(call % 2);
+  ll.timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(params().handshake_timeout, 1 << 20) * 1000);
+  t_ran_on_worker = true;
+  return comm.worker_for(where.backend, where.device)->run(item);
+}
+
 Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, const Placement& where,
                      const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
+  // The ranks' choices differ only when FERRY_TUNE forced an algorithm that
+  // cannot run in place on some of them: choose again, knowing that.
+  AllreduceAlgorithm algorithm = static_cast<AllreduceAlgorithm>(all[0].algorithm);
   bool any_in_place = false;
   for (const Handshake& h : all) any_in_place = any_in_place || h.in_place;
-  const AllreduceAlgorithm algorithm =
-      choose_allreduce(comm.size(), count * data_type_size(type), any_in_place);
+  for (const Handshake& h : all)
+    if (h.algorithm != all[0].algorithm)
+      algorithm = choose_allreduce(comm.size(), count * data_type_size(type), any_in_place);
+  if (algorithm == AllreduceAlgorithm::kOneShotLl) algorithm = AllreduceAlgorithm::kOneShot;
+  count_allreduce_run(algorithm);
   MappedBuffers buffers{};
   FERRY_CHECK(map_all(comm, all, input, output, algorithm != AllreduceAlgorithm::kOneShot, &buffers));
   switch (algorithm) {
@@ -299,6 +335,7 @@ Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, cons
       return run_direct_reduce(comm, buffers, where, count, type, op, /*one_shot=*/false);
     case AllreduceAlgorithm::kCopyEngine:
       return run_copy_engine_reduce(comm, buffers, where, count, type, op);
+    case AllreduceAlgorithm::kOneShotLl:  // taken above
     case AllreduceAlgorithm::kRing:  // model only: parse_tune and the model never pick them
     case AllreduceAlgorithm::kTree:
     case AllreduceAlgorithm::kCount:
@@ -395,20 +432,42 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
   const EngineTransport transport = transport_of(comm);
   const void* input = send ? send : recv;
   Placement where;
-  Handshake mine{CollectiveKind::kAllreduce, 0, send == nullptr, {}, {}};
+  Handshake mine{CollectiveKind::kAllreduce, 0, 0, send == nullptr, {}, {}};
   if (eligible && count > 0 && transport != EngineTransport::kNone && reduction_defined(type, op)) {
     where = placement_of(recv);
     const Placement in = placement_of(input);
+    AllreduceAlgorithm planned = AllreduceAlgorithm::kOneShot;
+    if (transport == EngineTransport::kP2p) {
+      planned = choose_allreduce(comm.size(), count * data_type_size(type), send == nullptr);
+      // LL needs the worker; without one here, one-shot (or two-shot in place).
+      if (planned == AllreduceAlgorithm::kOneShotLl && !(where.backend && comm.ll_possible(where.backend, where.device)))
+        planned = send == nullptr ? AllreduceAlgorithm::kTwoShot : AllreduceAlgorithm::kOneShot;
+    }
+    mine.algorithm = static_cast<std::uint16_t>(planned);
     mine.eligible = where.backend && in.backend == where.backend && in.device == where.device &&
-                    (transport != EngineTransport::kP2p ||
-                     (ok(comm.peer_memory().export_buffer(input, &mine.first)) &&
-                      ok(comm.peer_memory().export_buffer(recv, &mine.second))));
+                    (transport != EngineTransport::kP2p || planned == AllreduceAlgorithm::kOneShotLl ||
+                     (ok(comm.peer_memory().export_buffer(input, in.info, &mine.first)) &&
+                      ok(comm.peer_memory().export_buffer(recv, where.info, &mine.second))));
   }
   std::vector<Handshake> all;
   bool everyone = false;
   FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
-  if (!everyone) return Status::kOk;
+  // LL ranks exported nothing: unless every rank takes LL, all stage.
+  const auto ll = static_cast<std::uint16_t>(AllreduceAlgorithm::kOneShotLl);
+  bool all_ll = true, any_ll = false;
+  for (const Handshake& h : all) {
+    all_ll = all_ll && h.algorithm == ll;
+    any_ll = any_ll || h.algorithm == ll;
+  }
+  if (!everyone || (any_ll && !all_ll)) return Status::kOk;
   *ran = true;
+  if (all_ll && transport == EngineTransport::kP2p) {
+    count_allreduce_run(AllreduceAlgorithm::kOneShotLl);
+    const Status status = run_ll_allreduce(comm, where, input, recv, count, type, op);
+    clock.mark(EnginePhase::kRun);
+    if (ok(status)) clock.count_call();
+    return status;
+  }
   if (transport == EngineTransport::kShm)
     return finish_together(comm, run_shm_allreduce(comm, where, input, recv, count, type, op), clock);
   return finish_together(comm, run_allreduce(comm, all, where, input, recv, count, type, op), clock);
@@ -419,12 +478,12 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   PhaseClock clock(EngineCollective::kBcast);
   const EngineTransport transport = transport_of(comm);
   Placement where;
-  Handshake mine{CollectiveKind::kBcast, 0, 0, {}, {}};
+  Handshake mine{CollectiveKind::kBcast, 0, 0, 0, {}, {}};
   if (eligible && bytes > 0 && transport != EngineTransport::kNone && root >= 0 && root < comm.size()) {
     where = placement_of(buffer);
     mine.eligible = where.backend != nullptr &&
                     (transport != EngineTransport::kP2p || comm.rank() != root ||
-                     ok(comm.peer_memory().export_buffer(buffer, &mine.first)));
+                     ok(comm.peer_memory().export_buffer(buffer, where.info, &mine.first)));
   }
   std::vector<Handshake> all;
   bool everyone = false;
@@ -466,14 +525,14 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
   const EngineTransport transport = transport_of(comm);
   std::size_t send_span = 0;
   Placement where;
-  Handshake mine{CollectiveKind::kAlltoallv, 0, 0, {}, {}};
+  Handshake mine{CollectiveKind::kAlltoallv, 0, 0, 0, {}, {}};
   if (eligible && transport != EngineTransport::kNone) {
     for (int p = 0; p < n; ++p)
       if (send_bytes[p] > 0) send_span = std::max(send_span, send_offsets[p] + send_bytes[p]);
     where = placement_of(recv);
     const Placement from = placement_of(send);
     mine.eligible = where.backend && from.backend == where.backend &&
-                    (transport == EngineTransport::kP2p ? ok(comm.peer_memory().export_buffer(send, &mine.first))
+                    (transport == EngineTransport::kP2p ? ok(comm.peer_memory().export_buffer(send, from.info, &mine.first))
                                                         : send_span <= comm.shm()->bytes());
   }
   std::vector<Handshake> all;

@@ -194,7 +194,8 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
 }
 
 Communicator::~Communicator() {
-  workers_.clear();  // they may still use the streams' device
+  workers_.clear();  // they may still use the streams' device and the LL buffers
+  if (ll_own_) ll_.backend->device_free(ll_own_);
   for (auto& [key, stream] : streams_) key.backend->stream_destroy(stream);
   for (auto& [key, event] : events_) key.backend->event_destroy(event);
   for (auto& [key, scratch] : scratch_) key.first->device_free(scratch.buffer);
@@ -240,6 +241,49 @@ Worker* Communicator::worker_for(gpu::Backend* backend, int device) {
   auto it = workers_.find({backend, device});
   if (it == workers_.end()) it = workers_.emplace(std::make_pair(backend, device), Worker::create(backend, device)).first;
   return it->second.get();
+}
+
+bool Communicator::ll_possible(gpu::Backend* backend, int device) {
+  if (size() > kMaxDirectRanks || !all_peers_mapped_) return false;
+  if (ll_.backend && (ll_.backend != backend || ll_.device != device)) return false;
+  return worker_for(backend, device) != nullptr;
+}
+
+Status Communicator::ll_channel(gpu::Backend* backend, int device, LlChannel** channel) {
+  if (ll_.backend) {
+    *channel = &ll_;
+    return Status::kOk;
+  }
+  // Zeroed: no flag matches before the first call.
+  const std::vector<char> zeros(kLlBufferBytes, 0);
+  ExportedBuffer mine{};
+  std::int32_t ready = ok(backend->set_device(device)) && ok(backend->device_alloc(kLlBufferBytes, &ll_own_)) &&
+                       ok(backend->copy(ll_own_, zeros.data(), kLlBufferBytes)) &&
+                       ok(peer_memory_.export_buffer(ll_own_, &mine));
+  std::vector<ExportedBuffer> all(size());
+  FERRY_CHECK(bootstrap_->allgather(&mine, all.data(), sizeof(mine)));
+  LlChannel made;
+  made.backend = backend;
+  made.device = device;
+  for (int r = 0; r < size() && ready; ++r) {
+    made.buffers[r] = ll_own_;
+    // Pinned: the LRU of peer mappings must never close these.
+    if (r != rank()) ready = ok(peer_memory_.pin_buffer(all[r], &made.buffers[r]));
+  }
+  std::vector<std::int32_t> everyone(size());
+  FERRY_CHECK(bootstrap_->allgather(&ready, everyone.data(), sizeof(ready)));
+  for (std::int32_t r : everyone) {
+    if (!r) {
+      FERRY_WARN(Coll, "LL buffers could not be set up on every rank");
+      if (ll_own_) backend->device_free(ll_own_);
+      ll_own_ = nullptr;
+      return Status::kUnavailable;
+    }
+  }
+  FERRY_INFO(Coll, "LL receive buffers: %zu bytes per rank on device %d", kLlBufferBytes, device);
+  ll_ = made;
+  *channel = &ll_;
+  return Status::kOk;
 }
 
 Status Communicator::stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index) {

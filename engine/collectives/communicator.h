@@ -91,6 +91,21 @@ class Communicator {
   // nullptr when there is none (FERRY_WORKER=0, or the backend has none).
   Worker* worker_for(gpu::Backend* backend, int device);
 
+  // The LL protocol's receive buffers (worker.h), one per rank, on the
+  // device of this rank's first LL call; collective when it makes them.
+  struct LlChannel {
+    gpu::Backend* backend = nullptr;
+    int device = -1;
+    void* buffers[kMaxDirectRanks] = {};  // every rank's, mapped here
+    std::uint64_t calls = 0;              // LL calls so far: the same on every rank
+  };
+  // Whether an LL call with buffers on device of backend may run here: a
+  // worker exists there, and the channel (if made) is on that device.
+  bool ll_possible(gpu::Backend* backend, int device);
+  // The channel, made on first use (collective: every rank calls it at the
+  // same call).
+  Status ll_channel(gpu::Backend* backend, int device, LlChannel** channel);
+
  private:
   explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
 
@@ -115,6 +130,8 @@ class Communicator {
   };
   std::map<std::pair<gpu::Backend*, int>, Scratch> scratch_;
   std::map<std::pair<gpu::Backend*, int>, std::unique_ptr<Worker>> workers_;
+  LlChannel ll_;
+  void* ll_own_ = nullptr;  // this rank's receive buffer
 };
 
 }  // namespace ferry

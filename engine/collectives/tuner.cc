@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "engine/collectives/worker.h"
 #include "engine/common/log.h"
 #include "engine/common/params.h"
 
@@ -49,12 +50,24 @@ constexpr double kCopyEngineChunkBytes = 1 << 20;
 constexpr double kTreeEfficiency = 0.92;
 constexpr double kTreeChunkBytes = 256 << 10;
 
+// A blocking call on the engine worker (worker.h): doorbell and report
+// through host memory, ~3.9 us for the round trip alone on the GPU machine
+// (VM, PCIe), plus the engine's handshake; calibrated on the LL allreduce's
+// measured 8-byte time (bench/RESULTS.md).
+constexpr double kWorkerUs = 6.5;
+
+// One thread block moving LL lines (half of each line is flags): what a
+// single SM reaches over NVLink, measured as the worker's one-block copies
+// (~10 GB/s of data, bench/RESULTS.md).
+constexpr double kLlBlockGbps = 10.0;
+
 const std::vector<MachineModel> kMachines = {
-    {"nvlink", "every rank on one NVLink/NVSwitch fabric, links as measured on 2x H200 (NV18)", kLaunchUs,
+    {"nvlink", "every rank on one NVLink/NVSwitch fabric, links as measured on 2x H200 (NV18)", kLaunchUs, kWorkerUs,
      LinkKind::kNvLink, LinkKind::kNvLink, 0},
-    {"pcie", "every rank on one PCIe fabric with peer access", kLaunchUs, LinkKind::kPcie, LinkKind::kPcie, 0},
-    {"multinode", "nodes of 8 GPUs on NVLink, one network NIC per GPU between nodes", kLaunchUs, LinkKind::kNvLink,
-     LinkKind::kNet, 8},
+    {"pcie", "every rank on one PCIe fabric with peer access", kLaunchUs, kWorkerUs, LinkKind::kPcie,
+     LinkKind::kPcie, 0},
+    {"multinode", "nodes of 8 GPUs on NVLink, one network NIC per GPU between nodes", kLaunchUs, kWorkerUs,
+     LinkKind::kNvLink, LinkKind::kNet, 8},
 };
 
 // ---- cost functions ------------------------------------------------------------
@@ -88,6 +101,13 @@ Layout layout_of(int nranks, const MachineModel& m) {
 double one_shot_us(std::size_t bytes, int n, const MachineModel& m) {
   const LinkCost& link = link_cost(m.intra);
   return m.launch_us + link.hop_us + transfer_us(double(n - 1) * bytes, link.bandwidth_gbps);
+}
+
+// LL one-shot on the worker: one hop (the data carries its flags), each
+// rank's block sends (n-1) copies of its input and receives (n-1) inputs.
+double one_shot_ll_us(std::size_t bytes, int n, const MachineModel& m) {
+  const LinkCost& link = link_cost(m.intra);
+  return m.worker_us + link.hop_us + transfer_us(2.0 * (n - 1) * bytes, kLlBlockGbps);
 }
 
 // Reduce-scatter then all-gather through peer memory: two flag hops,
@@ -137,20 +157,25 @@ constexpr int kDirectMaxRanks = 16;
 constexpr AlgorithmInfo kAllreduceAlgorithms[] = {
     {AllreduceAlgorithm::kOneShot, "oneshot",
      "every rank loads every rank's whole input over peer memory and reduces into its own output", false, true,
-     kDirectMaxRanks, true, one_shot_us},
+     kDirectMaxRanks, true, 0, one_shot_us},
     {AllreduceAlgorithm::kTwoShot, "twoshot",
      "rank r loads slice r of every input, reduces, and stores it into every rank's output", true, true,
-     kDirectMaxRanks, true, two_shot_us},
+     kDirectMaxRanks, true, 0, two_shot_us},
     {AllreduceAlgorithm::kCopyEngine, "copyengine",
      "copy engines pull the peers' slices into scratch, a kernel reduces, copy engines push the result; "
      "pipelined in chunks, SMs mostly idle",
-     true, true, kDirectMaxRanks, true, copy_engine_us},
+     true, true, kDirectMaxRanks, true, 0, copy_engine_us},
+    {AllreduceAlgorithm::kOneShotLl, "ll",
+     "on the engine worker: every rank stores its input as LL words (data + flag) into every peer's receive "
+     "buffer and reduces what arrives in its own, in rank order; no mapping of the application's buffers and no "
+     "closing exchange (up to 16 KiB; one-shot where no worker runs)",
+     true, true, kDirectMaxRanks, true, kLlMaxBytes, one_shot_ll_us},
     {AllreduceAlgorithm::kRing, "ring",
      "reduce-scatter then all-gather around a ring, 2(n-1) steps (schedule only, no kernel yet)", true, false, 0,
-     false, ring_us},
+     false, 0, ring_us},
     {AllreduceAlgorithm::kTree, "tree",
      "double binary tree: reduce up, broadcast down, log2(n) depth, pipelined (schedule only, no kernel yet)", true,
-     false, 0, false, tree_us},
+     false, 0, false, 0, tree_us},
 };
 static_assert(sizeof(kAllreduceAlgorithms) / sizeof(kAllreduceAlgorithms[0]) ==
                   static_cast<std::size_t>(AllreduceAlgorithm::kCount),
@@ -213,6 +238,8 @@ bool algorithm_applies(AllreduceAlgorithm algorithm, int nranks, const MachineMo
 double predict_allreduce_us(AllreduceAlgorithm algorithm, std::size_t bytes, int nranks,
                             const MachineModel& machine) {
   if (!algorithm_applies(algorithm, nranks, machine)) return -1;
+  const std::size_t max_bytes = algorithm_info(algorithm).max_bytes;
+  if (max_bytes > 0 && bytes > max_bytes) return -1;
   return algorithm_info(algorithm).time_us(bytes, nranks, machine);
 }
 
@@ -281,6 +308,8 @@ AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_p
   for (const TuneRule& rule : rules) {
     if (bytes < rule.min_bytes || bytes >= rule.max_bytes) continue;
     if (any_in_place && !algorithm_info(rule.algorithm).in_place_safe) break;
+    const std::size_t largest = algorithm_info(rule.algorithm).max_bytes;
+    if (largest > 0 && bytes > largest) break;  // beyond what it runs: the model decides
     if (from_rule) *from_rule = true;
     return rule.algorithm;
   }
@@ -302,11 +331,14 @@ AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_p
   const MachineModel& machine = default_machine_model();
   bool from_rule = false;
   const AllreduceAlgorithm choice = choose_allreduce(nranks, bytes, any_in_place, rules, machine, &from_rule);
-  if (params().stats) g_choices[static_cast<int>(choice)].fetch_add(1, std::memory_order_relaxed);
   FERRY_TRACE(Coll, "allreduce of %zu bytes on %d ranks%s: %s (%s; %.1f us predicted on %s)", bytes, nranks,
               any_in_place ? " in place" : "", algorithm_info(choice).name, from_rule ? "FERRY_TUNE" : "model",
               predict_allreduce_us(choice, bytes, nranks, machine), machine.name);
   return choice;
+}
+
+void count_allreduce_run(AllreduceAlgorithm algorithm) {
+  if (params().stats) g_choices[static_cast<int>(algorithm)].fetch_add(1, std::memory_order_relaxed);
 }
 
 std::uint64_t allreduce_choice_count(AllreduceAlgorithm algorithm) {

@@ -14,7 +14,7 @@
 
 namespace ferry {
 
-enum class AllreduceAlgorithm : int { kOneShot, kTwoShot, kCopyEngine, kRing, kTree, kCount };
+enum class AllreduceAlgorithm : int { kOneShot, kTwoShot, kCopyEngine, kOneShotLl, kRing, kTree, kCount };
 
 // The kinds of link a machine is built of, and what one hop over each costs.
 enum class LinkKind : int { kNvLink, kPcie, kShm, kNet, kCount };
@@ -34,6 +34,7 @@ struct MachineModel {
   const char* name;
   const char* description;
   double launch_us;  // launch + completion of one blocking call, paid once
+  double worker_us;  // the same for a call on the engine worker (no launch)
   LinkKind intra;
   LinkKind inter;
   int gpus_per_node;
@@ -51,6 +52,7 @@ struct AlgorithmInfo {
   bool implemented;    // false: model only, never chosen at run time
   int max_ranks;       // 0: any; direct algorithms are limited by kMaxDirectRanks
   bool one_node_only;  // needs every peer's memory mapped
+  std::size_t max_bytes;  // largest call it runs; 0: any
   // Predicted time of one blocking call in microseconds.
   double (*time_us)(std::size_t bytes, int nranks, const MachineModel& machine);
 };
@@ -90,11 +92,12 @@ AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_p
                                     bool* from_rule = nullptr);
 AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_place,
                                     const std::vector<TuneRule>& rules);
-// With FERRY_TUNE and the default machine; logs the choice at trace level and
-// counts it for FERRY_STATS.
+// With FERRY_TUNE and the default machine; logs the choice at trace level.
 AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_place);
 
-// Engine allreduce calls per algorithm since load (counted when FERRY_STATS is on).
+// FERRY_STATS: an engine allreduce ran with algorithm (counted only then),
+// and the calls per algorithm since load.
+void count_allreduce_run(AllreduceAlgorithm algorithm);
 std::uint64_t allreduce_choice_count(AllreduceAlgorithm algorithm);
 
 }  // namespace ferry

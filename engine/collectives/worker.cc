@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "engine/collectives/worker_common.h"
 #include "engine/common/params.h"
@@ -47,7 +48,8 @@ class EmulatedWorkerDevice final : public WorkerDevice {
       if (load_acquire(&box_.stop)) return;
       WorkItem item{};
       if (take(next, &item)) {
-        if (!ok(run_work_item_on_host(backend_, item))) __atomic_store_n(&box_.failed, 1, __ATOMIC_RELAXED);
+        const Status status = run_work_item_on_host(backend_, item);
+        if (!ok(status)) __atomic_store_n(&box_.failed, static_cast<std::int32_t>(status), __ATOMIC_RELAXED);
         store_release(&box_.done, next);
         ++next;
         idle_since = std::chrono::steady_clock::now();
@@ -84,6 +86,68 @@ class EmulatedWorkerDevice final : public WorkerDevice {
   std::thread thread_;
 };
 
+// The LL one-shot allreduce on the emulated device: the persistent kernel's
+// protocol (worker.cu) with 8-byte atomic stores and loads of LL words.
+struct HostLlAllreduce {
+  const LlAllreduceArgs& args;
+  gpu::Backend* backend;
+  Status status = Status::kOk;
+
+  template <typename T, ReduceOp Op>
+  void run() {
+    const std::size_t bytes = args.count * sizeof(T);
+    const std::size_t chunks = (bytes + kLlChunkBytes - 1) / kLlChunkBytes;
+    std::vector<unsigned char> own(chunks * kLlChunkBytes, 0), result(chunks * kLlChunkBytes);
+    std::memcpy(own.data(), backend->host_view(args.input), bytes);
+    for (std::size_t c = 0; c < chunks; ++c) {
+      for (int p = 0; p < args.nranks; ++p) {
+        if (p == args.rank) continue;
+        auto* words = static_cast<std::uint64_t*>(static_cast<void*>(
+            static_cast<char*>(backend->host_view(args.buffers[p])) + ll_chunk_offset(args.parity, args.rank, c)));
+        for (int w = 0; w < 4; ++w) {
+          std::uint32_t data;
+          std::memcpy(&data, &own[c * kLlChunkBytes + 4 * w], 4);
+          store_release(&words[w], static_cast<std::uint64_t>(args.flag) << 32 | data);
+        }
+      }
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const auto limit = std::chrono::milliseconds(args.timeout_ms);
+    constexpr int kPerChunk = static_cast<int>(kLlChunkBytes / sizeof(T));
+    for (std::size_t c = 0; c < chunks; ++c) {
+      T acc[kPerChunk];
+      for (int r = 0; r < args.nranks; ++r) {
+        unsigned char data[kLlChunkBytes];
+        if (r == args.rank) {
+          std::memcpy(data, &own[c * kLlChunkBytes], kLlChunkBytes);
+        } else {
+          const auto* words = static_cast<const std::uint64_t*>(static_cast<const void*>(
+              static_cast<const char*>(backend->host_view(args.buffers[args.rank])) +
+              ll_chunk_offset(args.parity, r, c)));
+          for (int w = 0; w < 4; ++w) {
+            std::uint64_t word;
+            for (unsigned spins = 0; (word = load_acquire(&words[w])) >> 32 != args.flag; ++spins) {
+              if (spins < 64) continue;
+              sched_yield();  // the sender may be waiting for this core
+              if (args.timeout_ms && std::chrono::steady_clock::now() - start > limit) {
+                status = Status::kTimeout;
+                return;
+              }
+            }
+            const std::uint32_t value = static_cast<std::uint32_t>(word);
+            std::memcpy(&data[4 * w], &value, 4);
+          }
+        }
+        T values[kPerChunk];
+        std::memcpy(values, data, kLlChunkBytes);
+        for (int e = 0; e < kPerChunk; ++e) acc[e] = r == 0 ? values[e] : reduce<T, Op>(acc[e], values[e]);
+      }
+      std::memcpy(&result[c * kLlChunkBytes], acc, kLlChunkBytes);
+    }
+    std::memcpy(backend->host_view(args.output), result.data(), bytes);
+  }
+};
+
 }  // namespace
 
 Status run_work_item_on_host(gpu::Backend* backend, const WorkItem& item) {
@@ -95,6 +159,12 @@ Status run_work_item_on_host(gpu::Backend* backend, const WorkItem& item) {
         std::memmove(backend->host_view(item.copies.destinations[c]), backend->host_view(item.copies.sources[c]),
                      item.copies.bytes[c]);
       return Status::kOk;
+    case WorkKind::kLlAllreduce: {
+      if (item.ll.count * data_type_size(item.ll.type) > kLlMaxBytes) return Status::kInvalidArgument;
+      HostLlAllreduce visitor{item.ll, backend};
+      if (!dispatch_reduction(item.ll.type, item.ll.op, visitor)) return Status::kUnsupported;
+      return visitor.status;
+    }
   }
   return Status::kInvalidArgument;
 }
@@ -173,7 +243,12 @@ Status Worker::run(const WorkItem& item) {
       return Status::kTimeout;
     }
   }
-  if (__atomic_exchange_n(&box->failed, 0, __ATOMIC_ACQ_REL)) return Status::kUnsupported;
+  const std::int32_t failure = __atomic_exchange_n(&box->failed, 0, __ATOMIC_ACQ_REL);
+  if (failure != 0) {
+    FERRY_WARN(Coll, "engine worker: item %llu failed: %s", static_cast<unsigned long long>(sequence),
+               status_name(static_cast<Status>(failure)));
+    return static_cast<Status>(failure);
+  }
   return Status::kOk;
 }
 

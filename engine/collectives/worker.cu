@@ -165,15 +165,129 @@ __device__ __noinline__ void copy_share(const CopyListArgs& c, unsigned block, u
   }
 }
 
-// Runs this block's share; false when the item cannot run here.
-__device__ bool run_share(const WorkItem& item, unsigned block, unsigned blocks) {
-  if (item.kind == WorkKind::kCopies) {
-    copy_share(item.copies, block, blocks);
-    return true;
+// ---- LL one-shot allreduce (block 0 alone) --------------------------------
+
+__device__ __forceinline__ void store_line(void* at, std::uint32_t data0, std::uint32_t data1, std::uint32_t flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(at), "r"(data0), "r"(flag), "r"(data1),
+               "r"(flag)
+               : "memory");
+}
+
+// Waits until both lines of a chunk carry flag; false on timeout.
+__device__ bool wait_chunk(const void* at, std::uint32_t flag, std::uint64_t deadline, uint4* data) {
+  for (unsigned spins = 0;; ++spins) {
+    std::uint32_t a0, f0, a1, f1, b0, g0, b1, g1;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a0), "=r"(f0), "=r"(a1), "=r"(f1)
+                 : "l"(at)
+                 : "memory");
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(b0), "=r"(g0), "=r"(b1), "=r"(g1)
+                 : "l"(static_cast<const char*>(at) + sizeof(LlLine))
+                 : "memory");
+    if (f0 == flag && f1 == flag && g0 == flag && g1 == flag) {
+      *data = make_uint4(a0, a1, b0, b1);
+      return true;
+    }
+    if (spins % 1024 == 1023 && now_ns() > deadline) return false;
   }
-  if (item.kind != WorkKind::kDirectReduce) return false;
-  WorkerReduce visitor{item.reduce, block, blocks};
-  return dispatch_reduction(item.reduce.type, item.reduce.op, visitor);
+}
+
+// 16 data bytes of chunk c of buffer (zeros past bytes).
+__device__ uint4 load_chunk(const unsigned char* buffer, std::size_t c, std::size_t bytes) {
+  const unsigned char* at = buffer + c * kLlChunkBytes;
+  if (reinterpret_cast<std::uintptr_t>(at) % 16 == 0 && (c + 1) * kLlChunkBytes <= bytes)
+    return __ldcg(reinterpret_cast<const uint4*>(at));
+  unsigned char b[16] = {};
+  for (std::size_t i = 0; i < kLlChunkBytes && c * kLlChunkBytes + i < bytes; ++i) b[i] = __ldcg(at + i);
+  uint4 v;
+  memcpy(&v, b, 16);
+  return v;
+}
+
+__device__ void store_chunk(unsigned char* buffer, std::size_t c, std::size_t bytes, uint4 v) {
+  unsigned char* at = buffer + c * kLlChunkBytes;
+  if (reinterpret_cast<std::uintptr_t>(at) % 16 == 0 && (c + 1) * kLlChunkBytes <= bytes) {
+    *reinterpret_cast<uint4*>(at) = v;
+    return;
+  }
+  unsigned char b[16];
+  memcpy(b, &v, 16);
+  for (std::size_t i = 0; i < kLlChunkBytes && c * kLlChunkBytes + i < bytes; ++i) at[i] = b[i];
+}
+
+// Every thread sends its chunks to every peer first, then reduces, in rank
+// order (the same result on every rank), what arrives for them.
+template <typename T, ReduceOp Op>
+__device__ __noinline__ bool ll_allreduce_block(const LlAllreduceArgs& a) {
+  constexpr int kChunksPerThread = static_cast<int>(kLlMaxBytes / kLlChunkBytes / kWorkerThreads);
+  static_assert(kChunksPerThread * kWorkerThreads * kLlChunkBytes == kLlMaxBytes, "chunks split evenly");
+  const std::size_t bytes = a.count * sizeof(T);
+  const std::size_t chunks = (bytes + kLlChunkBytes - 1) / kLlChunkBytes;
+  const auto* input = static_cast<const unsigned char*>(a.input);
+  uint4 own[kChunksPerThread];
+  for (int k = 0; k < kChunksPerThread; ++k) {
+    const std::size_t c = threadIdx.x + static_cast<std::size_t>(k) * kWorkerThreads;
+    if (c >= chunks) break;
+    own[k] = load_chunk(input, c, bytes);
+    for (int p = 0; p < a.nranks; ++p) {
+      if (p == a.rank) continue;
+      char* line = static_cast<char*>(a.buffers[p]) + ll_chunk_offset(a.parity, a.rank, c);
+      store_line(line, own[k].x, own[k].y, a.flag);
+      store_line(line + sizeof(LlLine), own[k].z, own[k].w, a.flag);
+    }
+  }
+  const std::uint64_t deadline = a.timeout_ms ? now_ns() + a.timeout_ms * 1000000ull : ~0ull;
+  bool ok = true;
+  for (int k = 0; k < kChunksPerThread && ok; ++k) {
+    const std::size_t c = threadIdx.x + static_cast<std::size_t>(k) * kWorkerThreads;
+    if (c >= chunks) break;
+    Pack<T> acc;
+    for (int r = 0; r < a.nranks && ok; ++r) {
+      uint4 data = own[k];
+      if (r != a.rank)
+        ok = wait_chunk(static_cast<const char*>(a.buffers[a.rank]) + ll_chunk_offset(a.parity, r, c), a.flag,
+                        deadline, &data);
+      Pack<T> value;
+      memcpy(&value, &data, 16);
+      acc = r == 0 ? value : reduce_pack<T, Op>(acc, value);
+    }
+    uint4 result;
+    memcpy(&result, &acc, 16);
+    if (ok) store_chunk(static_cast<unsigned char*>(a.output), c, bytes, result);
+  }
+  return ok;
+}
+
+struct WorkerLlAllreduce {
+  const LlAllreduceArgs& args;
+  bool ok = true;
+
+  template <typename T, ReduceOp Op>
+  __device__ void run() {
+    ok = ll_allreduce_block<T, Op>(args);
+  }
+};
+
+// Runs this block's share; returns 0 or the Status the item failed with.
+__device__ std::int32_t run_share(const WorkItem& item, unsigned block, unsigned blocks) {
+  constexpr std::int32_t kFine = 0;
+  const std::int32_t unsupported = static_cast<std::int32_t>(Status::kUnsupported);
+  switch (item.kind) {
+    case WorkKind::kCopies:
+      copy_share(item.copies, block, blocks);
+      return kFine;
+    case WorkKind::kDirectReduce: {
+      WorkerReduce visitor{item.reduce, block, blocks};
+      return dispatch_reduction(item.reduce.type, item.reduce.op, visitor) ? kFine : unsupported;
+    }
+    case WorkKind::kLlAllreduce: {
+      WorkerLlAllreduce visitor{item.ll};
+      if (block != 0 || !dispatch_reduction(item.ll.type, item.ll.op, visitor)) return unsupported;
+      return __syncthreads_and(visitor.ok) ? kFine : static_cast<std::int32_t>(Status::kTimeout);
+    }
+  }
+  return unsupported;
 }
 
 // Copies an item in 8-byte words; volatile loads, since the source (host
@@ -262,13 +376,15 @@ __global__ void __launch_bounds__(kWorkerThreads)
       if (threadIdx.x == 0) store_release_gpu(&state->sequence, sequence);
     }
 
-    const bool ran = whole_grid ? run_share(item, blockIdx.x, gridDim.x) : run_share(item, 0, 1);
-    __threadfence_system();  // this block's results, before the report
+    const std::int32_t failure = whole_grid ? run_share(item, blockIdx.x, gridDim.x) : run_share(item, 0, 1);
     __syncthreads();
     if (threadIdx.x != 0) continue;
+    // The block's results (the barrier ordered them before this thread's
+    // fence) reach the system before the report.
+    __threadfence_system();
     if (whole_grid && atomicAdd(&state->finished, 1u) != gridDim.x - 1) continue;
     if (whole_grid) atomicExch(&state->finished, 0u);
-    if (!ran) *reinterpret_cast<volatile std::int32_t*>(&box->failed) = 1;
+    if (failure) *reinterpret_cast<volatile std::int32_t*>(&box->failed) = failure;
     __threadfence_system();
     store_release_sys(&box->done, sequence);
   }

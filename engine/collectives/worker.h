@@ -33,13 +33,41 @@ struct CopyListArgs {
   std::int32_t reserved;
 };
 
-enum class WorkKind : std::int32_t { kDirectReduce = 1, kCopies = 2 };
+// The LL protocol's receive buffers: every rank owns one, in device memory
+// every peer maps, with a slot per sender and per call parity. A sender
+// writes its data there as 16-byte lines of two LL words (4 data bytes and
+// the call's 4-byte flag each, worker_common.h), so the receiver knows the
+// data has arrived from the data itself: no separate flag to wait for, and
+// no mapping of the application's buffers.
+constexpr std::size_t kLlMaxBytes = 16 << 10;             // payload per sender and call
+constexpr std::size_t kLlSlotBytes = 2 * kLlMaxBytes;     // as LL lines
+constexpr std::size_t kLlBufferBytes = 2 * kMaxDirectRanks * kLlSlotBytes;  // per rank
+
+// One-shot allreduce over LL: every rank sends its input into every peer's
+// receive buffer and reduces, in rank order, what arrives in its own.
+struct LlAllreduceArgs {
+  const void* input;
+  void* output;
+  void* buffers[kMaxDirectRanks];  // every rank's receive buffer, mapped here
+  std::uint64_t count;
+  DataType type;
+  ReduceOp op;
+  std::int32_t rank;
+  std::int32_t nranks;
+  std::uint32_t flag;         // the call's flag: never 0, new every call
+  std::uint32_t parity;       // which half of the buffers the call uses
+  std::uint32_t timeout_ms;   // longest wait for a peer's data (0: no limit)
+  std::uint32_t reserved;
+};
+
+enum class WorkKind : std::int32_t { kDirectReduce = 1, kCopies = 2, kLlAllreduce = 3 };
 
 struct WorkItem {
   WorkKind kind;
   std::int32_t blocks;  // worker blocks that share the item (the rest skip it)
   DirectReduceArgs reduce;
   CopyListArgs copies;
+  LlAllreduceArgs ll;
 };
 
 constexpr int kDoorbellWords = 64;  // 512 bytes: one 16-byte load per lane of a warp

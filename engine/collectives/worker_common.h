@@ -67,6 +67,18 @@ inline int encode_doorbell(const WorkItem& item, std::uint32_t* words) {
       for (int i = 0; i < r.ninputs; ++i) put64(words, &at, reinterpret_cast<std::uintptr_t>(r.inputs[i]));
       for (int k = 0; k < r.noutputs; ++k) put64(words, &at, reinterpret_cast<std::uintptr_t>(r.outputs[k]));
     }
+  } else if (item.kind == WorkKind::kLlAllreduce) {
+    const LlAllreduceArgs& l = item.ll;
+    type = static_cast<std::uint32_t>(l.type);
+    op = static_cast<std::uint32_t>(l.op);
+    first = static_cast<std::uint32_t>(l.rank);
+    second = static_cast<std::uint32_t>(l.nranks);
+    put64(words, &at, l.count);
+    words[at++] = l.flag;
+    words[at++] = l.parity << 31 | (l.timeout_ms & 0x7fffffffu);
+    put64(words, &at, reinterpret_cast<std::uintptr_t>(l.input));
+    put64(words, &at, reinterpret_cast<std::uintptr_t>(l.output));
+    for (int r = 0; r < l.nranks; ++r) put64(words, &at, reinterpret_cast<std::uintptr_t>(l.buffers[r]));
   } else {
     const CopyListArgs& c = item.copies;
     if (2 + 6 * c.count > kDoorbellWords) {
@@ -110,6 +122,19 @@ FERRY_HOST_DEVICE bool decode_doorbell(const std::uint32_t* words, WorkItem* ite
     r.count = get64(words, &at);
     for (int i = 0; i < r.ninputs; ++i) r.inputs[i] = reinterpret_cast<const void*>(get64(words, &at));
     for (int k = 0; k < r.noutputs; ++k) r.outputs[k] = reinterpret_cast<void*>(get64(words, &at));
+  } else if (item->kind == WorkKind::kLlAllreduce) {
+    LlAllreduceArgs& l = item->ll;
+    l.type = static_cast<DataType>(words[0] >> 16 & 0xff);
+    l.op = static_cast<ReduceOp>(words[0] >> 24 & 0xff);
+    l.rank = first;
+    l.nranks = static_cast<int>(words[1] >> 24 & 0xff);
+    l.count = get64(words, &at);
+    l.flag = words[at++];
+    l.parity = words[at] >> 31;
+    l.timeout_ms = words[at++] & 0x7fffffffu;
+    l.input = reinterpret_cast<const void*>(get64(words, &at));
+    l.output = reinterpret_cast<void*>(get64(words, &at));
+    for (int r = 0; r < l.nranks; ++r) l.buffers[r] = reinterpret_cast<void*>(get64(words, &at));
   } else {
     CopyListArgs& c = item->copies;
     c.count = first;
@@ -120,6 +145,23 @@ FERRY_HOST_DEVICE bool decode_doorbell(const std::uint32_t* words, WorkItem* ite
     }
   }
   return true;
+}
+
+// ---- The LL protocol's lines --------------------------------------------
+
+// A 16-byte line: two LL words, 8 data bytes. A chunk of 16 data bytes is
+// two lines; sender s's chunk c for a call of parity p sits in the
+// receiver's buffer at ll_chunk_offset(p, s, c).
+struct alignas(16) LlLine {
+  std::uint32_t data0, flag0, data1, flag1;
+};
+static_assert(sizeof(LlLine) == 16, "an LL line is one 16-byte store");
+constexpr std::size_t kLlChunkBytes = 16;                 // data bytes per chunk
+constexpr std::size_t kLlChunkLineBytes = 2 * sizeof(LlLine);
+static_assert(kLlSlotBytes / kLlChunkLineBytes * kLlChunkBytes == kLlMaxBytes, "a slot holds kLlMaxBytes as lines");
+
+FERRY_HOST_DEVICE std::size_t ll_chunk_offset(std::uint32_t parity, int sender, std::size_t chunk) {
+  return (static_cast<std::size_t>(parity) * kMaxDirectRanks + sender) * kLlSlotBytes + chunk * kLlChunkLineBytes;
 }
 
 }  // namespace ferry

@@ -85,7 +85,10 @@ void PeerMemory::close_import(std::map<ImportKey, Import>::iterator it) {
 }
 
 Status PeerMemory::export_buffer(const void* ptr, ExportedBuffer* out) {
-  const gpu::PointerInfo info = gpu::classify(ptr);
+  return export_buffer(ptr, gpu::classify(ptr), out);
+}
+
+Status PeerMemory::export_buffer(const void* ptr, const gpu::PointerInfo& info, ExportedBuffer* out) {
   gpu::Backend* backend = gpu::owner_backend(info);
   if (info.kind != gpu::MemoryKind::kDevice || !backend || info.allocation_id == 0) return Status::kInvalidArgument;
   std::memset(out, 0, sizeof(*out));

@@ -37,6 +37,8 @@ class PeerMemory {
   PeerMemory& operator=(const PeerMemory&) = delete;
 
   Status export_buffer(const void* ptr, ExportedBuffer* out);
+  // The same, with ptr's classification already at hand.
+  Status export_buffer(const void* ptr, const gpu::PointerInfo& info, ExportedBuffer* out);
 
   // Maps the peers' buffers one collective needs; mapped[i] is valid until
   // the next call. A buffer new to the cache means its owner may have freed

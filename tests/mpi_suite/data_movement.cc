@@ -266,7 +266,8 @@ void test_type(const Datatype& type) {
 }
 
 void test_large_counts() {
-  // Shared among the engine worker's blocks (16 KiB to 1 MiB).
+  // Above 64 KiB: kernels and copies, or (FERRY_WORKER_MAX_BYTES above them)
+  // shared among the engine worker's blocks.
   test_bcast<uint8_t>({MPI_UINT8_T, "MPI_UINT8_T"}, 100003, Layout::offset);
   test_alltoall<int32_t>({MPI_INT, "MPI_INT"}, 12345, Layout::offset, Alltoall::v);
   test_bcast<double>({MPI_DOUBLE, "MPI_DOUBLE"}, 1 << 20, Layout::offset);

@@ -259,8 +259,8 @@ void test_user_op() {
 }
 
 void test_large_counts() {
-  // Between 16 KiB and 1 MiB the engine worker shares a call among its
-  // blocks; above, calls launch kernels.
+  // Above 64 KiB: launched kernels, or (FERRY_WORKER_MAX_BYTES above them)
+  // the engine worker's blocks sharing the call.
   const long medium = 100003;
   test_allreduce<float>({MPI_FLOAT, "MPI_FLOAT"}, kSum, medium, Layout::offset);
   test_allreduce<double>({MPI_DOUBLE, "MPI_DOUBLE"}, kMax, medium, Layout::in_place);

@@ -10,12 +10,15 @@ namespace {
 constexpr std::size_t KiB = 1 << 10, MiB = 1 << 20, GiB = std::size_t{1} << 30;
 constexpr auto kOne = AllreduceAlgorithm::kOneShot;
 constexpr auto kTwo = AllreduceAlgorithm::kTwoShot;
+constexpr auto kLl = AllreduceAlgorithm::kOneShotLl;
 
-// The choices without FERRY_TUNE. Two ranks as measured on 2x H200
-// (bench/RESULTS.md): one-shot at every size (it matched or beat two-shot
-// and copy engines up to 1 GiB), two-shot in place; copy engines never.
-// More ranks: one-shot only while (n-1) * bytes costs less than two-shot's
-// second flag hop, two-shot above.
+// The choices without FERRY_TUNE. Up to 16 KiB, LL on the engine worker
+// (no launch, in place too) while its one block's traffic, 2 (n-1) bytes,
+// costs less than a launch. Two ranks as measured on 2x H200
+// (bench/RESULTS.md): one-shot at every larger size (it matched or beat
+// two-shot and copy engines up to 1 GiB), two-shot in place; copy engines
+// never. More ranks: one-shot only while (n-1) * bytes costs less than
+// two-shot's second flag hop, two-shot above.
 TEST(Tuner, DefaultChoicesForATableOfSizesAndRankCounts) {
   struct Row {
     int nranks;
@@ -24,14 +27,16 @@ TEST(Tuner, DefaultChoicesForATableOfSizesAndRankCounts) {
     AllreduceAlgorithm expected;
   };
   const Row table[] = {
-      {2, 8, false, kOne},        {2, 4 * KiB, false, kOne},   {2, 256 * KiB, false, kOne},
+      {2, 8, false, kLl},         {2, 4 * KiB, false, kLl},    {2, 16 * KiB, false, kLl},
+      {2, 16 * KiB + 1, false, kOne}, {2, 256 * KiB, false, kOne},
       {2, 2 * MiB, false, kOne},  {2, 32 * MiB, false, kOne},  {2, 512 * MiB, false, kOne},
-      {2, GiB, false, kOne},      {2, 8, true, kTwo},          {2, 2 * MiB, true, kTwo},
-      {2, GiB, true, kTwo},       {3, 8, false, kOne},         {3, 8, true, kTwo},
-      {4, 8, false, kOne},        {4, 16 * KiB, false, kOne},  {4, MiB, false, kTwo},
-      {4, 512 * MiB, false, kTwo}, {8, 8, false, kOne},        {8, 4 * KiB, false, kOne},
-      {8, 256 * KiB, false, kTwo}, {8, 512 * MiB, true, kTwo}, {16, 8, false, kOne},
-      {16, MiB, false, kTwo},     {17, 8, false, kTwo},        {64, GiB, false, kTwo},
+      {2, GiB, false, kOne},      {2, 8, true, kLl},           {2, 2 * MiB, true, kTwo},
+      {2, GiB, true, kTwo},       {3, 8, false, kLl},          {3, 8, true, kLl},
+      {4, 8, false, kLl},         {4, 16 * KiB, false, kOne},  {4, MiB, false, kTwo},
+      {4, 512 * MiB, false, kTwo}, {8, 8, false, kLl},         {8, 4 * KiB, false, kLl},
+      {8, 16 * KiB, false, kOne}, {8, 256 * KiB, false, kTwo}, {8, 512 * MiB, true, kTwo},
+      {16, 8, false, kLl},        {16, MiB, false, kTwo},      {17, 8, false, kTwo},
+      {64, GiB, false, kTwo},
   };
   const std::vector<TuneRule> none;
   for (const Row& row : table)
@@ -55,6 +60,22 @@ TEST(Tuner, ModelNeverPicksAModelOnlyOrInapplicableAlgorithm) {
   }
   EXPECT_FALSE(algorithm_info(AllreduceAlgorithm::kRing).implemented);
   EXPECT_FALSE(algorithm_info(AllreduceAlgorithm::kTree).implemented);
+}
+
+// LL runs up to 16 KiB only: a rule asking for it beyond leaves the call to
+// the model; within, it may be forced like any other.
+TEST(Tuner, LlIsChosenOnlyWithinItsSizeRange) {
+  std::vector<std::string> problems;
+  const auto rules = parse_tune("allreduce:0-:ll", &problems);
+  EXPECT_TRUE(problems.empty());
+  ASSERT_EQ(rules.size(), 1u);
+  EXPECT_EQ(choose_allreduce(4, 16 * KiB, false, rules), kLl);
+  EXPECT_EQ(choose_allreduce(4, 16 * KiB, true, rules), kLl);
+  EXPECT_EQ(choose_allreduce(4, 16 * KiB + 8, false, rules), choose_allreduce(4, 16 * KiB + 8, false, {}));
+  for (const MachineModel& machine : machine_models())
+    for (int n = 1; n <= 4096; n *= 2) EXPECT_LT(predict_allreduce_us(kLl, 16 * KiB + 1, n, machine), 0);
+  const auto one_shot = parse_tune("allreduce:0-:oneshot", &problems);
+  EXPECT_EQ(choose_allreduce(2, 8, false, one_shot), kOne);
 }
 
 TEST(Tuner, ModelOnlyAlgorithmsCannotBeForced) {
@@ -166,7 +187,9 @@ TEST(Tuner, OneShotIsNeverChosenInPlace) {
   const auto rules = parse_tune("allreduce:0-:oneshot", &problems);
   ASSERT_EQ(rules.size(), 1u);
   EXPECT_EQ(choose_allreduce(2, 8, false, rules), AllreduceAlgorithm::kOneShot);
-  EXPECT_EQ(choose_allreduce(2, 8, true, rules), AllreduceAlgorithm::kTwoShot);
+  // In place the model decides: LL at 8 bytes, two-shot beyond LL's range.
+  EXPECT_EQ(choose_allreduce(2, 8, true, rules), kLl);
+  EXPECT_EQ(choose_allreduce(2, MiB, true, rules), AllreduceAlgorithm::kTwoShot);
 }
 
 TEST(Tuner, MalformedEntriesAreReportedAndSkipped) {

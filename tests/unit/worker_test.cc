@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -126,6 +127,75 @@ TEST(EngineWorker, RunsItemsTooLargeForTheDoorbell) {
   }
   ASSERT_EQ(worker->run(item), Status::kOk);
   for (const auto& out : outputs) EXPECT_EQ(out->read<std::int64_t>()[0], 3 * kMaxDirectRanks);
+}
+
+WorkItem ll_sum(DeviceBuffer& input, DeviceBuffer& output, std::size_t count, const std::vector<DeviceBuffer*>& ll,
+               int rank, std::uint64_t call, std::uint32_t timeout_ms) {
+  WorkItem item{};
+  item.kind = WorkKind::kLlAllreduce;
+  item.blocks = 1;
+  item.ll.input = input.ptr;
+  item.ll.output = output.ptr;
+  for (std::size_t r = 0; r < ll.size(); ++r) item.ll.buffers[r] = ll[r]->ptr;
+  item.ll.count = count;
+  item.ll.type = DataType::kInt64;
+  item.ll.op = ReduceOp::kSum;
+  item.ll.rank = rank;
+  item.ll.nranks = static_cast<int>(ll.size());
+  item.ll.flag = doorbell_flag(call);
+  item.ll.parity = static_cast<std::uint32_t>(call % 2);
+  item.ll.timeout_ms = timeout_ms;
+  return item;
+}
+
+// Two ranks' workers in one process, each with its LL receive buffer: every
+// call's sum is right, the buffers' halves alternate, and odd counts leave
+// the bytes past the output alone.
+TEST(EngineWorkerLl, TwoRanksReduceOverLlBuffers) {
+  auto worker0 = Worker::create(device(), 0, 1, 100000);
+  auto worker1 = Worker::create(device(), 0, 1, 100000);
+  ASSERT_TRUE(worker0 && worker1);
+  DeviceBuffer ll0(kLlBufferBytes), ll1(kLlBufferBytes);
+  ll0.fill(std::vector<char>(kLlBufferBytes, 0));
+  ll1.fill(std::vector<char>(kLlBufferBytes, 0));
+  const std::vector<DeviceBuffer*> ll = {&ll0, &ll1};
+  for (std::uint64_t call = 1; call <= 40; ++call) {
+    const std::size_t count = 1 + (call * 97) % (kLlMaxBytes / 8);
+    std::vector<std::int64_t> a(count + 1), b(count + 1);
+    for (std::size_t i = 0; i <= count; ++i) {
+      a[i] = static_cast<std::int64_t>(i * call) - 7;
+      b[i] = 1000 - static_cast<std::int64_t>(i);
+    }
+    DeviceBuffer in0((count + 1) * 8), in1((count + 1) * 8), out0((count + 1) * 8), out1((count + 1) * 8);
+    in0.fill(a);
+    in1.fill(b);
+    out0.fill(std::vector<std::int64_t>(count + 1, -1));
+    out1.fill(std::vector<std::int64_t>(count + 1, -1));
+    Status status1 = Status::kInternal;
+    std::thread rank1([&] { status1 = worker1->run(ll_sum(in1, out1, count, ll, 1, call, 10000)); });
+    ASSERT_EQ(worker0->run(ll_sum(in0, out0, count, ll, 0, call, 10000)), Status::kOk);
+    rank1.join();
+    ASSERT_EQ(status1, Status::kOk);
+    for (const DeviceBuffer* out : {&out0, &out1}) {
+      const auto got = out->read<std::int64_t>();
+      for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << "call " << call << " element " << i;
+      EXPECT_EQ(got[count], -1) << "call " << call << ": written past the count";
+    }
+  }
+}
+
+TEST(EngineWorkerLl, APeerThatNeverSendsEndsInTimeout) {
+  auto worker = Worker::create(device(), 0, 1, 100000);
+  ASSERT_NE(worker, nullptr);
+  DeviceBuffer ll0(kLlBufferBytes), ll1(kLlBufferBytes), in(64), out(64);
+  ll0.fill(std::vector<char>(kLlBufferBytes, 0));
+  in.fill(std::vector<std::int64_t>(8, 5));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(worker->run(ll_sum(in, out, 8, {&ll0, &ll1}, 0, 1, 100)), Status::kTimeout);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+  // The worker goes on serving.
+  ASSERT_EQ(worker->run(sum_of({&in, &in}, out, 8)), Status::kOk);
+  EXPECT_EQ(out.read<std::int64_t>()[0], 10);
 }
 
 TEST(EngineWorker, RunsReducesAndCopiesInOrder) {
