@@ -151,7 +151,7 @@ bool Window::any_lock_held() const {
 }
 
 Window::RegionTable& Window::regions(int rank) const {
-  static_assert(sizeof(Region) == 120 && sizeof(RegionTable) == 16 + 120 * kMaxRegions,
+  static_assert(sizeof(Region) == 128 && sizeof(RegionTable) == 16 + 128 * kMaxRegions,
                 "the region table is shared between processes; keep its layout fixed");
   return *reinterpret_cast<RegionTable*>(control_->segment(rank) + kControlHeaderBytes +
                                          2 * size() * sizeof(std::uint64_t));

@@ -30,10 +30,25 @@ class SharedImports {
       close_mapping(it->second);
       imports_.erase(it);
     }
+    // Likewise a mapping of the same process's memory that overlaps this
+    // allocation's addresses there: its allocation was freed (live ones do
+    // not overlap), and CUDA would refuse the new one as already mapped.
+    const std::uint64_t end = in.base + in.handle.size;
+    for (auto other = imports_.begin(); other != imports_.end();) {
+      const Shared& old = other->second;
+      const bool stale = old.pid == in.pid && old.allocation_id != in.allocation_id && old.exporter_base < end &&
+                         in.base < old.exporter_base + old.size;
+      if (stale) {
+        close_mapping(old);
+        other = imports_.erase(other);
+      } else {
+        ++other;
+      }
+    }
     gpu::Backend* backend = gpu::owner_backend({gpu::MemoryKind::kDevice, in.handle.owner});
     if (!backend) return Status::kUnavailable;
     FERRY_CHECK(backend->ipc_import(in.handle, base));
-    imports_[key] = Shared{in.pid, in.allocation_id, *base, in.handle.owner, 1};
+    imports_[key] = Shared{in.pid, in.allocation_id, in.base, in.handle.size, *base, in.handle.owner, 1};
     return Status::kOk;
   }
 
@@ -51,7 +66,9 @@ class SharedImports {
   struct Shared {
     std::int32_t pid;
     std::uint64_t allocation_id;
-    void* base;
+    std::uint64_t exporter_base;  // where the memory is in the exporting process
+    std::uint64_t size;
+    void* base;                   // where it is mapped here
     gpu::BackendKind owner;
     int references;
   };
@@ -94,6 +111,7 @@ Status PeerMemory::export_buffer(const void* ptr, const gpu::PointerInfo& info, 
   std::memset(out, 0, sizeof(*out));
   out->offset = reinterpret_cast<std::uintptr_t>(ptr) - info.base;
   out->allocation_id = info.allocation_id;
+  out->base = info.base;
   out->pid = static_cast<std::int32_t>(getpid());
   std::lock_guard<std::mutex> lock(mutex_);
   const ExportKey key{info.owner, info.allocation_id};

@@ -21,10 +21,11 @@ struct ExportedBuffer {
   gpu::IpcHandle handle;
   std::uint64_t offset;
   std::uint64_t allocation_id;  // unique within the exporting process
+  std::uint64_t base;           // the allocation's address in the exporting process
   std::int32_t pid;             // the exporting process
   std::int32_t reserved;
 };
-static_assert(sizeof(ExportedBuffer) == 104, "ExportedBuffer travels between processes; keep its layout fixed");
+static_assert(sizeof(ExportedBuffer) == 112, "ExportedBuffer travels between processes; keep its layout fixed");
 
 class PeerMemory {
  public:
