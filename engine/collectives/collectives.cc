@@ -167,24 +167,13 @@ int worker_blocks_for(const Worker& worker, std::size_t bytes) {
   return bytes <= kOneBlockBytes ? 1 : worker.blocks();
 }
 
-Status run_on_worker(Worker& worker, std::size_t bytes, const DirectReduceArgs& args) {
-  WorkItem item{};
-  item.kind = WorkKind::kDirectReduce;
+// Runs item (its kind and arguments filled in) on the worker: bytes is the
+// call's size per rank, which sets the blocks it takes.
+Status run_on_worker(Worker& worker, std::size_t bytes, WorkItem item) {
   item.blocks = worker_blocks_for(worker, bytes);
-  item.reduce = args;
   t_ran_on_worker = true;
-  FERRY_TRACE(Coll, "direct reduce of %zu bytes on the engine worker (%d blocks)", bytes, item.blocks);
-  return worker.run(item);
-}
-
-Status run_on_worker(Worker& worker, std::size_t bytes, const CopyListArgs& copies) {
-  WorkItem item{};
-  item.kind = WorkKind::kCopies;
-  item.blocks = worker_blocks_for(worker, bytes);
-  item.copies = copies;
-  t_ran_on_worker = true;
-  FERRY_TRACE(Coll, "%d copies of %zu bytes in all on the engine worker (%d blocks)", copies.count, bytes,
-              item.blocks);
+  FERRY_TRACE(Coll, "%s of %zu bytes on the engine worker (%d blocks)",
+              item.kind == WorkKind::kCopies ? "copies" : "direct reduce", bytes, item.blocks);
   return worker.run(item);
 }
 
@@ -209,8 +198,12 @@ Status run_direct_reduce(Communicator& comm, const MappedBuffers& buffers, const
     for (int r = 0; r < n; ++r) args.outputs[r] = at(buffers.outputs[r], offset);
   }
   FERRY_CHECK(where.backend->set_device(where.device));
-  if (Worker* worker = worker_for_call(comm, where, count * element))
-    return run_on_worker(*worker, count * element, args);
+  if (Worker* worker = worker_for_call(comm, where, count * element)) {
+    WorkItem item{};
+    item.kind = WorkKind::kDirectReduce;
+    item.reduce = args;
+    return run_on_worker(*worker, count * element, item);
+  }
   gpu::Stream stream = nullptr;
   FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
   FERRY_CHECK(launch_direct_reduce(where.backend, args, stream));
@@ -505,11 +498,12 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
       constexpr std::size_t kBcastWorkerBytes = 4 << 10;
       Worker* worker = bytes <= kBcastWorkerBytes ? worker_for_call(comm, where, bytes) : nullptr;
       if (worker) {
-        CopyListArgs pull{};
-        pull.sources[0] = source;
-        pull.destinations[0] = buffer;
-        pull.bytes[0] = bytes;
-        pull.count = 1;
+        WorkItem pull{};
+        pull.kind = WorkKind::kCopies;
+        pull.copies.sources[0] = source;
+        pull.copies.destinations[0] = buffer;
+        pull.copies.bytes[0] = bytes;
+        pull.copies.count = 1;
         return run_on_worker(*worker, bytes, pull);
       }
       FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
@@ -574,7 +568,8 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
     std::size_t received = 0;
     for (int peer = 0; peer < n; ++peer) received += recv_bytes[peer];
     Worker* worker = n <= kMaxWorkerCopies ? worker_for_call(comm, where, received) : nullptr;
-    CopyListArgs pulls{};
+    WorkItem pulls{};
+    pulls.kind = WorkKind::kCopies;
     for (int step = 0; step < n; ++step) {
       // Start with the next rank so that peers do not all read one rank at once.
       const int peer = (comm.rank() + step) % n;
@@ -582,16 +577,17 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
       const char* block =
           static_cast<const char*>(sources[peer]) + offsets[static_cast<std::size_t>(peer) * n + comm.rank()];
       if (worker) {
-        pulls.sources[pulls.count] = block;
-        pulls.destinations[pulls.count] = static_cast<char*>(recv) + recv_offsets[peer];
-        pulls.bytes[pulls.count++] = recv_bytes[peer];
+        CopyListArgs& list = pulls.copies;
+        list.sources[list.count] = block;
+        list.destinations[list.count] = static_cast<char*>(recv) + recv_offsets[peer];
+        list.bytes[list.count++] = recv_bytes[peer];
         continue;
       }
       const gpu::Stream stream = step == 0 ? streams[0] : streams[1 + (step - 1) % (streams_used - 1)];
       FERRY_CHECK(where.backend->copy_async(static_cast<char*>(recv) + recv_offsets[peer], block, recv_bytes[peer],
                                             stream));
     }
-    if (worker) return pulls.count > 0 ? run_on_worker(*worker, received, pulls) : Status::kOk;
+    if (worker) return pulls.copies.count > 0 ? run_on_worker(*worker, received, pulls) : Status::kOk;
     for (gpu::Stream stream : streams) FERRY_CHECK(where.backend->stream_synchronize(stream));
     return Status::kOk;
   }();
