@@ -44,6 +44,15 @@ Placement placement_of(const void* buffer) {
   return {gpu::owner_backend(info), info.device, info};
 }
 
+// The engine transport for this communicator, if any.
+enum class EngineTransport { kNone, kP2p, kShm };
+
+EngineTransport transport_of(Communicator& comm) {
+  if (comm.size() > kMaxDirectRanks) return EngineTransport::kNone;
+  if (comm.all_peers_mapped()) return EngineTransport::kP2p;
+  return comm.shm() ? EngineTransport::kShm : EngineTransport::kNone;
+}
+
 struct PhaseTotals {
   std::atomic<std::uint64_t> calls{0};
   std::atomic<std::uint64_t> on_worker{0};
@@ -281,17 +290,47 @@ Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, 
   return Status::kOk;
 }
 
+// The handshake's algorithm field for bcast and alltoallv: the LL protocol
+// (every rank able to), or the copy paths.
+constexpr std::uint16_t kCopyPaths = 0, kLlPath = 1;
+
+// True when every rank said algorithm; false when none did. Mixed answers
+// (possible only when some rank has no worker) take the copy paths, which
+// every rank prepared for.
+bool all_chose(const std::vector<Handshake>& all, std::uint16_t algorithm) {
+  for (const Handshake& h : all)
+    if (h.algorithm != algorithm) return false;
+  return true;
+}
+
+// Whether this rank can take the LL path for blocks of up to largest bytes.
+bool ll_ready(Communicator& comm, EngineTransport transport, const Placement& where, std::size_t largest) {
+  return transport == EngineTransport::kP2p && largest <= kLlMaxBytes && where.backend &&
+         comm.ll_possible(where.backend, where.device);
+}
+
+// The next LL call on the communicator's channel: its flag and parity.
+Status next_ll_call(Communicator& comm, const Placement& where, Communicator::LlChannel** channel,
+                    std::uint32_t* flag, std::uint32_t* parity, std::uint32_t* timeout_ms) {
+  FERRY_CHECK(comm.ll_channel(where.backend, where.device, channel));
+  const std::uint64_t call = ++(*channel)->calls;
+  *flag = doorbell_flag(call);
+  *parity = static_cast<std::uint32_t>(call % 2);
+  *timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(params().handshake_timeout, 1 << 20) * 1000);
+  t_ran_on_worker = true;
+  return Status::kOk;
+}
+
 // One-shot over LL on the worker: nothing of the application's is mapped,
 // and no rank reads another's buffers, so no closing exchange is needed.
 Status run_ll_allreduce(Communicator& comm, const Placement& where, const void* input, void* output,
                         std::size_t count, DataType type, ReduceOp op) {
-  Communicator::LlChannel* channel = nullptr;
-  FERRY_CHECK(comm.ll_channel(where.backend, where.device, &channel));
-  const std::uint64_t call = ++channel->calls;
   WorkItem item{};
   item.kind = WorkKind::kLlAllreduce;
   item.blocks = 1;
   LlAllreduceArgs& ll = item.ll;
+  Communicator::LlChannel* channel = nullptr;
+  FERRY_CHECK(next_ll_call(comm, where, &channel, &ll.flag, &ll.parity, &ll.timeout_ms));
   ll.input = input;
   ll.output = output;
   for (int r = 0; r < comm.size(); ++r) ll.buffers[r] = channel->buffers[r];
@@ -300,10 +339,43 @@ Status run_ll_allreduce(Communicator& comm, const Placement& where, const void* 
   ll.op = op;
   ll.rank = comm.rank();
   ll.nranks = comm.size();
-  ll.flag = doorbell_flag(call);
-  ll.parity = static_cast<std::uint32_t>(call % 2);
-  ll.timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(params().handshake_timeout, 1 << 20) * 1000);
-  t_ran_on_worker = true;
+  return comm.worker_for(where.backend, where.device)->run(item);
+}
+
+Status run_ll_bcast(Communicator& comm, const Placement& where, void* buffer, std::size_t bytes, int root) {
+  WorkItem item{};
+  item.kind = WorkKind::kLlBcast;
+  item.blocks = 1;
+  LlBcastArgs& b = item.ll_bcast;
+  Communicator::LlChannel* channel = nullptr;
+  FERRY_CHECK(next_ll_call(comm, where, &channel, &b.flag, &b.parity, &b.timeout_ms));
+  b.buffer = buffer;
+  for (int r = 0; r < comm.size(); ++r) b.buffers[r] = channel->buffers[r];
+  b.bytes = bytes;
+  b.rank = comm.rank();
+  b.nranks = comm.size();
+  b.root = root;
+  return comm.worker_for(where.backend, where.device)->run(item);
+}
+
+Status run_ll_alltoallv(Communicator& comm, const Placement& where, const void* send, const std::size_t* send_bytes,
+                        const std::size_t* send_offsets, void* recv, const std::size_t* recv_bytes,
+                        const std::size_t* recv_offsets) {
+  WorkItem item{};
+  item.kind = WorkKind::kLlAlltoallv;
+  item.blocks = 1;
+  LlAlltoallvArgs& a = item.ll_alltoallv;
+  Communicator::LlChannel* channel = nullptr;
+  FERRY_CHECK(next_ll_call(comm, where, &channel, &a.flag, &a.parity, &a.timeout_ms));
+  for (int r = 0; r < comm.size(); ++r) {
+    a.send[r] = at(send, send_offsets[r]);
+    a.send_bytes[r] = send_bytes[r];
+    a.recv[r] = at(recv, recv_offsets[r]);
+    a.recv_bytes[r] = recv_bytes[r];
+    a.buffers[r] = channel->buffers[r];
+  }
+  a.rank = comm.rank();
+  a.nranks = comm.size();
   return comm.worker_for(where.backend, where.device)->run(item);
 }
 
@@ -407,14 +479,6 @@ Status run_shm_alltoallv(Communicator& comm, const Placement& where, const void*
   return comm.bootstrap().barrier();
 }
 
-// The engine transport for this communicator, if any.
-enum class EngineTransport { kNone, kP2p, kShm };
-
-EngineTransport transport_of(Communicator& comm) {
-  if (comm.size() > kMaxDirectRanks) return EngineTransport::kNone;
-  if (comm.all_peers_mapped()) return EngineTransport::kP2p;
-  return comm.shm() ? EngineTransport::kShm : EngineTransport::kNone;
-}
 
 }  // namespace
 
@@ -474,6 +538,7 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   Handshake mine{CollectiveKind::kBcast, 0, 0, 0, {}, {}};
   if (eligible && bytes > 0 && transport != EngineTransport::kNone && root >= 0 && root < comm.size()) {
     where = placement_of(buffer);
+    mine.algorithm = ll_ready(comm, transport, where, bytes) ? kLlPath : kCopyPaths;
     mine.eligible = where.backend != nullptr &&
                     (transport != EngineTransport::kP2p || comm.rank() != root ||
                      ok(comm.peer_memory().export_buffer(buffer, where.info, &mine.first)));
@@ -484,6 +549,13 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   if (!everyone) return Status::kOk;
   *ran = true;
   if (transport == EngineTransport::kShm) return finish_together(comm, run_shm_bcast(comm, where, buffer, bytes, root), clock);
+  // Over LL no rank reads another's buffer: no closing exchange.
+  if (all_chose(all, kLlPath)) {
+    const Status status = run_ll_bcast(comm, where, buffer, bytes, root);
+    clock.mark(EnginePhase::kRun);
+    if (ok(status)) clock.count_call();
+    return status;
+  }
 
   // Every non-root rank pulls the root's buffer with its copy engine.
   Status local = Status::kOk;
@@ -529,6 +601,12 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
       if (send_bytes[p] > 0) send_span = std::max(send_span, send_offsets[p] + send_bytes[p]);
     where = placement_of(recv);
     const Placement from = placement_of(send);
+    std::size_t largest = 0;
+    for (int p = 0; p < n; ++p) largest = std::max({largest, send_bytes[p], recv_bytes[p]});
+    mine.algorithm = from.backend == where.backend && from.device == where.device &&
+                             ll_ready(comm, transport, where, largest)
+                         ? kLlPath
+                         : kCopyPaths;
     mine.eligible = where.backend && from.backend == where.backend &&
                     (transport == EngineTransport::kP2p ? ok(comm.peer_memory().export_buffer(send, from.info, &mine.first))
                                                         : send_span <= comm.shm()->bytes());
@@ -538,6 +616,13 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
   FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
   if (!everyone) return Status::kOk;
   *ran = true;
+  if (transport == EngineTransport::kP2p && all_chose(all, kLlPath)) {
+    const Status status =
+        run_ll_alltoallv(comm, where, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
+    clock.mark(EnginePhase::kRun);
+    if (ok(status)) clock.count_call();
+    return status;
+  }
 
   // Each sender's offset of its block for each receiver.
   std::vector<std::uint64_t> my_offsets(send_offsets, send_offsets + n);

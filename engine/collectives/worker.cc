@@ -86,8 +86,70 @@ class EmulatedWorkerDevice final : public WorkerDevice {
   std::thread thread_;
 };
 
-// The LL one-shot allreduce on the emulated device: the persistent kernel's
-// protocol (worker.cu) with 8-byte atomic stores and loads of LL words.
+// The LL protocol on the emulated device: the persistent kernel's lines
+// (worker.cu), written and read as 8-byte atomic LL words.
+class HostLl {
+ public:
+  HostLl(gpu::Backend* backend, std::uint32_t flag, std::uint32_t parity, std::uint32_t timeout_ms)
+      : backend_(backend), flag_(flag), parity_(parity), timeout_(std::chrono::milliseconds(timeout_ms)),
+        start_(std::chrono::steady_clock::now()) {}
+
+  // bytes of data (host memory) into sender's slot of a receiver's buffer.
+  void send(void* receiver_buffer, int sender, const unsigned char* data, std::size_t bytes) {
+    for (std::size_t c = 0; c * kLlChunkBytes < bytes; ++c) {
+      std::uint64_t* words = words_at(receiver_buffer, sender, c);
+      for (int w = 0; w < 4; ++w) {
+        std::uint32_t value = 0;
+        const std::size_t at = c * kLlChunkBytes + 4 * w;
+        if (at < bytes) std::memcpy(&value, data + at, std::min<std::size_t>(4, bytes - at));
+        store_release(&words[w], static_cast<std::uint64_t>(flag_) << 32 | value);
+      }
+    }
+  }
+
+  // Chunk c from sender's slot of own_buffer: its 16 data bytes.
+  Status chunk(void* own_buffer, int sender, std::size_t c, unsigned char* data) {
+    const std::uint64_t* words = words_at(own_buffer, sender, c);
+    for (int w = 0; w < 4; ++w) {
+      std::uint64_t word;
+      for (unsigned spins = 0; (word = load_acquire(&words[w])) >> 32 != flag_; ++spins) {
+        if (spins < 64) continue;
+        sched_yield();  // the sender may be waiting for this core
+        if (timeout_.count() > 0 && std::chrono::steady_clock::now() - start_ > timeout_) return Status::kTimeout;
+      }
+      const std::uint32_t value = static_cast<std::uint32_t>(word);
+      std::memcpy(data + 4 * w, &value, 4);
+    }
+    return Status::kOk;
+  }
+
+  // bytes from sender's slot of own_buffer into data (host memory).
+  Status receive(void* own_buffer, int sender, unsigned char* data, std::size_t bytes) {
+    unsigned char line[kLlChunkBytes];
+    for (std::size_t c = 0; c * kLlChunkBytes < bytes; ++c) {
+      FERRY_CHECK(chunk(own_buffer, sender, c, line));
+      std::memcpy(data + c * kLlChunkBytes, line, std::min(kLlChunkBytes, bytes - c * kLlChunkBytes));
+    }
+    return Status::kOk;
+  }
+
+ private:
+  std::uint64_t* words_at(void* buffer, int sender, std::size_t c) {
+    return static_cast<std::uint64_t*>(
+        static_cast<void*>(static_cast<char*>(backend_->host_view(buffer)) + ll_chunk_offset(parity_, sender, c)));
+  }
+
+  gpu::Backend* backend_;
+  std::uint32_t flag_;
+  std::uint32_t parity_;
+  std::chrono::milliseconds timeout_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+unsigned char* view(gpu::Backend* backend, const void* device_ptr) {
+  return static_cast<unsigned char*>(backend->host_view(device_ptr));
+}
+
 struct HostLlAllreduce {
   const LlAllreduceArgs& args;
   gpu::Backend* backend;
@@ -95,24 +157,13 @@ struct HostLlAllreduce {
 
   template <typename T, ReduceOp Op>
   void run() {
+    HostLl ll(backend, args.flag, args.parity, args.timeout_ms);
     const std::size_t bytes = args.count * sizeof(T);
     const std::size_t chunks = (bytes + kLlChunkBytes - 1) / kLlChunkBytes;
     std::vector<unsigned char> own(chunks * kLlChunkBytes, 0), result(chunks * kLlChunkBytes);
-    std::memcpy(own.data(), backend->host_view(args.input), bytes);
-    for (std::size_t c = 0; c < chunks; ++c) {
-      for (int p = 0; p < args.nranks; ++p) {
-        if (p == args.rank) continue;
-        auto* words = static_cast<std::uint64_t*>(static_cast<void*>(
-            static_cast<char*>(backend->host_view(args.buffers[p])) + ll_chunk_offset(args.parity, args.rank, c)));
-        for (int w = 0; w < 4; ++w) {
-          std::uint32_t data;
-          std::memcpy(&data, &own[c * kLlChunkBytes + 4 * w], 4);
-          store_release(&words[w], static_cast<std::uint64_t>(args.flag) << 32 | data);
-        }
-      }
-    }
-    const auto start = std::chrono::steady_clock::now();
-    const auto limit = std::chrono::milliseconds(args.timeout_ms);
+    std::memcpy(own.data(), view(backend, args.input), bytes);
+    for (int p = 0; p < args.nranks; ++p)
+      if (p != args.rank) ll.send(args.buffers[p], args.rank, own.data(), bytes);
     constexpr int kPerChunk = static_cast<int>(kLlChunkBytes / sizeof(T));
     for (std::size_t c = 0; c < chunks; ++c) {
       T acc[kPerChunk];
@@ -120,23 +171,8 @@ struct HostLlAllreduce {
         unsigned char data[kLlChunkBytes];
         if (r == args.rank) {
           std::memcpy(data, &own[c * kLlChunkBytes], kLlChunkBytes);
-        } else {
-          const auto* words = static_cast<const std::uint64_t*>(static_cast<const void*>(
-              static_cast<const char*>(backend->host_view(args.buffers[args.rank])) +
-              ll_chunk_offset(args.parity, r, c)));
-          for (int w = 0; w < 4; ++w) {
-            std::uint64_t word;
-            for (unsigned spins = 0; (word = load_acquire(&words[w])) >> 32 != args.flag; ++spins) {
-              if (spins < 64) continue;
-              sched_yield();  // the sender may be waiting for this core
-              if (args.timeout_ms && std::chrono::steady_clock::now() - start > limit) {
-                status = Status::kTimeout;
-                return;
-              }
-            }
-            const std::uint32_t value = static_cast<std::uint32_t>(word);
-            std::memcpy(&data[4 * w], &value, 4);
-          }
+        } else if (!ok(status = ll.chunk(args.buffers[args.rank], r, c, data))) {
+          return;
         }
         T values[kPerChunk];
         std::memcpy(values, data, kLlChunkBytes);
@@ -144,9 +180,28 @@ struct HostLlAllreduce {
       }
       std::memcpy(&result[c * kLlChunkBytes], acc, kLlChunkBytes);
     }
-    std::memcpy(backend->host_view(args.output), result.data(), bytes);
+    std::memcpy(view(backend, args.output), result.data(), bytes);
   }
 };
+
+Status run_ll_bcast_on_host(gpu::Backend* backend, const LlBcastArgs& b) {
+  HostLl ll(backend, b.flag, b.parity, b.timeout_ms);
+  if (b.rank != b.root) return ll.receive(b.buffers[b.rank], b.root, view(backend, b.buffer), b.bytes);
+  for (int p = 0; p < b.nranks; ++p)
+    if (p != b.root) ll.send(b.buffers[p], b.root, view(backend, b.buffer), b.bytes);
+  return Status::kOk;
+}
+
+Status run_ll_alltoallv_on_host(gpu::Backend* backend, const LlAlltoallvArgs& a) {
+  HostLl ll(backend, a.flag, a.parity, a.timeout_ms);
+  for (int p = 0; p < a.nranks; ++p)
+    if (p != a.rank && a.send_bytes[p] > 0) ll.send(a.buffers[p], a.rank, view(backend, a.send[p]), a.send_bytes[p]);
+  std::memmove(view(backend, a.recv[a.rank]), view(backend, a.send[a.rank]), a.recv_bytes[a.rank]);
+  for (int p = 0; p < a.nranks; ++p)
+    if (p != a.rank && a.recv_bytes[p] > 0)
+      FERRY_CHECK(ll.receive(a.buffers[a.rank], p, view(backend, a.recv[p]), a.recv_bytes[p]));
+  return Status::kOk;
+}
 
 }  // namespace
 
@@ -165,6 +220,14 @@ Status run_work_item_on_host(gpu::Backend* backend, const WorkItem& item) {
       if (!dispatch_reduction(item.ll.type, item.ll.op, visitor)) return Status::kUnsupported;
       return visitor.status;
     }
+    case WorkKind::kLlBcast:
+      if (item.ll_bcast.bytes > kLlMaxBytes) return Status::kInvalidArgument;
+      return run_ll_bcast_on_host(backend, item.ll_bcast);
+    case WorkKind::kLlAlltoallv:
+      for (int p = 0; p < item.ll_alltoallv.nranks; ++p)
+        if (item.ll_alltoallv.send_bytes[p] > kLlMaxBytes || item.ll_alltoallv.recv_bytes[p] > kLlMaxBytes)
+          return Status::kInvalidArgument;
+      return run_ll_alltoallv_on_host(backend, item.ll_alltoallv);
   }
   return Status::kInvalidArgument;
 }

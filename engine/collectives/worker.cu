@@ -193,6 +193,10 @@ __device__ bool wait_chunk(const void* at, std::uint32_t flag, std::uint64_t dea
   }
 }
 
+__device__ std::uint64_t deadline_after(std::uint32_t timeout_ms) {
+  return timeout_ms ? now_ns() + timeout_ms * 1000000ull : ~0ull;
+}
+
 // 16 data bytes of chunk c of buffer (zeros past bytes).
 __device__ uint4 load_chunk(const unsigned char* buffer, std::size_t c, std::size_t bytes) {
   const unsigned char* at = buffer + c * kLlChunkBytes;
@@ -237,7 +241,7 @@ __device__ __noinline__ bool ll_allreduce_block(const LlAllreduceArgs& a) {
       store_line(line + sizeof(LlLine), own[k].z, own[k].w, a.flag);
     }
   }
-  const std::uint64_t deadline = a.timeout_ms ? now_ns() + a.timeout_ms * 1000000ull : ~0ull;
+  const std::uint64_t deadline = deadline_after(a.timeout_ms);
   bool ok = true;
   for (int k = 0; k < kChunksPerThread && ok; ++k) {
     const std::size_t c = threadIdx.x + static_cast<std::size_t>(k) * kWorkerThreads;
@@ -259,6 +263,56 @@ __device__ __noinline__ bool ll_allreduce_block(const LlAllreduceArgs& a) {
   return ok;
 }
 
+// This thread's chunks of src into sender's slot of a receiver's buffer.
+__device__ void ll_send(void* receiver_buffer, std::uint32_t parity, int sender, const void* src, std::size_t bytes,
+                        std::uint32_t flag) {
+  const std::size_t chunks = (bytes + kLlChunkBytes - 1) / kLlChunkBytes;
+  for (std::size_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const uint4 v = load_chunk(static_cast<const unsigned char*>(src), c, bytes);
+    char* line = static_cast<char*>(receiver_buffer) + ll_chunk_offset(parity, sender, c);
+    store_line(line, v.x, v.y, flag);
+    store_line(line + sizeof(LlLine), v.z, v.w, flag);
+  }
+}
+
+// This thread's chunks from sender's slot of this rank's buffer into dst;
+// false on timeout.
+__device__ bool ll_receive(const void* own_buffer, std::uint32_t parity, int sender, void* dst, std::size_t bytes,
+                           std::uint32_t flag, std::uint64_t deadline) {
+  const std::size_t chunks = (bytes + kLlChunkBytes - 1) / kLlChunkBytes;
+  for (std::size_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    uint4 v;
+    if (!wait_chunk(static_cast<const char*>(own_buffer) + ll_chunk_offset(parity, sender, c), flag, deadline, &v))
+      return false;
+    store_chunk(static_cast<unsigned char*>(dst), c, bytes, v);
+  }
+  return true;
+}
+
+__device__ bool ll_bcast_block(const LlBcastArgs& b) {
+  if (b.rank == b.root) {
+    for (int p = 0; p < b.nranks; ++p)
+      if (p != b.root) ll_send(b.buffers[p], b.parity, b.root, b.buffer, b.bytes, b.flag);
+    return true;
+  }
+  return ll_receive(b.buffers[b.rank], b.parity, b.root, b.buffer, b.bytes, b.flag, deadline_after(b.timeout_ms));
+}
+
+__device__ bool ll_alltoallv_block(const LlAlltoallvArgs& a) {
+  for (int p = 0; p < a.nranks; ++p)
+    if (p != a.rank && a.send_bytes[p] > 0) ll_send(a.buffers[p], a.parity, a.rank, a.send[p], a.send_bytes[p], a.flag);
+  const std::size_t own = a.recv_bytes[a.rank];
+  for (std::size_t c = threadIdx.x; c < (own + kLlChunkBytes - 1) / kLlChunkBytes; c += blockDim.x)
+    store_chunk(static_cast<unsigned char*>(a.recv[a.rank]), c, own,
+                load_chunk(static_cast<const unsigned char*>(a.send[a.rank]), c, own));
+  const std::uint64_t deadline = deadline_after(a.timeout_ms);
+  bool ok = true;
+  for (int p = 0; p < a.nranks && ok; ++p)
+    if (p != a.rank && a.recv_bytes[p] > 0)
+      ok = ll_receive(a.buffers[a.rank], a.parity, p, a.recv[p], a.recv_bytes[p], a.flag, deadline);
+  return ok;
+}
+
 struct WorkerLlAllreduce {
   const LlAllreduceArgs& args;
   bool ok = true;
@@ -273,6 +327,7 @@ struct WorkerLlAllreduce {
 __device__ std::int32_t run_share(const WorkItem& item, unsigned block, unsigned blocks) {
   constexpr std::int32_t kFine = 0;
   const std::int32_t unsupported = static_cast<std::int32_t>(Status::kUnsupported);
+  const std::int32_t timed_out = static_cast<std::int32_t>(Status::kTimeout);
   switch (item.kind) {
     case WorkKind::kCopies:
       copy_share(item.copies, block, blocks);
@@ -284,8 +339,14 @@ __device__ std::int32_t run_share(const WorkItem& item, unsigned block, unsigned
     case WorkKind::kLlAllreduce: {
       WorkerLlAllreduce visitor{item.ll};
       if (block != 0 || !dispatch_reduction(item.ll.type, item.ll.op, visitor)) return unsupported;
-      return __syncthreads_and(visitor.ok) ? kFine : static_cast<std::int32_t>(Status::kTimeout);
+      return __syncthreads_and(visitor.ok) ? kFine : timed_out;
     }
+    case WorkKind::kLlBcast:
+      if (block != 0) return unsupported;
+      return __syncthreads_and(ll_bcast_block(item.ll_bcast)) ? kFine : timed_out;
+    case WorkKind::kLlAlltoallv:
+      if (block != 0) return unsupported;
+      return __syncthreads_and(ll_alltoallv_block(item.ll_alltoallv)) ? kFine : timed_out;
   }
   return unsupported;
 }
@@ -298,32 +359,45 @@ __device__ void copy_item(WorkItem* to, const WorkItem* from) {
   for (unsigned i = threadIdx.x; i < sizeof(WorkItem) / 8; i += blockDim.x) dst[i] = src[i];
 }
 
+// One lane's 16 bytes of the doorbell, read at system scope (not cached).
+__device__ __forceinline__ void read_doorbell(const Mailbox* box, unsigned lane, std::uint64_t* low,
+                                              std::uint64_t* high) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*low), "=l"(*high) : "l"(box->doorbell + 2 * lane)
+               : "memory");
+}
+
 // Warp 0 of the leader block: waits until the doorbell holds call `sequence`
 // (then its payload words are in `words`), or for stop or idle. Returns
 // true when the call arrived. Every lane reads 16 bytes of the doorbell in
-// each round: one PCIe round trip brings the whole item.
+// each round: one PCIe round trip brings the whole item. kInFlight reads
+// are outstanding at any time, so the item is seen about a one-way trip
+// after it lands rather than up to a whole round trip later.
 __device__ bool wait_doorbell(const Mailbox* box, std::uint64_t sequence, std::int64_t idle_ns,
                               std::uint32_t* words) {
   constexpr unsigned kWarp = 0xffffffffu;
+  constexpr int kInFlight = 3;
   const unsigned lane = threadIdx.x;
   const std::uint32_t flag = doorbell_flag(sequence);
   const std::uint64_t since = now_ns();
+  std::uint64_t low[kInFlight], high[kInFlight];
+#pragma unroll
+  for (int k = 0; k < kInFlight; ++k) read_doorbell(box, lane, &low[k], &high[k]);
   for (;;) {
-    std::uint64_t low, high;
-    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
-                 : "=l"(low), "=l"(high)
-                 : "l"(box->doorbell + 2 * lane)
-                 : "memory");
-    const std::uint64_t stop = lane == 0 ? *reinterpret_cast<const volatile std::uint64_t*>(&box->stop) : 0;
-    const int used = __shfl_sync(kWarp, low >> 32 == flag ? doorbell_words(static_cast<std::uint32_t>(low)) : 0, 0);
-    const bool mine = used > 0 && (static_cast<int>(2 * lane) >= used || low >> 32 == flag) &&
-                      (static_cast<int>(2 * lane + 1) >= used || high >> 32 == flag);
-    if (__all_sync(kWarp, mine)) {
-      if (static_cast<int>(2 * lane) < used) words[2 * lane] = static_cast<std::uint32_t>(low);
-      if (static_cast<int>(2 * lane + 1) < used) words[2 * lane + 1] = static_cast<std::uint32_t>(high);
-      __syncwarp();
-      return true;
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) {
+      const int used =
+          __shfl_sync(kWarp, low[k] >> 32 == flag ? doorbell_words(static_cast<std::uint32_t>(low[k])) : 0, 0);
+      const bool mine = used > 0 && (static_cast<int>(2 * lane) >= used || low[k] >> 32 == flag) &&
+                        (static_cast<int>(2 * lane + 1) >= used || high[k] >> 32 == flag);
+      if (__all_sync(kWarp, mine)) {
+        if (static_cast<int>(2 * lane) < used) words[2 * lane] = static_cast<std::uint32_t>(low[k]);
+        if (static_cast<int>(2 * lane + 1) < used) words[2 * lane + 1] = static_cast<std::uint32_t>(high[k]);
+        __syncwarp();
+        return true;
+      }
+      read_doorbell(box, lane, &low[k], &high[k]);
     }
+    const std::uint64_t stop = lane == 0 ? *reinterpret_cast<const volatile std::uint64_t*>(&box->stop) : 0;
     const bool leave = stop != 0 || static_cast<std::int64_t>(now_ns() - since) > idle_ns;
     if (__shfl_sync(kWarp, leave, 0)) return false;
   }
@@ -379,13 +453,17 @@ __global__ void __launch_bounds__(kWorkerThreads)
     const std::int32_t failure = whole_grid ? run_share(item, blockIdx.x, gridDim.x) : run_share(item, 0, 1);
     __syncthreads();
     if (threadIdx.x != 0) continue;
-    // The block's results (the barrier ordered them before this thread's
-    // fence) reach the system before the report.
-    __threadfence_system();
-    if (whole_grid && atomicAdd(&state->finished, 1u) != gridDim.x - 1) continue;
-    if (whole_grid) atomicExch(&state->finished, 0u);
+    if (whole_grid) {
+      // This block's results (the barrier ordered them before the fence)
+      // reach the system before it counts itself finished; the last block
+      // to finish reports.
+      __threadfence_system();
+      if (atomicAdd(&state->finished, 1u) != gridDim.x - 1) continue;
+      atomicExch(&state->finished, 0u);
+    }
     if (failure) *reinterpret_cast<volatile std::int32_t*>(&box->failed) = failure;
-    __threadfence_system();
+    // A release at system scope: everything the barrier (or the other
+    // blocks' fences) ordered before it is visible to whoever sees done.
     store_release_sys(&box->done, sequence);
   }
 }

@@ -60,7 +60,44 @@ struct LlAllreduceArgs {
   std::uint32_t reserved;
 };
 
-enum class WorkKind : std::int32_t { kDirectReduce = 1, kCopies = 2, kLlAllreduce = 3 };
+// Bcast over LL: the root stores its buffer into every peer's receive
+// buffer; every other rank copies what arrives into its own buffer.
+struct LlBcastArgs {
+  void* buffer;  // the root's source, or this rank's destination
+  void* buffers[kMaxDirectRanks];
+  std::uint64_t bytes;
+  std::int32_t rank;
+  std::int32_t nranks;
+  std::int32_t root;
+  std::uint32_t flag;
+  std::uint32_t parity;
+  std::uint32_t timeout_ms;
+};
+
+// Alltoallv over LL: every rank stores its block for peer p into p's
+// receive buffer and copies each peer's arriving block into place; its own
+// block is a local copy.
+struct LlAlltoallvArgs {
+  const void* send[kMaxDirectRanks];
+  std::uint64_t send_bytes[kMaxDirectRanks];
+  void* recv[kMaxDirectRanks];
+  std::uint64_t recv_bytes[kMaxDirectRanks];
+  void* buffers[kMaxDirectRanks];
+  std::int32_t rank;
+  std::int32_t nranks;
+  std::uint32_t flag;
+  std::uint32_t parity;
+  std::uint32_t timeout_ms;
+  std::uint32_t reserved;
+};
+
+enum class WorkKind : std::int32_t {
+  kDirectReduce = 1,
+  kCopies = 2,
+  kLlAllreduce = 3,
+  kLlBcast = 4,
+  kLlAlltoallv = 5
+};
 
 struct WorkItem {
   WorkKind kind;
@@ -68,6 +105,8 @@ struct WorkItem {
   DirectReduceArgs reduce;
   CopyListArgs copies;
   LlAllreduceArgs ll;
+  LlBcastArgs ll_bcast;
+  LlAlltoallvArgs ll_alltoallv;
 };
 
 constexpr int kDoorbellWords = 64;  // 512 bytes: one 16-byte load per lane of a warp

@@ -79,6 +79,33 @@ inline int encode_doorbell(const WorkItem& item, std::uint32_t* words) {
     put64(words, &at, reinterpret_cast<std::uintptr_t>(l.input));
     put64(words, &at, reinterpret_cast<std::uintptr_t>(l.output));
     for (int r = 0; r < l.nranks; ++r) put64(words, &at, reinterpret_cast<std::uintptr_t>(l.buffers[r]));
+  } else if (item.kind == WorkKind::kLlBcast) {
+    const LlBcastArgs& b = item.ll_bcast;
+    first = static_cast<std::uint32_t>(b.rank);
+    second = static_cast<std::uint32_t>(b.nranks);
+    type = static_cast<std::uint32_t>(b.root);
+    put64(words, &at, b.bytes);
+    words[at++] = b.flag;
+    words[at++] = b.parity << 31 | (b.timeout_ms & 0x7fffffffu);
+    put64(words, &at, reinterpret_cast<std::uintptr_t>(b.buffer));
+    for (int r = 0; r < b.nranks; ++r) put64(words, &at, reinterpret_cast<std::uintptr_t>(b.buffers[r]));
+  } else if (item.kind == WorkKind::kLlAlltoallv) {
+    const LlAlltoallvArgs& a = item.ll_alltoallv;
+    if (2 + 2 + 8 * a.nranks > kDoorbellWords) {
+      kind = kInMailbox;
+    } else {
+      first = static_cast<std::uint32_t>(a.rank);
+      second = static_cast<std::uint32_t>(a.nranks);
+      words[at++] = a.flag;
+      words[at++] = a.parity << 31 | (a.timeout_ms & 0x7fffffffu);
+      for (int r = 0; r < a.nranks; ++r) {
+        put64(words, &at, reinterpret_cast<std::uintptr_t>(a.send[r]));
+        words[at++] = static_cast<std::uint32_t>(a.send_bytes[r]);
+        put64(words, &at, reinterpret_cast<std::uintptr_t>(a.recv[r]));
+        words[at++] = static_cast<std::uint32_t>(a.recv_bytes[r]);
+        put64(words, &at, reinterpret_cast<std::uintptr_t>(a.buffers[r]));
+      }
+    }
   } else {
     const CopyListArgs& c = item.copies;
     if (2 + 6 * c.count > kDoorbellWords) {
@@ -135,6 +162,31 @@ FERRY_HOST_DEVICE bool decode_doorbell(const std::uint32_t* words, WorkItem* ite
     l.input = reinterpret_cast<const void*>(get64(words, &at));
     l.output = reinterpret_cast<void*>(get64(words, &at));
     for (int r = 0; r < l.nranks; ++r) l.buffers[r] = reinterpret_cast<void*>(get64(words, &at));
+  } else if (item->kind == WorkKind::kLlBcast) {
+    LlBcastArgs& b = item->ll_bcast;
+    b.root = static_cast<std::int32_t>(words[0] >> 16 & 0xff);
+    b.rank = first;
+    b.nranks = static_cast<int>(words[1] >> 24 & 0xff);
+    b.bytes = get64(words, &at);
+    b.flag = words[at++];
+    b.parity = words[at] >> 31;
+    b.timeout_ms = words[at++] & 0x7fffffffu;
+    b.buffer = reinterpret_cast<void*>(get64(words, &at));
+    for (int r = 0; r < b.nranks; ++r) b.buffers[r] = reinterpret_cast<void*>(get64(words, &at));
+  } else if (item->kind == WorkKind::kLlAlltoallv) {
+    LlAlltoallvArgs& a = item->ll_alltoallv;
+    a.rank = first;
+    a.nranks = static_cast<int>(words[1] >> 24 & 0xff);
+    a.flag = words[at++];
+    a.parity = words[at] >> 31;
+    a.timeout_ms = words[at++] & 0x7fffffffu;
+    for (int r = 0; r < a.nranks; ++r) {
+      a.send[r] = reinterpret_cast<const void*>(get64(words, &at));
+      a.send_bytes[r] = words[at++];
+      a.recv[r] = reinterpret_cast<void*>(get64(words, &at));
+      a.recv_bytes[r] = words[at++];
+      a.buffers[r] = reinterpret_cast<void*>(get64(words, &at));
+    }
   } else {
     CopyListArgs& c = item->copies;
     c.count = first;

@@ -108,6 +108,70 @@ TEST(EngineWorkerDoorbell, EncodesWhatFitsAndDefersTheRest) {
       EXPECT_EQ(back.copies.bytes[c], item.copies.bytes[c]);
     }
   }
+  for (int nranks = 2; nranks <= kMaxDirectRanks; ++nranks) {
+    WorkItem item{};
+    item.kind = WorkKind::kLlAlltoallv;
+    item.blocks = 1;
+    LlAlltoallvArgs& a = item.ll_alltoallv;
+    a.rank = nranks - 1;
+    a.nranks = nranks;
+    a.flag = 0xfffffffeu;
+    a.parity = 1;
+    a.timeout_ms = 600000;
+    for (int r = 0; r < nranks; ++r) {
+      a.send[r] = reinterpret_cast<void*>(0x7f0000000000ull + 4096 * r + 3);
+      a.send_bytes[r] = kLlMaxBytes - r;
+      a.recv[r] = reinterpret_cast<void*>(0x7e0000000000ull + 4096 * r + 5);
+      a.recv_bytes[r] = r;
+      a.buffers[r] = reinterpret_cast<void*>(0x7d0000000000ull + (std::uint64_t{1} << 20) * r);
+    }
+    std::uint32_t words[kDoorbellWords];
+    encode_doorbell(item, words);
+    WorkItem back{};
+    const bool fits = 4 + 8 * nranks <= kDoorbellWords;
+    ASSERT_EQ(decode_doorbell(words, &back), fits) << nranks << " ranks";
+    if (!fits) continue;
+    const LlAlltoallvArgs& b = back.ll_alltoallv;
+    EXPECT_EQ(back.kind, WorkKind::kLlAlltoallv);
+    EXPECT_EQ(b.rank, a.rank);
+    EXPECT_EQ(b.flag, a.flag);
+    EXPECT_EQ(b.parity, a.parity);
+    EXPECT_EQ(b.timeout_ms, a.timeout_ms);
+    for (int r = 0; r < nranks; ++r) {
+      EXPECT_EQ(b.send[r], a.send[r]);
+      EXPECT_EQ(b.send_bytes[r], a.send_bytes[r]);
+      EXPECT_EQ(b.recv[r], a.recv[r]);
+      EXPECT_EQ(b.recv_bytes[r], a.recv_bytes[r]);
+      EXPECT_EQ(b.buffers[r], a.buffers[r]);
+    }
+  }
+  {
+    WorkItem item{};
+    item.kind = WorkKind::kLlBcast;
+    item.blocks = 1;
+    LlBcastArgs& a = item.ll_bcast;
+    a.buffer = reinterpret_cast<void*>(0x7f0000000123ull);
+    a.bytes = kLlMaxBytes;
+    a.rank = 3;
+    a.nranks = kMaxDirectRanks;
+    a.root = 15;
+    a.flag = 7;
+    a.timeout_ms = 1;
+    for (int r = 0; r < kMaxDirectRanks; ++r) a.buffers[r] = reinterpret_cast<void*>(0x7d0000000000ull + r);
+    std::uint32_t words[kDoorbellWords];
+    encode_doorbell(item, words);
+    WorkItem back{};
+    ASSERT_TRUE(decode_doorbell(words, &back));
+    EXPECT_EQ(back.ll_bcast.buffer, a.buffer);
+    EXPECT_EQ(back.ll_bcast.bytes, a.bytes);
+    EXPECT_EQ(back.ll_bcast.root, a.root);
+    EXPECT_EQ(back.ll_bcast.rank, a.rank);
+    EXPECT_EQ(back.ll_bcast.nranks, a.nranks);
+    EXPECT_EQ(back.ll_bcast.flag, a.flag);
+    EXPECT_EQ(back.ll_bcast.parity, 0u);
+    EXPECT_EQ(back.ll_bcast.timeout_ms, a.timeout_ms);
+    for (int r = 0; r < kMaxDirectRanks; ++r) EXPECT_EQ(back.ll_bcast.buffers[r], a.buffers[r]);
+  }
   EXPECT_NE(doorbell_flag(0xffffffffull), 0u);
   EXPECT_NE(doorbell_flag(0xfffffffeull), doorbell_flag(0xffffffffull));
 }
