@@ -37,6 +37,7 @@
 #include "engine/topology/discovery.h"
 #include "engine/topology/local_topology.h"
 #include "engine/topology/nvml.h"
+#include "engine/topology/rocm_smi.h"
 #include "engine/topology/search.h"
 #include "engine/topology/topology_xml.h"
 #include "engine/gpu/gpu.h"
@@ -202,6 +203,8 @@ int print_local_topology(int nranks) {
     std::printf("  %s %s -> %s: %d link(s), %.1f GB/s\n", ferry::link_type_name(link.type), from.busid.c_str(),
                 to.type == ferry::NodeType::kNvSwitch ? "NVSwitch" : to.busid.c_str(), link.count, link.bandwidth_gbps);
   }
+  // What ROCm SMI says, GPU by GPU and pair by pair, where discovery asked it.
+  if (topo.discovery.rocm_smi) std::printf("%s", ferry::describe_rocm_smi(ferry::scan_rocm_smi()).c_str());
   if (gpus.empty() && emulated.empty()) {
     std::printf("\nno GPUs in the topology: ranks of this machine use p2p (shm with FERRY_P2P_DISABLE=1)\n");
     return 0;
@@ -584,6 +587,18 @@ int self_test() {
     test.fail("NVML", found.nvml_note + ": NVIDIA GPUs are on the PCI bus, but their NVLink links are unknown");
   } else {
     test.skip("NVML", found.nvml_note);
+  }
+  if (found.amd_gpus == 0) {
+    test.skip("rocm-smi", found.rocm_smi_note);
+  } else if (!found.rocm_smi) {
+    test.fail("rocm-smi", found.rocm_smi_note + ": AMD GPUs are on the PCI bus, but their xGMI links are unknown");
+  } else if (found.rocm_smi_gpus < found.amd_gpus) {
+    test.fail("rocm-smi", found.rocm_smi_note + ": it reports " + std::to_string(found.rocm_smi_gpus) + " of the " +
+                              std::to_string(found.amd_gpus) + " AMD GPU(s) on the PCI bus; the others' xGMI links "
+                              "are unknown");
+  } else {
+    test.pass("rocm-smi", found.rocm_smi_note + ", " + std::to_string(found.amd_gpus) + " AMD GPU(s), " +
+                              std::to_string(found.xgmi_links) + " xGMI link(s)");
   }
   if (!ferry::params().topo_file.empty()) {
     const ferry::LocalTopology loaded = ferry::load_local_topology(ferry::params().topo_file, "", 0);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/topology/nvml.h"
+#include "engine/topology/rocm_smi.h"
 #include "engine/topology/topology_xml.h"
 
 #ifdef FERRY_HAVE_HWLOC
@@ -21,10 +22,28 @@ namespace {
 
 constexpr const char* kEmulatedBusPrefix = "emulated:";
 
+std::string attr(const char* key, const std::string& value) {
+  return " " + std::string(key) + "=\"" + xml_escape(value) + "\"";
+}
+
 }  // namespace
 
 bool is_emulated_gpu(const Node& node) {
   return node.type == NodeType::kGpu && node.busid.rfind(kEmulatedBusPrefix, 0) == 0;
+}
+
+std::string xgmi_elements(const RocmSmiScan& scan, const std::string& busid,
+                          const std::map<std::string, std::string>& gpus, int depth, int* links) {
+  const std::string pad(2 * depth, ' ');
+  std::string out;
+  for (const XgmiLink& link : xgmi_links_of(scan, busid)) {
+    const auto target = gpus.find(link.target);
+    if (target == gpus.end()) continue;
+    out += pad + "<xgmi" + attr("target", link.target) + attr("count", std::to_string(link.count)) +
+           attr("tclass", target->second) + "/>\n";
+    if (links) *links += link.count;
+  }
+  return out;
 }
 
 #ifdef FERRY_HAVE_HWLOC
@@ -32,6 +51,9 @@ namespace {
 
 constexpr unsigned kVendorNvidia = 0x10de, kVendorAmd = 0x1002;
 constexpr unsigned kClassVga = 0x0300, kClass3d = 0x0302;
+// AMD's Instinct parts: MI100 and MI200 are "display controllers" (0x0380),
+// MI300 "processing accelerators" (0x1200).
+constexpr unsigned kClassDisplayOther = 0x0380, kClassAccelerator = 0x1200;
 constexpr const char* kNvSwitchClass = "0x068000";
 // Mb/s NCCL assumes for an interface that does not report its speed.
 constexpr int kDefaultNetSpeedMbps = 10000;
@@ -51,10 +73,6 @@ bool path_exists(const char* path) {
 // GPUDirect RDMA needs the peer-memory module between NIC and GPU driver.
 bool gpudirect_rdma_module_loaded() {
   return path_exists("/sys/module/nvidia_peermem") || path_exists("/sys/module/nv_peer_mem");
-}
-
-std::string attr(const char* key, const std::string& value) {
-  return " " + std::string(key) + "=\"" + xml_escape(value) + "\"";
 }
 
 std::string busid_of(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci) {
@@ -81,17 +99,23 @@ std::string affinity_of(hwloc_const_cpuset_t cpuset) {
   return out;
 }
 
-// The PCI attributes every <pci> element carries; speed and width from
-// sysfs as NCCL reads them, left out where the device does not say.
-std::string pci_attributes(const std::string& busid, unsigned class_id) {
-  const std::string dir = "/sys/bus/pci/devices/" + busid + "/";
-  std::string pci_class = read_line(dir + "class");
+// sysfs's class of a PCI device ("0x030200"), else hwloc's with no
+// programming interface.
+std::string pci_class_of(const std::string& busid, unsigned class_id) {
+  std::string pci_class = read_line("/sys/bus/pci/devices/" + busid + "/class");
   if (pci_class.empty()) {
     char text[16];
     std::snprintf(text, sizeof(text), "0x%04x00", class_id);
     pci_class = text;
   }
-  std::string out = attr("busid", busid) + attr("class", pci_class);
+  return pci_class;
+}
+
+// The PCI attributes every <pci> element carries; speed and width from
+// sysfs as NCCL reads them, left out where the device does not say.
+std::string pci_attributes(const std::string& busid, unsigned class_id) {
+  const std::string dir = "/sys/bus/pci/devices/" + busid + "/";
+  std::string out = attr("busid", busid) + attr("class", pci_class_of(busid, class_id));
   const std::string speed = read_line(dir + "max_link_speed");
   if (!speed.empty() && speed[0] >= '0' && speed[0] <= '9') out += attr("link_speed", speed);
   const std::string width = read_line(dir + "max_link_width");
@@ -116,15 +140,19 @@ int net_speed_mbps(const std::string& name, bool openfabrics) {
 bool is_gpu(hwloc_obj_t obj) {
   if (obj->type != HWLOC_OBJ_PCI_DEVICE) return false;
   const auto& pci = obj->attr->pcidev;
-  return (pci.class_id == kClassVga || pci.class_id == kClass3d) &&
-         (pci.vendor_id == kVendorNvidia || pci.vendor_id == kVendorAmd);
+  const bool display = pci.class_id == kClassVga || pci.class_id == kClass3d;
+  if (pci.vendor_id == kVendorNvidia) return display;
+  return pci.vendor_id == kVendorAmd &&
+         (display || pci.class_id == kClassDisplayOther || pci.class_id == kClassAccelerator);
 }
 
 class HwlocWriter {
  public:
-  HwlocWriter(hwloc_topology_t topology, const NvmlScan& nvml, int emulated_devices, DiscoveryReport& report)
+  HwlocWriter(hwloc_topology_t topology, const NvmlScan& nvml, const RocmSmiScan& rocm_smi, int emulated_devices,
+              DiscoveryReport& report)
       : topology_(topology),
         nvml_(nvml),
+        rocm_smi_(rocm_smi),
         emulated_devices_(emulated_devices),
         report_(report),
         gdr_(gpudirect_rdma_module_loaded()) {}
@@ -162,8 +190,12 @@ class HwlocWriter {
   // Without NVML, GPUs are numbered in bus order.
   void number_gpus() {
     int ordinal = 0;
-    for (hwloc_obj_t obj = nullptr; (obj = hwloc_get_next_pcidev(topology_, obj));)
-      if (is_gpu(obj)) gpu_busids_.push_back({busid_of(obj->attr->pcidev), ordinal++});
+    for (hwloc_obj_t obj = nullptr; (obj = hwloc_get_next_pcidev(topology_, obj));) {
+      if (!is_gpu(obj)) continue;
+      const std::string busid = busid_of(obj->attr->pcidev);
+      gpu_busids_.push_back({busid, ordinal++});
+      gpu_classes_[busid] = pci_class_of(busid, obj->attr->pcidev.class_id);
+    }
   }
 
   const NvmlGpu* nvml_gpu(const std::string& busid) const {
@@ -243,6 +275,8 @@ class HwlocWriter {
         report_.nvlink_links += count;
       }
     }
+    if (obj->attr->pcidev.vendor_id == kVendorAmd)
+      out += xgmi_elements(rocm_smi_, busid, gpu_classes_, depth + 1, &report_.xgmi_links);
     return out + pad + "</gpu>\n";
   }
 
@@ -280,10 +314,12 @@ class HwlocWriter {
 
   hwloc_topology_t topology_;
   const NvmlScan& nvml_;
+  const RocmSmiScan& rocm_smi_;
   const int emulated_devices_;
   DiscoveryReport& report_;
   const bool gdr_;
   std::vector<std::pair<std::string, int>> gpu_busids_;
+  std::map<std::string, std::string> gpu_classes_;  // PCI class by bus id
   int net_devices_ = 0;
 };
 
@@ -303,7 +339,8 @@ Status discover_topology_xml(int emulated_devices, std::string* xml, DiscoveryRe
   }
   hwloc_topology_set_io_types_filter(topology, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   // Plugins that would start a GPU runtime or display stack inside the
-  // application's process; NVML is asked directly, and only for NVLink.
+  // application's process; NVML and ROCm SMI are asked directly, and only
+  // for NVLink and xGMI.
   for (const char* component : {"cuda", "nvml", "opencl", "rsmi", "levelzero", "gl"})
     hwloc_topology_set_components(topology, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, component);
   if (hwloc_topology_load(topology) != 0) {
@@ -315,9 +352,14 @@ Status discover_topology_xml(int emulated_devices, std::string* xml, DiscoveryRe
   found.hwloc = true;
   found.hwloc_note = hwloc_version();
 
-  // NVML only where hwloc saw an NVIDIA GPU: elsewhere it has nothing to say.
-  for (hwloc_obj_t obj = nullptr; (obj = hwloc_get_next_pcidev(topology, obj));)
+  // NVML only where hwloc saw an NVIDIA GPU, ROCm SMI only where it saw an
+  // AMD one: elsewhere they have nothing to say.
+  std::vector<std::string> amd_busids;
+  for (hwloc_obj_t obj = nullptr; (obj = hwloc_get_next_pcidev(topology, obj));) {
     found.nvidia_gpus += is_gpu(obj) && obj->attr->pcidev.vendor_id == kVendorNvidia;
+    if (is_gpu(obj) && obj->attr->pcidev.vendor_id == kVendorAmd) amd_busids.push_back(busid_of(obj->attr->pcidev));
+  }
+  found.amd_gpus = static_cast<int>(amd_busids.size());
   NvmlScan nvml;
   if (found.nvidia_gpus > 0) {
     nvml = scan_nvml();
@@ -326,14 +368,28 @@ Status discover_topology_xml(int emulated_devices, std::string* xml, DiscoveryRe
   }
   found.nvml = nvml.loaded;
   found.nvml_note = nvml.note;
+  RocmSmiScan rocm_smi;
+  if (found.amd_gpus > 0) {
+    rocm_smi = scan_rocm_smi();
+  } else {
+    rocm_smi.note = "not asked (no AMD GPU on the PCI bus)";
+  }
+  for (const std::string& busid : amd_busids)
+    for (const RocmSmiGpu& gpu : rocm_smi.gpus)
+      if (gpu.busid == busid) {
+        ++found.rocm_smi_gpus;
+        break;
+      }
+  found.rocm_smi = rocm_smi.loaded;
+  found.rocm_smi_note = rocm_smi.note;
 
-  *xml = HwlocWriter(topology, nvml, emulated_devices, found).write();
+  *xml = HwlocWriter(topology, nvml, rocm_smi, emulated_devices, found).write();
   hwloc_topology_destroy(topology);
   found.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  FERRY_INFO(Topo, "discovered %d NUMA node(s), %d PCI switch(es), %d GPU(s), %d NIC(s), %d NVLink link(s) in %.1f ms "
-             "(%s; NVML: %s); %d emulated GPU(s)", found.numa_nodes, found.pci_switches, found.gpus, found.nics,
-             found.nvlink_links, found.milliseconds, found.hwloc_note.c_str(), found.nvml_note.c_str(),
-             found.emulated_gpus);
+  FERRY_INFO(Topo, "discovered %d NUMA node(s), %d PCI switch(es), %d GPU(s), %d NIC(s), %d NVLink link(s), "
+             "%d xGMI link(s) in %.1f ms (%s; NVML: %s; rocm-smi: %s); %d emulated GPU(s)", found.numa_nodes,
+             found.pci_switches, found.gpus, found.nics, found.nvlink_links, found.xgmi_links, found.milliseconds,
+             found.hwloc_note.c_str(), found.nvml_note.c_str(), found.rocm_smi_note.c_str(), found.emulated_gpus);
   if (report) *report = found;
   return Status::kOk;
 }
@@ -344,6 +400,7 @@ Status discover_topology_xml(int, std::string*, DiscoveryReport* report) {
   DiscoveryReport found;
   found.hwloc_note = "Ferry was built without hwloc (install libhwloc-dev and rebuild)";
   found.nvml_note = "not used (no hwloc)";
+  found.rocm_smi_note = "not used (no hwloc)";
   FERRY_INFO(Topo, "no topology discovery: %s", found.hwloc_note.c_str());
   if (report) *report = found;
   return Status::kUnavailable;

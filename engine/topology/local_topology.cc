@@ -52,7 +52,8 @@ LocalTopology load_local_topology(const std::string& topo_file, const std::strin
   } else {
     topo.source = "discovered";
     topo.available = ok(discover_topology(emulated_devices, topo.graph, &topo.discovery));
-    topo.source += " (" + topo.discovery.hwloc_note + "; NVML: " + topo.discovery.nvml_note + ")";
+    topo.source += " (" + topo.discovery.hwloc_note + "; NVML: " + topo.discovery.nvml_note +
+                   "; rocm-smi: " + topo.discovery.rocm_smi_note + ")";
     if (!topo.available) topo.error = "discovery failed: " + topo.discovery.hwloc_note;
   }
   if (!topo.available) topo.graph = SystemGraph{};

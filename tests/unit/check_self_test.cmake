@@ -7,7 +7,7 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "ferry-info --self-test exited ${rc} on this machine")
 endif()
 set(expected "PASS parameters" "PASS shared memory" "PASS device backend" "PASS device memory"
-             "(PASS|SKIP) GPUs visible" "(PASS|SKIP) peer access" "(PASS|SKIP) NVML"
+             "(PASS|SKIP) GPUs visible" "(PASS|SKIP) peer access" "(PASS|SKIP) NVML" "(PASS|SKIP) rocm-smi"
              "self-test: [0-9]+ passed, [0-9]+ skipped, 0 failed")
 if(HWLOC)
   list(APPEND expected "PASS hwloc: hwloc [0-9.]+: [1-9][0-9]* NUMA node")

@@ -135,6 +135,14 @@ TEST(TopoDiscovery, LoadsThisMachine) {
   EXPECT_EQ(d.graph.host_count, 1);
   EXPECT_EQ(d.report.numa_nodes, static_cast<int>(numa_nodes_of(d.graph).size()));
   EXPECT_FALSE(d.report.nvml_note.empty());  // NVML's absence is stated, not silent
+  EXPECT_FALSE(d.report.rocm_smi_note.empty());  // so is ROCm SMI's
+  if (d.report.amd_gpus == 0) {
+    EXPECT_EQ(d.report.rocm_smi_note, "not asked (no AMD GPU on the PCI bus)");
+    EXPECT_FALSE(d.report.rocm_smi);
+    EXPECT_EQ(d.report.xgmi_links, 0);
+  }
+  for (const Link& link : d.graph.links)
+    if (link.type == LinkType::kXgmi) EXPECT_TRUE(d.report.rocm_smi) << "xGMI links without ROCm SMI";
 }
 
 // One CPU per NUMA node with CPUs, as sysfs lists them; each CPU's
@@ -170,20 +178,24 @@ TEST(TopoDiscovery, NumaNodesAreSysfsNodesWithCpus) {
   }
 }
 
-// GPUs: NVIDIA and AMD display/3D controllers on the PCI bus.
+// GPUs: NVIDIA display/3D controllers, AMD display controllers and
+// processing accelerators on the PCI bus.
 TEST(TopoDiscovery, GpusAreTheNvidiaAndAmdDisplayControllersOnThePciBus) {
   const Discovered& d = discovered();
   ASSERT_EQ(d.status, Status::kOk);
   std::set<std::string> expected;
+  int amd = 0;
   for (const std::string& busid : list_dir("/sys/bus/pci/devices")) {
     const std::string dir = "/sys/bus/pci/devices/" + busid + "/";
-    const std::string pci_class = read_line(dir + "class"), vendor = read_line(dir + "vendor");
-    if ((pci_class.rfind("0x0300", 0) == 0 || pci_class.rfind("0x0302", 0) == 0) &&
-        (vendor == "0x10de" || vendor == "0x1002"))
-      expected.insert(busid);
+    const std::string pci_class = read_line(dir + "class").substr(0, 6), vendor = read_line(dir + "vendor");
+    const bool display = pci_class == "0x0300" || pci_class == "0x0302";
+    const bool amd_gpu = vendor == "0x1002" && (display || pci_class == "0x0380" || pci_class == "0x1200");
+    if ((vendor == "0x10de" && display) || amd_gpu) expected.insert(busid);
+    amd += amd_gpu;
   }
   EXPECT_EQ(busids_of(d.graph, NodeType::kGpu), expected);
   EXPECT_EQ(d.report.gpus, static_cast<int>(expected.size()));
+  EXPECT_EQ(d.report.amd_gpus, amd);
   for (const Node& node : d.graph.nodes)
     if (node.type == NodeType::kGpu) EXPECT_EQ(node.rank, -1) << "discovered GPUs belong to no rank yet";
 }
