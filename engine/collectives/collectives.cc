@@ -125,6 +125,15 @@ Status finish_together(Communicator& comm, Status local, PhaseClock& clock) {
   return Status::kOk;
 }
 
+// The end of an LL call: no rank reads another's buffers, so no closing
+// exchange; a failure is this rank's (a peer that failed leaves it waiting
+// for data until its own wait times out).
+Status finish_alone(Status local, PhaseClock& clock) {
+  clock.mark(EnginePhase::kRun);
+  if (ok(local)) clock.count_call();
+  return local;
+}
+
 // This rank's pointer to every rank's input and output, mapping the peers'.
 struct MappedBuffers {
   const void* inputs[kMaxDirectRanks];
@@ -389,7 +398,9 @@ Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, cons
   for (const Handshake& h : all)
     if (h.algorithm != all[0].algorithm)
       algorithm = choose_allreduce(comm.size(), count * data_type_size(type), any_in_place);
-  if (algorithm == AllreduceAlgorithm::kOneShotLl) algorithm = AllreduceAlgorithm::kOneShot;
+  // LL needs every rank to have skipped its exports: here they did not.
+  if (algorithm == AllreduceAlgorithm::kOneShotLl)
+    algorithm = any_in_place ? AllreduceAlgorithm::kTwoShot : AllreduceAlgorithm::kOneShot;
   count_allreduce_run(algorithm);
   MappedBuffers buffers{};
   FERRY_CHECK(map_all(comm, all, input, output, algorithm != AllreduceAlgorithm::kOneShot, &buffers));
@@ -497,7 +508,8 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
     if (transport == EngineTransport::kP2p) {
       planned = choose_allreduce(comm.size(), count * data_type_size(type), send == nullptr);
       // LL needs the worker; without one here, one-shot (or two-shot in place).
-      if (planned == AllreduceAlgorithm::kOneShotLl && !(where.backend && comm.ll_possible(where.backend, where.device)))
+      const bool ll_here = where.backend && comm.ll_possible(where.backend, where.device);
+      if (planned == AllreduceAlgorithm::kOneShotLl && !ll_here)
         planned = send == nullptr ? AllreduceAlgorithm::kTwoShot : AllreduceAlgorithm::kOneShot;
     }
     mine.algorithm = static_cast<std::uint16_t>(planned);
@@ -520,10 +532,7 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
   *ran = true;
   if (all_ll && transport == EngineTransport::kP2p) {
     count_allreduce_run(AllreduceAlgorithm::kOneShotLl);
-    const Status status = run_ll_allreduce(comm, where, input, recv, count, type, op);
-    clock.mark(EnginePhase::kRun);
-    if (ok(status)) clock.count_call();
-    return status;
+    return finish_alone(run_ll_allreduce(comm, where, input, recv, count, type, op), clock);
   }
   if (transport == EngineTransport::kShm)
     return finish_together(comm, run_shm_allreduce(comm, where, input, recv, count, type, op), clock);
@@ -548,14 +557,9 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
   if (!everyone) return Status::kOk;
   *ran = true;
-  if (transport == EngineTransport::kShm) return finish_together(comm, run_shm_bcast(comm, where, buffer, bytes, root), clock);
-  // Over LL no rank reads another's buffer: no closing exchange.
-  if (all_chose(all, kLlPath)) {
-    const Status status = run_ll_bcast(comm, where, buffer, bytes, root);
-    clock.mark(EnginePhase::kRun);
-    if (ok(status)) clock.count_call();
-    return status;
-  }
+  if (transport == EngineTransport::kShm)
+    return finish_together(comm, run_shm_bcast(comm, where, buffer, bytes, root), clock);
+  if (all_chose(all, kLlPath)) return finish_alone(run_ll_bcast(comm, where, buffer, bytes, root), clock);
 
   // Every non-root rank pulls the root's buffer with its copy engine.
   Status local = Status::kOk;
@@ -608,21 +612,18 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
                          ? kLlPath
                          : kCopyPaths;
     mine.eligible = where.backend && from.backend == where.backend &&
-                    (transport == EngineTransport::kP2p ? ok(comm.peer_memory().export_buffer(send, from.info, &mine.first))
-                                                        : send_span <= comm.shm()->bytes());
+                    (transport == EngineTransport::kP2p
+                         ? ok(comm.peer_memory().export_buffer(send, from.info, &mine.first))
+                         : send_span <= comm.shm()->bytes());
   }
   std::vector<Handshake> all;
   bool everyone = false;
   FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
   if (!everyone) return Status::kOk;
   *ran = true;
-  if (transport == EngineTransport::kP2p && all_chose(all, kLlPath)) {
-    const Status status =
-        run_ll_alltoallv(comm, where, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
-    clock.mark(EnginePhase::kRun);
-    if (ok(status)) clock.count_call();
-    return status;
-  }
+  if (transport == EngineTransport::kP2p && all_chose(all, kLlPath))
+    return finish_alone(
+        run_ll_alltoallv(comm, where, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets), clock);
 
   // Each sender's offset of its block for each receiver.
   std::vector<std::uint64_t> my_offsets(send_offsets, send_offsets + n);

@@ -239,7 +239,8 @@ Status Communicator::scratch_for(gpu::Backend* backend, int device, std::size_t 
 
 Worker* Communicator::worker_for(gpu::Backend* backend, int device) {
   auto it = workers_.find({backend, device});
-  if (it == workers_.end()) it = workers_.emplace(std::make_pair(backend, device), Worker::create(backend, device)).first;
+  if (it == workers_.end())
+    it = workers_.emplace(std::make_pair(backend, device), Worker::create(backend, device)).first;
   return it->second.get();
 }
 

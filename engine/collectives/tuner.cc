@@ -51,10 +51,11 @@ constexpr double kTreeEfficiency = 0.92;
 constexpr double kTreeChunkBytes = 256 << 10;
 
 // A blocking call on the engine worker (worker.h): doorbell and report
-// through host memory, ~3.9 us for the round trip alone on the GPU machine
-// (VM, PCIe), plus the engine's handshake; calibrated on the LL allreduce's
-// measured 8-byte time (bench/RESULTS.md).
-constexpr double kWorkerUs = 6.5;
+// through host memory, 3.2-3.9 us for the round trip alone on the GPU
+// machine (bench/mailbox-latency), plus the engine's handshake; calibrated
+// so that one LL hop more gives the LL allreduce's measured 32 B - 2 KiB
+// time on 2x H200, 7.6 us (bench/RESULTS.md).
+constexpr double kWorkerUs = 7.0;
 
 // One thread block moving LL lines (half of each line is flags): what a
 // single SM reaches over NVLink, measured as the worker's one-block copies
