@@ -318,14 +318,20 @@ bool ll_ready(Communicator& comm, EngineTransport transport, const Placement& wh
          comm.ll_possible(where.backend, where.device);
 }
 
-// The next LL call on the communicator's channel: its flag and parity.
-Status next_ll_call(Communicator& comm, const Placement& where, Communicator::LlChannel** channel,
-                    std::uint32_t* flag, std::uint32_t* parity, std::uint32_t* timeout_ms) {
-  FERRY_CHECK(comm.ll_channel(where.backend, where.device, channel));
-  const std::uint64_t call = ++(*channel)->calls;
-  *flag = doorbell_flag(call);
-  *parity = static_cast<std::uint32_t>(call % 2);
-  *timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(params().handshake_timeout, 1 << 20) * 1000);
+// Fills what the arguments of every LL call share (LlAllreduceArgs,
+// LlBcastArgs, LlAlltoallvArgs): the call's flag and buffer half, the wait
+// limit, every rank's receive buffer, and who is who.
+template <typename LlArgs>
+Status prepare_ll_call(Communicator& comm, const Placement& where, LlArgs* args) {
+  Communicator::LlChannel* channel = nullptr;
+  FERRY_CHECK(comm.ll_channel(where.backend, where.device, &channel));
+  const std::uint64_t call = ++channel->calls;
+  args->flag = doorbell_flag(call);
+  args->parity = static_cast<std::uint32_t>(call % 2);
+  args->timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(params().handshake_timeout, 1 << 20) * 1000);
+  for (int r = 0; r < comm.size(); ++r) args->buffers[r] = channel->buffers[r];
+  args->rank = comm.rank();
+  args->nranks = comm.size();
   t_ran_on_worker = true;
   return Status::kOk;
 }
@@ -337,17 +343,12 @@ Status run_ll_allreduce(Communicator& comm, const Placement& where, const void* 
   WorkItem item{};
   item.kind = WorkKind::kLlAllreduce;
   item.blocks = 1;
-  LlAllreduceArgs& ll = item.ll;
-  Communicator::LlChannel* channel = nullptr;
-  FERRY_CHECK(next_ll_call(comm, where, &channel, &ll.flag, &ll.parity, &ll.timeout_ms));
-  ll.input = input;
-  ll.output = output;
-  for (int r = 0; r < comm.size(); ++r) ll.buffers[r] = channel->buffers[r];
-  ll.count = count;
-  ll.type = type;
-  ll.op = op;
-  ll.rank = comm.rank();
-  ll.nranks = comm.size();
+  FERRY_CHECK(prepare_ll_call(comm, where, &item.ll));
+  item.ll.input = input;
+  item.ll.output = output;
+  item.ll.count = count;
+  item.ll.type = type;
+  item.ll.op = op;
   return comm.worker_for(where.backend, where.device)->run(item);
 }
 
@@ -355,15 +356,10 @@ Status run_ll_bcast(Communicator& comm, const Placement& where, void* buffer, st
   WorkItem item{};
   item.kind = WorkKind::kLlBcast;
   item.blocks = 1;
-  LlBcastArgs& b = item.ll_bcast;
-  Communicator::LlChannel* channel = nullptr;
-  FERRY_CHECK(next_ll_call(comm, where, &channel, &b.flag, &b.parity, &b.timeout_ms));
-  b.buffer = buffer;
-  for (int r = 0; r < comm.size(); ++r) b.buffers[r] = channel->buffers[r];
-  b.bytes = bytes;
-  b.rank = comm.rank();
-  b.nranks = comm.size();
-  b.root = root;
+  FERRY_CHECK(prepare_ll_call(comm, where, &item.ll_bcast));
+  item.ll_bcast.buffer = buffer;
+  item.ll_bcast.bytes = bytes;
+  item.ll_bcast.root = root;
   return comm.worker_for(where.backend, where.device)->run(item);
 }
 
@@ -374,17 +370,13 @@ Status run_ll_alltoallv(Communicator& comm, const Placement& where, const void* 
   item.kind = WorkKind::kLlAlltoallv;
   item.blocks = 1;
   LlAlltoallvArgs& a = item.ll_alltoallv;
-  Communicator::LlChannel* channel = nullptr;
-  FERRY_CHECK(next_ll_call(comm, where, &channel, &a.flag, &a.parity, &a.timeout_ms));
+  FERRY_CHECK(prepare_ll_call(comm, where, &a));
   for (int r = 0; r < comm.size(); ++r) {
     a.send[r] = at(send, send_offsets[r]);
     a.send_bytes[r] = send_bytes[r];
     a.recv[r] = at(recv, recv_offsets[r]);
     a.recv_bytes[r] = recv_bytes[r];
-    a.buffers[r] = channel->buffers[r];
   }
-  a.rank = comm.rank();
-  a.nranks = comm.size();
   return comm.worker_for(where.backend, where.device)->run(item);
 }
 
