@@ -73,32 +73,33 @@ Schedule tree_schedule(const std::array<BinaryTree, 2>& trees, int rank, std::si
   return schedule;
 }
 
-}  // namespace
-
-Schedule ring_reduce_scatter(const Ring& ring, int rank, std::size_t count, std::size_t align) {
+// n - 1 steps around the ring: send slice (p + first - step) to the next
+// rank, receive slice (p + first - step - 1) from the previous one, where p
+// is this rank's position. Reduce-scatter starts at its own slice (first 0)
+// and reduces what arrives; all-gather starts one further (the slice it
+// finished reducing) and copies.
+Schedule ring_steps(const Ring& ring, int rank, std::size_t count, std::size_t align, int first,
+                    ScheduleOp::Kind receive) {
   Schedule schedule;
   const int n = static_cast<int>(ring.size());
   const int p = position_in(ring, rank);
   const int next = ring[wrap(p + 1, n)];
   const int prev = ring[wrap(p - 1, n)];
   for (int step = 0; step < n - 1; ++step) {
-    add(schedule, ScheduleOp::Kind::kSend, next, direct_slice(wrap(p - step, n), n, count, align));
-    add(schedule, ScheduleOp::Kind::kRecvReduce, prev, direct_slice(wrap(p - step - 1, n), n, count, align));
+    add(schedule, ScheduleOp::Kind::kSend, next, direct_slice(wrap(p + first - step, n), n, count, align));
+    add(schedule, receive, prev, direct_slice(wrap(p + first - step - 1, n), n, count, align));
   }
   return schedule;
 }
 
+}  // namespace
+
+Schedule ring_reduce_scatter(const Ring& ring, int rank, std::size_t count, std::size_t align) {
+  return ring_steps(ring, rank, count, align, 0, ScheduleOp::Kind::kRecvReduce);
+}
+
 Schedule ring_allgather(const Ring& ring, int rank, std::size_t count, std::size_t align) {
-  Schedule schedule;
-  const int n = static_cast<int>(ring.size());
-  const int p = position_in(ring, rank);
-  const int next = ring[wrap(p + 1, n)];
-  const int prev = ring[wrap(p - 1, n)];
-  for (int step = 0; step < n - 1; ++step) {
-    add(schedule, ScheduleOp::Kind::kSend, next, direct_slice(wrap(p + 1 - step, n), n, count, align));
-    add(schedule, ScheduleOp::Kind::kRecvCopy, prev, direct_slice(wrap(p - step, n), n, count, align));
-  }
-  return schedule;
+  return ring_steps(ring, rank, count, align, 1, ScheduleOp::Kind::kRecvCopy);
 }
 
 Schedule ring_allreduce(const Ring& ring, int rank, std::size_t count, std::size_t align) {
