@@ -384,12 +384,14 @@ Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, cons
                      const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
   // The ranks' choices differ only when FERRY_TUNE forced an algorithm that
   // cannot run in place on some of them: choose again, knowing that.
-  AllreduceAlgorithm algorithm = static_cast<AllreduceAlgorithm>(all[0].algorithm);
-  bool any_in_place = false;
-  for (const Handshake& h : all) any_in_place = any_in_place || h.in_place;
-  for (const Handshake& h : all)
-    if (h.algorithm != all[0].algorithm)
-      algorithm = choose_allreduce(comm.size(), count * data_type_size(type), any_in_place);
+  bool any_in_place = false, agreed = true;
+  for (const Handshake& h : all) {
+    any_in_place = any_in_place || h.in_place;
+    agreed = agreed && h.algorithm == all[0].algorithm;
+  }
+  AllreduceAlgorithm algorithm =
+      agreed ? static_cast<AllreduceAlgorithm>(all[0].algorithm)
+             : choose_allreduce(comm.size(), count * data_type_size(type), any_in_place);
   // LL needs every rank to have skipped its exports: here they did not.
   if (algorithm == AllreduceAlgorithm::kOneShotLl)
     algorithm = any_in_place ? AllreduceAlgorithm::kTwoShot : AllreduceAlgorithm::kOneShot;
