@@ -11,6 +11,11 @@
 // batch_median_us is the median over batches of kBatchCalls calls of the
 // batch time per call, for when the clock's tick (10 ns on some VMs) is too
 // coarse for the difference being measured.
+// A second line per case, "paired", alternates batches of the MPI_ call with
+// batches of the same PMPI_ call in this one process: under the preload the
+// MPI_ name is Ferry's wrapper and PMPI_ the real MPI, so the median of the
+// pairs' differences is Ferry's cost per call, free of the drift between
+// separate runs (without the preload both names are the same function).
 
 #include <mpi.h>
 
@@ -94,10 +99,42 @@ std::vector<double> time_batches(const Options& options, const std::function<voi
   return per_call_us;
 }
 
+// Alternating batches of call and direct (first one or the other, by
+// turns); returns each pair's per-call times.
+struct PairedBatches {
+  std::vector<double> call_us, direct_us, difference_us;
+};
+
+PairedBatches time_paired_batches(const Options& options, const std::function<void()>& call,
+                                  const std::function<void()>& direct) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  PairedBatches pairs;
+  auto batch_us = [](const std::function<void()>& f) {
+    const auto start = Clock::now();
+    for (int i = 0; i < kBatchCalls; ++i) f();
+    return microseconds_since(start) / kBatchCalls;
+  };
+  for (int pair = 0; pair < (options.iterations + kBatchCalls - 1) / kBatchCalls; ++pair) {
+    double call_us = 0, direct_us = 0;
+    if (pair % 2) {
+      call_us = batch_us(call);
+      direct_us = batch_us(direct);
+    } else {
+      direct_us = batch_us(direct);
+      call_us = batch_us(call);
+    }
+    pairs.call_us.push_back(call_us);
+    pairs.direct_us.push_back(direct_us);
+    pairs.difference_us.push_back(call_us - direct_us);
+  }
+  return pairs;
+}
+
 struct Case {
   std::string name;
   size_t bytes;
-  std::function<void()> call;
+  std::function<void()> call;    // through MPI_ (Ferry's wrapper under the preload)
+  std::function<void()> direct;  // the same call through PMPI_
 };
 
 }  // namespace
@@ -121,17 +158,14 @@ int main(int argc, char** argv) {
 
   const std::vector<Case> cases = {
       {"allreduce_sum_double", kSmallCount * sizeof(double),
-       [&] {
-         MPI_Allreduce(send.data(), receive.data(), kSmallCount, MPI_DOUBLE, MPI_SUM,
-                       MPI_COMM_WORLD);
-       }},
+       [&] { MPI_Allreduce(send.data(), receive.data(), kSmallCount, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); },
+       [&] { PMPI_Allreduce(send.data(), receive.data(), kSmallCount, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }},
       {"bcast", kSmallCount * sizeof(double),
-       [&] { MPI_Bcast(send.data(), kSmallCount, MPI_DOUBLE, 0, MPI_COMM_WORLD); }},
+       [&] { MPI_Bcast(send.data(), kSmallCount, MPI_DOUBLE, 0, MPI_COMM_WORLD); },
+       [&] { PMPI_Bcast(send.data(), kSmallCount, MPI_DOUBLE, 0, MPI_COMM_WORLD); }},
       {"allreduce_sum_double", kMediumCount * sizeof(double),
-       [&] {
-         MPI_Allreduce(send.data(), receive.data(), kMediumCount, MPI_DOUBLE, MPI_SUM,
-                       MPI_COMM_WORLD);
-       }},
+       [&] { MPI_Allreduce(send.data(), receive.data(), kMediumCount, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); },
+       [&] { PMPI_Allreduce(send.data(), receive.data(), kMediumCount, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }},
   };
 
   if (rank == 0) {
@@ -147,6 +181,15 @@ int main(int argc, char** argv) {
       std::printf("case %-22s bytes %5zu median_us %8.3f p10_us %8.3f p90_us %8.3f batch_median_us %8.4f\n",
                   c.name.c_str(), c.bytes, each_call.median_us, each_call.p10_us, each_call.p90_us,
                   batches.median_us);
+    }
+    const PairedBatches pairs = time_paired_batches(options, c.call, c.direct);
+    const double call_us = percentiles_of(pairs.call_us).median_us;
+    const double direct_us = percentiles_of(pairs.direct_us).median_us;
+    const double difference_us = percentiles_of(pairs.difference_us).median_us;
+    if (rank == 0) {
+      std::printf("paired %-22s bytes %5zu mpi_us %8.4f pmpi_us %8.4f difference_ns %6.2f overhead_pct %+6.2f\n",
+                  c.name.c_str(), c.bytes, call_us, direct_us, 1000 * difference_us,
+                  100 * difference_us / direct_us);
     }
   }
   std::fflush(stdout);

@@ -107,3 +107,41 @@ done | awk '
              percent(fastest["ferry"], fastest["plain"])
     }
   }'
+
+echo
+echo "in-process pairs (the ferry runs): batches of MPI_ (Ferry's wrapper) alternating with PMPI_ (the real MPI)"
+echo "overhead per round is the median of the pairs' differences; median [min..max] over rounds"
+awk '$1 == "paired" {print $2, $4, $6, $8, $10, $12}' "$results"/ferry.* | awk '
+  function median(values, n,   sorted, i, j, t) {
+    for (i = 1; i <= n; i++) sorted[i] = values[i]
+    for (i = 2; i <= n; i++)
+      for (j = i; j > 1 && sorted[j - 1] > sorted[j]; j--) {
+        t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t
+      }
+    return n % 2 ? sorted[(n + 1) / 2] : (sorted[n / 2] + sorted[n / 2 + 1]) / 2
+  }
+  {
+    key = $1 " " $2
+    if (!(key in seen)) { seen[key] = 1; order[++cases] = key }
+    n = ++rounds[key]
+    pmpi[key, n] = $4; ns[key, n] = $5; pct[key, n] = $6
+  }
+  END {
+    printf "%-21s %5s | %-10s | %-26s | %s\n", "case", "bytes", "PMPI_ us", "Ferry ns per call", "overhead"
+    for (c = 1; c <= cases; c++) {
+      key = order[c]; n = rounds[key]
+      for (f = 0; f < 3; f++) {
+        delete values
+        low = high = ""
+        for (i = 1; i <= n; i++) {
+          values[i] = f == 0 ? pmpi[key, i] : f == 1 ? ns[key, i] : pct[key, i]
+          if (low == "" || values[i] < low) low = values[i]
+          if (high == "" || values[i] > high) high = values[i]
+        }
+        m[f] = median(values, n); lo[f] = low; hi[f] = high
+      }
+      split(key, parts, " ")
+      printf "%-21s %5s | %10.4f | %6.2f [%6.2f..%6.2f]   | %+5.2f%% [%+5.2f..%+5.2f]\n", parts[1], parts[2],
+             m[0], m[1], lo[1], hi[1], m[2], lo[2], hi[2]
+    }
+  }'

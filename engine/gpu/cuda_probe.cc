@@ -8,6 +8,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "engine/common/loader_watch.h"
+
 namespace ferry::gpu {
 namespace {
 
@@ -22,19 +24,6 @@ struct DriverEntryPoints {
 };
 
 std::atomic<const DriverEntryPoints*> driver{nullptr};
-std::atomic<unsigned long long> loader_adds_seen{~0ull};
-
-unsigned long long loader_adds() {
-  unsigned long long adds = 0;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* out) {
-        *static_cast<unsigned long long*>(out) = info->dlpi_adds;
-        return 1;  // the count is the same in every entry: stop at the first
-      },
-      &adds);
-  return adds;
-}
-
 // When the last completed look at the loader began.
 std::atomic<long long> last_look_ns{-1'000'000'000};
 
@@ -54,22 +43,27 @@ DriverEntryPoints* resolve_entry_points(void* handle) {
   return nullptr;
 }
 
+// What the dynamic loader added since the last look found no libcuda.
+LoaderWatch loader_watch;
+
 const DriverEntryPoints* load_driver_if_present() {
   if (const DriverEntryPoints* d = driver.load(std::memory_order_acquire)) return d;
+  // Called on every intercepted MPI call of a process without a device
+  // runtime: most calls end at the watch (two loads), since libcuda cannot
+  // be in the process if nothing was loaded since the last look.
+  if (!loader_watch.changed()) return nullptr;
   // Between libcuda arriving in the process and the first device pointer it
   // hands out lie driver and context start-up, tens of milliseconds at the
   // least. So a look at the loader that began under a millisecond ago and
-  // found no libcuda still holds, and host-only calls skip the loader's lock.
+  // found no libcuda still holds, and calls skip the loader's lock.
   const long long now = coarse_now_ns();
   if (now - last_look_ns.load(std::memory_order_acquire) < 1'000'000) return nullptr;
   static std::mutex looking;
   std::lock_guard<std::mutex> lock(looking);
   if (const DriverEntryPoints* d = driver.load(std::memory_order_acquire)) return d;
-  const unsigned long long adds = loader_adds();
-  if (loader_adds_seen.exchange(adds) != adds) {
-    if (void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY))
-      driver.store(resolve_entry_points(handle), std::memory_order_release);
-  }
+  loader_watch.mark();  // first: a libcuda loaded during the look counts as new
+  if (void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY))
+    driver.store(resolve_entry_points(handle), std::memory_order_release);
   last_look_ns.store(now, std::memory_order_release);
   return driver.load(std::memory_order_acquire);
 }

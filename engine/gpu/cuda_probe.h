@@ -5,8 +5,9 @@
 
 namespace ferry::gpu {
 
-// True once libcuda is in the process. Cheap when it is not: re-checks only
-// after the dynamic loader has added objects.
+// True once libcuda is in the process. Cheap when it is not: looks again
+// only after the dynamic loader added objects (LoaderWatch), at most once a
+// millisecond.
 bool cuda_driver_loaded();
 
 // Driver-level pointer query; false when ptr is not CUDA-managed memory.

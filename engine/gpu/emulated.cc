@@ -506,7 +506,7 @@ class EmulatedBackend final : public Backend {
   void register_allocation(Allocation a) {
     std::unique_lock<std::shared_mutex> lock(mutex_);
     a.id = ++last_id_;
-    used_.store(true, std::memory_order_relaxed);
+    g_device_runtime_seen.store(true, std::memory_order_relaxed);
     allocations_[a.user] = a;
     count_.fetch_add(1, std::memory_order_release);
   }
@@ -538,7 +538,6 @@ class EmulatedBackend final : public Backend {
   std::uint64_t last_id_ = 0;
 
  public:
-  std::atomic<bool> used_{false};
 };
 
 EmulatedBackend* emulated() {
@@ -550,7 +549,5 @@ EmulatedBackend* emulated() {
 }  // namespace
 
 Backend* emulated_backend() { return emulated(); }
-
-bool emulated_device_used() { return emulated()->used_.load(std::memory_order_relaxed); }
 
 }  // namespace ferry::gpu

@@ -62,12 +62,13 @@ Backend* owner_backend(const PointerInfo& info) {
 std::atomic<bool> g_device_runtime_seen{false};
 
 bool probe_device_runtime() {
-  bool active = emulated_device_used();
 #ifdef FERRY_HAVE_CUDA
-  active = active || cuda_driver_loaded();
+  if (!cuda_driver_loaded()) return false;
+  g_device_runtime_seen.store(true, std::memory_order_relaxed);
+  return true;
+#else
+  return false;
 #endif
-  if (active) g_device_runtime_seen.store(true, std::memory_order_relaxed);
-  return active;
 }
 
 Status copy(void* dst, const void* src, std::size_t bytes) {

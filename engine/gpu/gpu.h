@@ -136,8 +136,6 @@ Backend* active_backend();
 
 // The emulated device, always available.
 Backend* emulated_backend();
-// Whether any emulated device memory was ever allocated or imported here.
-bool emulated_device_used();
 
 // The CUDA backend if it was compiled in and a GPU is usable, else nullptr.
 // Probing starts the CUDA driver: call only when CUDA is wanted.
@@ -154,8 +152,10 @@ Status copy(void* dst, const void* src, std::size_t bytes);
 Backend* owner_backend(const PointerInfo& info);
 
 // True once this process has a device runtime in use: emulated device
-// memory was allocated or a GPU driver is loaded. Never starts one. Called
-// on every intercepted MPI call, so the answer, once true, is a single load.
+// memory was allocated or imported (the emulated device sets the flag) or a
+// GPU driver is loaded. Never starts one. Called on every intercepted MPI
+// call: once true it is a single load, before that a load and a look at the
+// clock (cuda_probe.h).
 bool probe_device_runtime();
 extern std::atomic<bool> g_device_runtime_seen;
 inline bool device_runtime_active() {
