@@ -170,25 +170,24 @@ Status map_all(Communicator& comm, const std::vector<Handshake>& all, const void
 const void* at(const void* base, std::size_t offset) { return static_cast<const char*>(base) + offset; }
 void* at(void* base, std::size_t offset) { return static_cast<char*>(base) + offset; }
 
-// The engine worker for a call of bytes per rank, or nullptr: calls larger
-// than FERRY_WORKER_MAX_BYTES launch their kernels and copies, which then
-// cost little next to the data.
+std::size_t worker_max_bytes() {
+  return static_cast<std::size_t>(std::max<std::int64_t>(0, params().worker_max_bytes));
+}
+
+// The engine worker for a direct reduce or copy list of bytes per rank, or
+// nullptr: such items run on the worker only while one of its blocks is
+// enough (shared among blocks they measured slower than a launch on
+// 2x H200); larger ones launch their kernels and copies.
 Worker* worker_for_call(Communicator& comm, const Placement& where, std::size_t bytes) {
-  if (bytes > static_cast<std::uint64_t>(std::max<std::int64_t>(0, params().worker_max_bytes))) return nullptr;
+  constexpr std::size_t kOneBlockItemBytes = 16 << 10;
+  if (bytes > std::min(worker_max_bytes(), kOneBlockItemBytes)) return nullptr;
   return comm.worker_for(where.backend, where.device);
 }
 
-// Thread blocks of the worker an item of bytes takes: one block answers
-// small calls without waking the others.
-int worker_blocks_for(const Worker& worker, std::size_t bytes) {
-  constexpr std::size_t kOneBlockBytes = 64 << 10;
-  return bytes <= kOneBlockBytes ? 1 : worker.blocks();
-}
-
-// Runs item (its kind and arguments filled in) on the worker: bytes is the
-// call's size per rank, which sets the blocks it takes.
+// Runs item (its kind and arguments filled in) on one worker block; bytes is
+// the call's size per rank.
 Status run_on_worker(Worker& worker, std::size_t bytes, WorkItem item) {
-  item.blocks = worker_blocks_for(worker, bytes);
+  item.blocks = 1;
   t_ran_on_worker = true;
   FERRY_TRACE(Coll, "%s of %zu bytes on the engine worker (%d blocks)",
               item.kind == WorkKind::kCopies ? "copies" : "direct reduce", bytes, item.blocks);
@@ -312,10 +311,19 @@ bool all_chose(const std::vector<Handshake>& all, std::uint16_t algorithm) {
   return true;
 }
 
-// Whether this rank can take the LL path for blocks of up to largest bytes.
+// Whether this rank can take the LL path for blocks of up to largest bytes:
+// they fit the LL slots and FERRY_WORKER_MAX_BYTES.
 bool ll_ready(Communicator& comm, EngineTransport transport, const Placement& where, std::size_t largest) {
-  return transport == EngineTransport::kP2p && largest <= kLlMaxBytes && where.backend &&
-         comm.ll_possible(where.backend, where.device);
+  return transport == EngineTransport::kP2p && largest <= std::min(ll_max_bytes(comm.size()), worker_max_bytes()) &&
+         where.backend && comm.ll_possible(where.backend, where.device);
+}
+
+// Worker blocks for an LL call that moves bytes per rank: one block answers
+// small calls without handing the item to the others; larger ones take
+// every block (tuner.cc models both).
+int ll_blocks(Communicator& comm, const Placement& where, std::size_t bytes) {
+  constexpr std::size_t kOneBlockBytes = 16 << 10;
+  return bytes <= kOneBlockBytes ? 1 : comm.worker_for(where.backend, where.device)->blocks();
 }
 
 // Fills what the arguments of every LL call share (LlAllreduceArgs,
@@ -342,7 +350,7 @@ Status run_ll_allreduce(Communicator& comm, const Placement& where, const void* 
                         std::size_t count, DataType type, ReduceOp op) {
   WorkItem item{};
   item.kind = WorkKind::kLlAllreduce;
-  item.blocks = 1;
+  item.blocks = ll_blocks(comm, where, count * data_type_size(type));
   FERRY_CHECK(prepare_ll_call(comm, where, &item.ll));
   item.ll.input = input;
   item.ll.output = output;
@@ -355,7 +363,7 @@ Status run_ll_allreduce(Communicator& comm, const Placement& where, const void* 
 Status run_ll_bcast(Communicator& comm, const Placement& where, void* buffer, std::size_t bytes, int root) {
   WorkItem item{};
   item.kind = WorkKind::kLlBcast;
-  item.blocks = 1;
+  item.blocks = ll_blocks(comm, where, bytes);
   FERRY_CHECK(prepare_ll_call(comm, where, &item.ll_bcast));
   item.ll_bcast.buffer = buffer;
   item.ll_bcast.bytes = bytes;
@@ -368,15 +376,17 @@ Status run_ll_alltoallv(Communicator& comm, const Placement& where, const void* 
                         const std::size_t* recv_offsets) {
   WorkItem item{};
   item.kind = WorkKind::kLlAlltoallv;
-  item.blocks = 1;
   LlAlltoallvArgs& a = item.ll_alltoallv;
   FERRY_CHECK(prepare_ll_call(comm, where, &a));
+  std::size_t sent = 0;
   for (int r = 0; r < comm.size(); ++r) {
     a.send[r] = at(send, send_offsets[r]);
     a.send_bytes[r] = send_bytes[r];
     a.recv[r] = at(recv, recv_offsets[r]);
     a.recv_bytes[r] = recv_bytes[r];
+    sent += send_bytes[r];
   }
+  item.blocks = ll_blocks(comm, where, sent);
   return comm.worker_for(where.backend, where.device)->run(item);
 }
 
@@ -541,7 +551,10 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   Handshake mine{CollectiveKind::kBcast, 0, 0, 0, {}, {}};
   if (eligible && bytes > 0 && transport != EngineTransport::kNone && root >= 0 && root < comm.size()) {
     where = placement_of(buffer);
-    mine.algorithm = ll_ready(comm, transport, where, bytes) ? kLlPath : kCopyPaths;
+    // Above one worker block's share, the copy engine's pull measured faster
+    // than LL on every block (2x H200: 10.1 against 11.1 us at 32 KiB).
+    constexpr std::size_t kLlBcastMaxBytes = 16 << 10;
+    mine.algorithm = bytes <= kLlBcastMaxBytes && ll_ready(comm, transport, where, bytes) ? kLlPath : kCopyPaths;
     mine.eligible = where.backend != nullptr &&
                     (transport != EngineTransport::kP2p || comm.rank() != root ||
                      ok(comm.peer_memory().export_buffer(buffer, where.info, &mine.first)));

@@ -59,8 +59,15 @@ constexpr double kWorkerUs = 7.0;
 
 // One thread block moving LL lines (half of each line is flags): what a
 // single SM reaches over NVLink, measured as the worker's one-block copies
-// (~10 GB/s of data, bench/RESULTS.md).
+// (~10 GB/s of data, bench/RESULTS.md). Larger LL calls take every worker
+// block: handing the item to the other blocks costs 3.3-3.5 us more on
+// 2x H200 (bench/worker-latency), and the LL allreduce then took 12.5 us at
+// 32 KiB and 17.9 us at 512 KiB (bench/RESULTS.md): 4.5 us over the
+// one-block floor, and 178 GB/s of data and flags.
 constexpr double kLlBlockGbps = 10.0;
+constexpr double kLlGridUs = 4.5;
+constexpr double kLlGridGbps = 178.0;
+constexpr std::size_t kLlOneBlockBytes = 16 << 10;  // collectives.cc's ll_blocks
 
 const std::vector<MachineModel> kMachines = {
     {"nvlink", "every rank on one NVLink/NVSwitch fabric, links as measured on 2x H200 (NV18)", kLaunchUs, kWorkerUs,
@@ -108,7 +115,14 @@ double one_shot_us(std::size_t bytes, int n, const MachineModel& m) {
 // rank's block sends (n-1) copies of its input and receives (n-1) inputs.
 double one_shot_ll_us(std::size_t bytes, int n, const MachineModel& m) {
   const LinkCost& link = link_cost(m.intra);
-  return m.worker_us + link.hop_us + transfer_us(2.0 * (n - 1) * bytes, kLlBlockGbps);
+  if (bytes <= kLlOneBlockBytes) return m.worker_us + link.hop_us + transfer_us(2.0 * (n - 1) * bytes, kLlBlockGbps);
+  return m.worker_us + kLlGridUs + link.hop_us + transfer_us(2.0 * (n - 1) * bytes, kLlGridGbps);
+}
+
+// LL runs on the worker, in the receive buffers' slots.
+std::size_t ll_call_max_bytes(int nranks) {
+  return std::min<std::size_t>(ll_max_bytes(nranks),
+                               static_cast<std::size_t>(std::max<std::int64_t>(0, params().worker_max_bytes)));
 }
 
 // Reduce-scatter then all-gather through peer memory: two flag hops,
@@ -158,25 +172,26 @@ constexpr int kDirectMaxRanks = 16;
 constexpr AlgorithmInfo kAllreduceAlgorithms[] = {
     {AllreduceAlgorithm::kOneShot, "oneshot",
      "every rank loads every rank's whole input over peer memory and reduces into its own output", false, true,
-     kDirectMaxRanks, true, 0, one_shot_us},
+     kDirectMaxRanks, true, nullptr, one_shot_us},
     {AllreduceAlgorithm::kTwoShot, "twoshot",
      "rank r loads slice r of every input, reduces, and stores it into every rank's output", true, true,
-     kDirectMaxRanks, true, 0, two_shot_us},
+     kDirectMaxRanks, true, nullptr, two_shot_us},
     {AllreduceAlgorithm::kCopyEngine, "copyengine",
      "copy engines pull the peers' slices into scratch, a kernel reduces, copy engines push the result; "
      "pipelined in chunks, SMs mostly idle",
-     true, true, kDirectMaxRanks, true, 0, copy_engine_us},
+     true, true, kDirectMaxRanks, true, nullptr, copy_engine_us},
     {AllreduceAlgorithm::kOneShotLl, "ll",
      "on the engine worker: every rank stores its input as LL words (data + flag) into every peer's receive "
      "buffer and reduces what arrives in its own, in rank order; no mapping of the application's buffers and no "
-     "closing exchange (up to 16 KiB; one-shot where no worker runs)",
-     true, true, kDirectMaxRanks, true, kLlMaxBytes, one_shot_ll_us},
+     "closing exchange (up to FERRY_WORKER_MAX_BYTES and the LL slots: 512 KiB at 2 ranks, 64 KiB at 16; "
+     "one-shot where no worker runs)",
+     true, true, kDirectMaxRanks, true, ll_call_max_bytes, one_shot_ll_us},
     {AllreduceAlgorithm::kRing, "ring",
      "reduce-scatter then all-gather around a ring, 2(n-1) steps (schedule only, no kernel yet)", true, false, 0,
-     false, 0, ring_us},
+     false, nullptr, ring_us},
     {AllreduceAlgorithm::kTree, "tree",
      "double binary tree: reduce up, broadcast down, log2(n) depth, pipelined (schedule only, no kernel yet)", true,
-     false, 0, false, 0, tree_us},
+     false, 0, false, nullptr, tree_us},
 };
 static_assert(sizeof(kAllreduceAlgorithms) / sizeof(kAllreduceAlgorithms[0]) ==
                   static_cast<std::size_t>(AllreduceAlgorithm::kCount),
@@ -239,8 +254,8 @@ bool algorithm_applies(AllreduceAlgorithm algorithm, int nranks, const MachineMo
 double predict_allreduce_us(AllreduceAlgorithm algorithm, std::size_t bytes, int nranks,
                             const MachineModel& machine) {
   if (!algorithm_applies(algorithm, nranks, machine)) return -1;
-  const std::size_t max_bytes = algorithm_info(algorithm).max_bytes;
-  if (max_bytes > 0 && bytes > max_bytes) return -1;
+  const auto max_bytes = algorithm_info(algorithm).max_bytes;
+  if (max_bytes && bytes > max_bytes(nranks)) return -1;
   return algorithm_info(algorithm).time_us(bytes, nranks, machine);
 }
 
@@ -309,8 +324,8 @@ AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_p
   for (const TuneRule& rule : rules) {
     if (bytes < rule.min_bytes || bytes >= rule.max_bytes) continue;
     if (any_in_place && !algorithm_info(rule.algorithm).in_place_safe) break;
-    const std::size_t largest = algorithm_info(rule.algorithm).max_bytes;
-    if (largest > 0 && bytes > largest) break;  // beyond what it runs: the model decides
+    const auto largest = algorithm_info(rule.algorithm).max_bytes;
+    if (largest && bytes > largest(nranks)) break;  // beyond what it runs: the model decides
     if (from_rule) *from_rule = true;
     return rule.algorithm;
   }

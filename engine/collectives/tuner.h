@@ -52,7 +52,7 @@ struct AlgorithmInfo {
   bool implemented;    // false: model only, never chosen at run time
   int max_ranks;       // 0: any; direct algorithms are limited by kMaxDirectRanks
   bool one_node_only;  // needs every peer's memory mapped
-  std::size_t max_bytes;  // largest call it runs; 0: any
+  std::size_t (*max_bytes)(int nranks);  // largest call it runs on nranks; nullptr: any size
   // Predicted time of one blocking call in microseconds.
   double (*time_us)(std::size_t bytes, int nranks, const MachineModel& machine);
 };

@@ -22,12 +22,14 @@ void store_release(std::uint64_t* word, std::uint64_t value) { __atomic_store_n(
 // protocol, so CI runs the mailbox, the idle exit and the restart.
 class EmulatedWorkerDevice final : public WorkerDevice {
  public:
-  explicit EmulatedWorkerDevice(gpu::Backend* backend) : backend_(backend) { std::memset(&box_, 0, sizeof(box_)); }
+  EmulatedWorkerDevice(gpu::Backend* backend, int blocks) : backend_(backend), blocks_(blocks) {
+    std::memset(&box_, 0, sizeof(box_));
+  }
   ~EmulatedWorkerDevice() override { join(); }
 
   Mailbox* mailbox() override { return &box_; }
 
-  Status start(std::uint64_t launch, std::uint64_t first, std::int64_t idle_us) override {
+  Status start(std::uint64_t launch, std::uint64_t first, std::uint64_t, std::int64_t idle_us) override {
     FERRY_CHECK(join());
     thread_ = std::thread([this, launch, first, idle_us] { loop(launch, first, idle_us); });
     return Status::kOk;
@@ -50,6 +52,9 @@ class EmulatedWorkerDevice final : public WorkerDevice {
       if (take(next, &item)) {
         const Status status = run_work_item_on_host(backend_, item);
         if (!ok(status)) __atomic_store_n(&box_.failed, static_cast<std::int32_t>(status), __ATOMIC_RELAXED);
+        // The thread is every block: it reports for the others too.
+        if (item.blocks > 1)
+          for (int b = 1; b < blocks_; ++b) store_release(&box_.block_done[b], next);
         store_release(&box_.done, next);
         ++next;
         idle_since = std::chrono::steady_clock::now();
@@ -82,6 +87,7 @@ class EmulatedWorkerDevice final : public WorkerDevice {
   }
 
   gpu::Backend* backend_;
+  int blocks_;
   Mailbox box_;
   std::thread thread_;
 };
@@ -90,9 +96,10 @@ class EmulatedWorkerDevice final : public WorkerDevice {
 // (worker.cu), written and read as 8-byte atomic LL words.
 class HostLl {
  public:
-  HostLl(gpu::Backend* backend, std::uint32_t flag, std::uint32_t parity, std::uint32_t timeout_ms)
-      : backend_(backend), flag_(flag), parity_(parity), timeout_(std::chrono::milliseconds(timeout_ms)),
-        start_(std::chrono::steady_clock::now()) {}
+  template <typename LlArgs>
+  HostLl(gpu::Backend* backend, const LlArgs& args)
+      : backend_(backend), flag_(args.flag), parity_(args.parity), nranks_(args.nranks),
+        timeout_(std::chrono::milliseconds(args.timeout_ms)), start_(std::chrono::steady_clock::now()) {}
 
   // bytes of data (host memory) into sender's slot of a receiver's buffer.
   void send(void* receiver_buffer, int sender, const unsigned char* data, std::size_t bytes) {
@@ -136,12 +143,13 @@ class HostLl {
  private:
   std::uint64_t* words_at(void* buffer, int sender, std::size_t c) {
     return static_cast<std::uint64_t*>(
-        static_cast<void*>(static_cast<char*>(backend_->host_view(buffer)) + ll_chunk_offset(parity_, sender, c)));
+        static_cast<void*>(static_cast<char*>(backend_->host_view(buffer)) + ll_chunk_offset(parity_, sender, c, nranks_)));
   }
 
   gpu::Backend* backend_;
   std::uint32_t flag_;
   std::uint32_t parity_;
+  int nranks_;
   std::chrono::milliseconds timeout_;
   std::chrono::steady_clock::time_point start_;
 };
@@ -157,7 +165,7 @@ struct HostLlAllreduce {
 
   template <typename T, ReduceOp Op>
   void run() {
-    HostLl ll(backend, args.flag, args.parity, args.timeout_ms);
+    HostLl ll(backend, args);
     const std::size_t bytes = args.count * sizeof(T);
     const std::size_t chunks = (bytes + kLlChunkBytes - 1) / kLlChunkBytes;
     std::vector<unsigned char> own(chunks * kLlChunkBytes, 0), result(chunks * kLlChunkBytes);
@@ -185,7 +193,7 @@ struct HostLlAllreduce {
 };
 
 Status run_ll_bcast_on_host(gpu::Backend* backend, const LlBcastArgs& b) {
-  HostLl ll(backend, b.flag, b.parity, b.timeout_ms);
+  HostLl ll(backend, b);
   if (b.rank != b.root) return ll.receive(b.buffers[b.rank], b.root, view(backend, b.buffer), b.bytes);
   for (int p = 0; p < b.nranks; ++p)
     if (p != b.root) ll.send(b.buffers[p], b.root, view(backend, b.buffer), b.bytes);
@@ -193,7 +201,7 @@ Status run_ll_bcast_on_host(gpu::Backend* backend, const LlBcastArgs& b) {
 }
 
 Status run_ll_alltoallv_on_host(gpu::Backend* backend, const LlAlltoallvArgs& a) {
-  HostLl ll(backend, a.flag, a.parity, a.timeout_ms);
+  HostLl ll(backend, a);
   for (int p = 0; p < a.nranks; ++p)
     if (p != a.rank && a.send_bytes[p] > 0) ll.send(a.buffers[p], a.rank, view(backend, a.send[p]), a.send_bytes[p]);
   std::memmove(view(backend, a.recv[a.rank]), view(backend, a.send[a.rank]), a.recv_bytes[a.rank]);
@@ -215,17 +223,18 @@ Status run_work_item_on_host(gpu::Backend* backend, const WorkItem& item) {
                      item.copies.bytes[c]);
       return Status::kOk;
     case WorkKind::kLlAllreduce: {
-      if (item.ll.count * data_type_size(item.ll.type) > kLlMaxBytes) return Status::kInvalidArgument;
+      if (item.ll.count * data_type_size(item.ll.type) > ll_max_bytes(item.ll.nranks)) return Status::kInvalidArgument;
       HostLlAllreduce visitor{item.ll, backend};
       if (!dispatch_reduction(item.ll.type, item.ll.op, visitor)) return Status::kUnsupported;
       return visitor.status;
     }
     case WorkKind::kLlBcast:
-      if (item.ll_bcast.bytes > kLlMaxBytes) return Status::kInvalidArgument;
+      if (item.ll_bcast.bytes > ll_max_bytes(item.ll_bcast.nranks)) return Status::kInvalidArgument;
       return run_ll_bcast_on_host(backend, item.ll_bcast);
     case WorkKind::kLlAlltoallv:
       for (int p = 0; p < item.ll_alltoallv.nranks; ++p)
-        if (item.ll_alltoallv.send_bytes[p] > kLlMaxBytes || item.ll_alltoallv.recv_bytes[p] > kLlMaxBytes)
+        if (std::max(item.ll_alltoallv.send_bytes[p], item.ll_alltoallv.recv_bytes[p]) >
+            ll_max_bytes(item.ll_alltoallv.nranks))
           return Status::kInvalidArgument;
       return run_ll_alltoallv_on_host(backend, item.ll_alltoallv);
   }
@@ -239,7 +248,7 @@ std::unique_ptr<WorkerDevice> make_worker_device(gpu::Backend* backend, int devi
       return make_cuda_worker_device(device, blocks);
 #endif
     case gpu::BackendKind::kEmulated:
-      return std::make_unique<EmulatedWorkerDevice>(backend);
+      return std::make_unique<EmulatedWorkerDevice>(backend, blocks);
     default:
       return nullptr;
   }
@@ -247,12 +256,13 @@ std::unique_ptr<WorkerDevice> make_worker_device(gpu::Backend* backend, int devi
 
 std::unique_ptr<Worker> Worker::create(gpu::Backend* backend, int device) {
   if (!params().worker) return nullptr;
-  return create(backend, device, static_cast<int>(std::min<std::int64_t>(params().worker_blocks, 1024)),
+  return create(backend, device,
+                static_cast<int>(std::clamp<std::int64_t>(params().worker_blocks, 1, kMaxWorkerBlocks)),
                 params().worker_idle_us);
 }
 
 std::unique_ptr<Worker> Worker::create(gpu::Backend* backend, int device, int blocks, std::int64_t idle_us) {
-  blocks = std::max(1, blocks);
+  blocks = std::clamp(blocks, 1, kMaxWorkerBlocks);
   idle_us = std::max<std::int64_t>(0, idle_us);
   std::unique_ptr<WorkerDevice> worker_device = make_worker_device(backend, device, blocks);
   if (!worker_device) return nullptr;
@@ -277,18 +287,28 @@ Status Worker::run(const WorkItem& item) {
   const std::uint64_t flag = doorbell_flag(sequence);
   for (int i = 0; i < used; ++i) store_release(&box->doorbell[i], flag << 32 | words[i]);
   if (!running_) {
-    FERRY_CHECK(device_->start(++launch_, sequence, idle_us_));
+    FERRY_CHECK(device_->start(++launch_, sequence, shared_, idle_us_));
     running_ = true;
   }
+  // An item shared among blocks is done when every block reported it.
+  const bool shared = item.blocks > 1 && blocks_ > 1;
+  auto finished = [&] {
+    if (load_acquire(&box->done) < sequence) return false;
+    for (int b = 1; shared && b < blocks_; ++b)
+      if (load_acquire(&box->block_done[b]) < sequence) return false;
+    return true;
+  };
 
   // Spin: the answer usually comes within microseconds. The worker may have
   // left idle just before it could see this item; then start it again.
   const auto limit = std::chrono::seconds(params().handshake_timeout);
   const auto start = std::chrono::steady_clock::now();
-  for (unsigned spins = 1; load_acquire(&box->done) < sequence; ++spins) {
+  for (unsigned spins = 1; !finished(); ++spins) {
+    // Block 0 leaves only between items, and the other blocks finish every
+    // item it gave them first: a worker that left never took this one.
     if (load_acquire(&box->exited) == launch_) {
       FERRY_TRACE(Coll, "engine worker left idle; starting it again");
-      FERRY_CHECK(device_->start(++launch_, sequence, idle_us_));
+      FERRY_CHECK(device_->start(++launch_, sequence, shared_, idle_us_));
       continue;
     }
     // On the emulated device the worker is a thread that needs a core.
@@ -306,6 +326,7 @@ Status Worker::run(const WorkItem& item) {
       return Status::kTimeout;
     }
   }
+  if (shared) shared_ = sequence;
   const std::int32_t failure = __atomic_exchange_n(&box->failed, 0, __ATOMIC_ACQ_REL);
   if (failure != 0) {
     FERRY_WARN(Coll, "engine worker: item %llu failed: %s", static_cast<unsigned long long>(sequence),

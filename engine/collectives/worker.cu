@@ -2,9 +2,10 @@
 // device (worker.h). Block 0 polls the mailbox in mapped host memory; an
 // item small enough for one block runs there alone, a larger one is
 // published in device memory to the other blocks, which poll that instead
-// (an L2 load rather than a PCIe round trip), and the last block to finish
-// reports it done. Loads of user and peer buffers bypass L1 (ld.global.cg):
-// a kernel that outlives many calls must not see a previous call's data.
+// (an L2 load rather than a PCIe round trip), and every block reports its
+// share done in the mailbox itself: no block waits for another. Loads of
+// user and peer buffers bypass L1 (ld.global.cg): a kernel that outlives
+// many calls must not see a previous call's data.
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -28,13 +29,16 @@ Status from_cuda(cudaError_t error, const char* what) {
 #define FERRY_CUDA(call) from_cuda((call), #call)
 constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread and input
 
-// What the worker's blocks share in device memory.
+// What the worker's blocks share in device memory. Block 0 passes an item
+// shared among all blocks on as its doorbell words, again as LL words
+// flagged with the item's sequence (and the sequence itself as two more),
+// so the other blocks see it complete in one read of L2.
 struct WorkerState {
-  std::uint64_t sequence;     // the multi-block item now in `item`
   std::uint64_t left_launch;  // blocks of this launch number (and earlier) leave
-  unsigned int finished;      // blocks done with the current multi-block item
-  unsigned int reserved;
-  WorkItem item;
+  std::uint64_t reserved;
+  std::uint64_t words[kDoorbellWords];
+  std::uint64_t sequence[2];  // low and high halves
+  WorkItem item;              // an item too large for the doorbell
 };
 static_assert(sizeof(WorkItem) % sizeof(std::uint64_t) == 0, "work items are copied in 8-byte words");
 
@@ -165,7 +169,7 @@ __device__ __noinline__ void copy_share(const CopyListArgs& c, unsigned block, u
   }
 }
 
-// ---- LL one-shot allreduce (block 0 alone) --------------------------------
+// ---- The LL protocol: one-shot allreduce, bcast, alltoallv ------------------
 
 __device__ __forceinline__ void store_line(void* at, std::uint32_t data0, std::uint32_t data1, std::uint32_t flag) {
   asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(at), "r"(data0), "r"(flag), "r"(data1),
@@ -220,38 +224,48 @@ __device__ void store_chunk(unsigned char* buffer, std::size_t c, std::size_t by
   for (std::size_t i = 0; i < kLlChunkBytes && c * kLlChunkBytes + i < bytes; ++i) at[i] = b[i];
 }
 
+// This thread's chunks of an LL call shared by `blocks` blocks: chunk c
+// belongs to thread c mod (blocks x threads), on every rank alike.
+struct ChunkWalk {
+  std::size_t first, stride;
+  __device__ ChunkWalk(unsigned block, unsigned blocks)
+      : first(static_cast<std::size_t>(block) * blockDim.x + threadIdx.x),
+        stride(static_cast<std::size_t>(blocks) * blockDim.x) {}
+};
+
+__device__ std::size_t chunks_of(std::size_t bytes) { return (bytes + kLlChunkBytes - 1) / kLlChunkBytes; }
+
 // Every thread sends its chunks to every peer first, then reduces, in rank
-// order (the same result on every rank), what arrives for them.
+// order (the same result on every rank), what arrives for them. Its own
+// chunk is read again for the reduction: no other thread writes it, even
+// in place.
 template <typename T, ReduceOp Op>
-__device__ __noinline__ bool ll_allreduce_block(const LlAllreduceArgs& a) {
-  constexpr int kChunksPerThread = static_cast<int>(kLlMaxBytes / kLlChunkBytes / kWorkerThreads);
-  static_assert(kChunksPerThread * kWorkerThreads * kLlChunkBytes == kLlMaxBytes, "chunks split evenly");
+__device__ __noinline__ bool ll_allreduce_share(const LlAllreduceArgs& a, unsigned block, unsigned blocks) {
   const std::size_t bytes = a.count * sizeof(T);
-  const std::size_t chunks = (bytes + kLlChunkBytes - 1) / kLlChunkBytes;
+  const std::size_t chunks = chunks_of(bytes);
   const auto* input = static_cast<const unsigned char*>(a.input);
-  uint4 own[kChunksPerThread];
-  for (int k = 0; k < kChunksPerThread; ++k) {
-    const std::size_t c = threadIdx.x + static_cast<std::size_t>(k) * kWorkerThreads;
-    if (c >= chunks) break;
-    own[k] = load_chunk(input, c, bytes);
+  const ChunkWalk walk(block, blocks);
+  for (std::size_t c = walk.first; c < chunks; c += walk.stride) {
+    const uint4 own = load_chunk(input, c, bytes);
     for (int p = 0; p < a.nranks; ++p) {
       if (p == a.rank) continue;
-      char* line = static_cast<char*>(a.buffers[p]) + ll_chunk_offset(a.parity, a.rank, c);
-      store_line(line, own[k].x, own[k].y, a.flag);
-      store_line(line + sizeof(LlLine), own[k].z, own[k].w, a.flag);
+      char* line = static_cast<char*>(a.buffers[p]) + ll_chunk_offset(a.parity, a.rank, c, a.nranks);
+      store_line(line, own.x, own.y, a.flag);
+      store_line(line + sizeof(LlLine), own.z, own.w, a.flag);
     }
   }
   const std::uint64_t deadline = deadline_after(a.timeout_ms);
   bool ok = true;
-  for (int k = 0; k < kChunksPerThread && ok; ++k) {
-    const std::size_t c = threadIdx.x + static_cast<std::size_t>(k) * kWorkerThreads;
-    if (c >= chunks) break;
+  for (std::size_t c = walk.first; c < chunks && ok; c += walk.stride) {
     Pack<T> acc;
     for (int r = 0; r < a.nranks && ok; ++r) {
-      uint4 data = own[k];
-      if (r != a.rank)
-        ok = wait_chunk(static_cast<const char*>(a.buffers[a.rank]) + ll_chunk_offset(a.parity, r, c), a.flag,
-                        deadline, &data);
+      uint4 data;
+      if (r == a.rank) {
+        data = load_chunk(input, c, bytes);
+      } else {
+        ok = wait_chunk(static_cast<const char*>(a.buffers[a.rank]) + ll_chunk_offset(a.parity, r, c, a.nranks),
+                        a.flag, deadline, &data);
+      }
       Pack<T> value;
       memcpy(&value, &data, 16);
       acc = r == 0 ? value : reduce_pack<T, Op>(acc, value);
@@ -263,63 +277,74 @@ __device__ __noinline__ bool ll_allreduce_block(const LlAllreduceArgs& a) {
   return ok;
 }
 
+// Where an LL call's lines go and come from.
+struct LlRoute {
+  std::uint32_t parity;
+  int nranks;
+  std::uint32_t flag;
+};
+
 // This thread's chunks of src into sender's slot of a receiver's buffer.
-__device__ void ll_send(void* receiver_buffer, std::uint32_t parity, int sender, const void* src, std::size_t bytes,
-                        std::uint32_t flag) {
-  const std::size_t chunks = (bytes + kLlChunkBytes - 1) / kLlChunkBytes;
-  for (std::size_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+__device__ void ll_send(void* receiver_buffer, const LlRoute& route, int sender, const void* src, std::size_t bytes,
+                        const ChunkWalk& walk) {
+  for (std::size_t c = walk.first; c < chunks_of(bytes); c += walk.stride) {
     const uint4 v = load_chunk(static_cast<const unsigned char*>(src), c, bytes);
-    char* line = static_cast<char*>(receiver_buffer) + ll_chunk_offset(parity, sender, c);
-    store_line(line, v.x, v.y, flag);
-    store_line(line + sizeof(LlLine), v.z, v.w, flag);
+    char* line = static_cast<char*>(receiver_buffer) + ll_chunk_offset(route.parity, sender, c, route.nranks);
+    store_line(line, v.x, v.y, route.flag);
+    store_line(line + sizeof(LlLine), v.z, v.w, route.flag);
   }
 }
 
 // This thread's chunks from sender's slot of this rank's buffer into dst;
 // false on timeout.
-__device__ bool ll_receive(const void* own_buffer, std::uint32_t parity, int sender, void* dst, std::size_t bytes,
-                           std::uint32_t flag, std::uint64_t deadline) {
-  const std::size_t chunks = (bytes + kLlChunkBytes - 1) / kLlChunkBytes;
-  for (std::size_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+__device__ bool ll_receive(const void* own_buffer, const LlRoute& route, int sender, void* dst, std::size_t bytes,
+                           std::uint64_t deadline, const ChunkWalk& walk) {
+  for (std::size_t c = walk.first; c < chunks_of(bytes); c += walk.stride) {
     uint4 v;
-    if (!wait_chunk(static_cast<const char*>(own_buffer) + ll_chunk_offset(parity, sender, c), flag, deadline, &v))
+    if (!wait_chunk(static_cast<const char*>(own_buffer) + ll_chunk_offset(route.parity, sender, c, route.nranks),
+                    route.flag, deadline, &v))
       return false;
     store_chunk(static_cast<unsigned char*>(dst), c, bytes, v);
   }
   return true;
 }
 
-__device__ bool ll_bcast_block(const LlBcastArgs& b) {
+__device__ bool ll_bcast_share(const LlBcastArgs& b, unsigned block, unsigned blocks) {
+  const LlRoute route{b.parity, b.nranks, b.flag};
+  const ChunkWalk walk(block, blocks);
   if (b.rank == b.root) {
     for (int p = 0; p < b.nranks; ++p)
-      if (p != b.root) ll_send(b.buffers[p], b.parity, b.root, b.buffer, b.bytes, b.flag);
+      if (p != b.root) ll_send(b.buffers[p], route, b.root, b.buffer, b.bytes, walk);
     return true;
   }
-  return ll_receive(b.buffers[b.rank], b.parity, b.root, b.buffer, b.bytes, b.flag, deadline_after(b.timeout_ms));
+  return ll_receive(b.buffers[b.rank], route, b.root, b.buffer, b.bytes, deadline_after(b.timeout_ms), walk);
 }
 
-__device__ bool ll_alltoallv_block(const LlAlltoallvArgs& a) {
+__device__ bool ll_alltoallv_share(const LlAlltoallvArgs& a, unsigned block, unsigned blocks) {
+  const LlRoute route{a.parity, a.nranks, a.flag};
+  const ChunkWalk walk(block, blocks);
   for (int p = 0; p < a.nranks; ++p)
-    if (p != a.rank && a.send_bytes[p] > 0) ll_send(a.buffers[p], a.parity, a.rank, a.send[p], a.send_bytes[p], a.flag);
+    if (p != a.rank && a.send_bytes[p] > 0) ll_send(a.buffers[p], route, a.rank, a.send[p], a.send_bytes[p], walk);
   const std::size_t own = a.recv_bytes[a.rank];
-  for (std::size_t c = threadIdx.x; c < (own + kLlChunkBytes - 1) / kLlChunkBytes; c += blockDim.x)
+  for (std::size_t c = walk.first; c < chunks_of(own); c += walk.stride)
     store_chunk(static_cast<unsigned char*>(a.recv[a.rank]), c, own,
                 load_chunk(static_cast<const unsigned char*>(a.send[a.rank]), c, own));
   const std::uint64_t deadline = deadline_after(a.timeout_ms);
   bool ok = true;
   for (int p = 0; p < a.nranks && ok; ++p)
     if (p != a.rank && a.recv_bytes[p] > 0)
-      ok = ll_receive(a.buffers[a.rank], a.parity, p, a.recv[p], a.recv_bytes[p], a.flag, deadline);
+      ok = ll_receive(a.buffers[a.rank], route, p, a.recv[p], a.recv_bytes[p], deadline, walk);
   return ok;
 }
 
 struct WorkerLlAllreduce {
   const LlAllreduceArgs& args;
+  unsigned block, blocks;
   bool ok = true;
 
   template <typename T, ReduceOp Op>
   __device__ void run() {
-    ok = ll_allreduce_block<T, Op>(args);
+    ok = ll_allreduce_share<T, Op>(args, block, blocks);
   }
 };
 
@@ -337,16 +362,14 @@ __device__ std::int32_t run_share(const WorkItem& item, unsigned block, unsigned
       return dispatch_reduction(item.reduce.type, item.reduce.op, visitor) ? kFine : unsupported;
     }
     case WorkKind::kLlAllreduce: {
-      WorkerLlAllreduce visitor{item.ll};
-      if (block != 0 || !dispatch_reduction(item.ll.type, item.ll.op, visitor)) return unsupported;
+      WorkerLlAllreduce visitor{item.ll, block, blocks};
+      if (!dispatch_reduction(item.ll.type, item.ll.op, visitor)) return unsupported;
       return __syncthreads_and(visitor.ok) ? kFine : timed_out;
     }
     case WorkKind::kLlBcast:
-      if (block != 0) return unsupported;
-      return __syncthreads_and(ll_bcast_block(item.ll_bcast)) ? kFine : timed_out;
+      return __syncthreads_and(ll_bcast_share(item.ll_bcast, block, blocks)) ? kFine : timed_out;
     case WorkKind::kLlAlltoallv:
-      if (block != 0) return unsupported;
-      return __syncthreads_and(ll_alltoallv_block(item.ll_alltoallv)) ? kFine : timed_out;
+      return __syncthreads_and(ll_alltoallv_share(item.ll_alltoallv, block, blocks)) ? kFine : timed_out;
   }
   return unsupported;
 }
@@ -396,35 +419,79 @@ __device__ bool wait_doorbell(const Mailbox* box, std::uint64_t sequence, std::i
   }
 }
 
+// Warp 0 of block 0: hands a shared item's doorbell words and sequence on
+// to the other blocks.
+__device__ void publish(WorkerState* state, const std::uint32_t* words, int used, std::uint64_t sequence) {
+  const std::uint64_t flag = static_cast<std::uint64_t>(doorbell_flag(sequence)) << 32;
+  for (int i = threadIdx.x; i < used; i += 32) reinterpret_cast<volatile std::uint64_t*>(state->words)[i] = flag | words[i];
+  if (threadIdx.x == 0) {
+    reinterpret_cast<volatile std::uint64_t*>(state->sequence)[0] = flag | static_cast<std::uint32_t>(sequence);
+    reinterpret_cast<volatile std::uint64_t*>(state->sequence)[1] = flag | static_cast<std::uint32_t>(sequence >> 32);
+  }
+}
+
+// Warp 0 of another block: waits until block 0 publishes an item newer than
+// the one flagged `last`, or leaves. Returns true with the item's words and
+// sequence; false when block 0 left and published nothing new.
+__device__ bool wait_published(const WorkerState* state, std::uint32_t last, std::uint64_t launch,
+                               std::uint32_t* words, std::uint64_t* sequence) {
+  constexpr unsigned kWarp = 0xffffffffu;
+  const unsigned lane = threadIdx.x;
+  for (bool leaving = false;;) {
+    std::uint64_t low, high, sequence_low = 0, sequence_high = 0;
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(low), "=l"(high) : "l"(state->words + 2 * lane)
+                 : "memory");
+    if (lane == 0)
+      asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
+                   : "=l"(sequence_low), "=l"(sequence_high)
+                   : "l"(state->sequence)
+                   : "memory");
+    const std::uint32_t flag = __shfl_sync(kWarp, static_cast<std::uint32_t>(low >> 32), 0);
+    if (flag != last && flag != 0) {
+      const int used = __shfl_sync(kWarp, doorbell_words(static_cast<std::uint32_t>(low)), 0);
+      const bool mine = (static_cast<int>(2 * lane) >= used || low >> 32 == flag) &&
+                        (static_cast<int>(2 * lane + 1) >= used || high >> 32 == flag) &&
+                        (lane != 0 || (sequence_low >> 32 == flag && sequence_high >> 32 == flag));
+      if (__all_sync(kWarp, mine)) {
+        if (static_cast<int>(2 * lane) < used) words[2 * lane] = static_cast<std::uint32_t>(low);
+        if (static_cast<int>(2 * lane + 1) < used) words[2 * lane + 1] = static_cast<std::uint32_t>(high);
+        if (lane == 0) *sequence = (sequence_high & 0xffffffffu) << 32 | (sequence_low & 0xffffffffu);
+        __syncwarp();
+        // Acquire: an item in WorkerState::item was written before the words.
+        __threadfence();
+        return true;
+      }
+      continue;
+    }
+    // Block 0 publishes before it leaves (a release): one more look after
+    // seeing it leave finds anything it published.
+    if (leaving) return false;
+    leaving = __shfl_sync(kWarp, lane == 0 && load_acquire_gpu(&state->left_launch) >= launch, 0);
+  }
+}
+
 __global__ void __launch_bounds__(kWorkerThreads)
-    worker_loop(Mailbox* box, WorkerState* state, std::uint64_t launch, std::uint64_t next, std::int64_t idle_ns) {
+    worker_loop(Mailbox* box, WorkerState* state, std::uint64_t launch, std::uint64_t next, std::uint64_t last_shared,
+                std::int64_t idle_ns) {
   static_assert(kDoorbellWords == 2 * 32, "one warp reads the doorbell, two words a lane");
   __shared__ WorkItem item;
   __shared__ std::uint32_t words[kDoorbellWords];
   __shared__ std::uint64_t taken;  // the sequence to run; 0: leave
+  __shared__ bool decoded;
   const bool leader = blockIdx.x == 0;
+  std::uint32_t last = last_shared ? doorbell_flag(last_shared) : 0;  // other blocks: the last item run
   for (;;) {
-    if (leader) {
-      if (threadIdx.x < 32) {
-        const bool arrived = wait_doorbell(box, next, idle_ns, words);
-        if (threadIdx.x == 0) {
-          taken = arrived ? next : 0;
-          if (arrived && decode_doorbell(words, &item)) taken |= 1ull << 63;  // item decoded
-        }
-      }
-    } else if (threadIdx.x == 0) {
-      taken = 0;
-      while (load_acquire_gpu(&state->left_launch) < launch) {
-        const std::uint64_t published = load_acquire_gpu(&state->sequence);
-        if (published >= next) {
-          taken = published;
-          break;
-        }
+    if (threadIdx.x < 32) {
+      std::uint64_t published = 0;
+      const bool arrived =
+          leader ? wait_doorbell(box, next, idle_ns, words) : wait_published(state, last, launch, words, &published);
+      if (threadIdx.x == 0) {
+        taken = !arrived ? 0 : leader ? next : published;
+        decoded = arrived && decode_doorbell(words, &item);
       }
     }
     __syncthreads();
-    const bool decoded = leader && (taken >> 63) != 0;
-    const std::uint64_t sequence = taken & ~(1ull << 63);
+    const std::uint64_t sequence = taken;
     if (sequence == 0) {
       if (leader && threadIdx.x == 0) {
         store_release_gpu(&state->left_launch, launch);
@@ -432,35 +499,33 @@ __global__ void __launch_bounds__(kWorkerThreads)
       }
       return;
     }
-    next = sequence + 1;
     if (!decoded) copy_item(&item, leader ? &box->item : &state->item);
     __syncthreads();
     const bool whole_grid = item.blocks > 1 && gridDim.x > 1;
-    if (leader && whole_grid) {
-      copy_item(&state->item, &item);
-      __threadfence();
-      __syncthreads();
-      if (threadIdx.x == 0) store_release_gpu(&state->sequence, sequence);
+    if (leader) {
+      next = sequence + 1;
+      if (whole_grid) {
+        if (!decoded) {
+          copy_item(&state->item, &item);
+          __threadfence();
+          __syncthreads();
+        }
+        if (threadIdx.x < 32) publish(state, words, doorbell_words(words[0]), sequence);
+      }
+    } else {
+      last = doorbell_flag(sequence);
     }
 
     const std::int32_t failure = whole_grid ? run_share(item, blockIdx.x, gridDim.x) : run_share(item, 0, 1);
     __syncthreads();
     if (threadIdx.x != 0) continue;
-    if (whole_grid) {
-      // This block's results (the barrier ordered them before the fence)
-      // reach the system before it counts itself finished; the last block
-      // to finish reports.
-      __threadfence_system();
-      if (atomicAdd(&state->finished, 1u) != gridDim.x - 1) continue;
-      atomicExch(&state->finished, 0u);
-    }
     if (failure) *reinterpret_cast<volatile std::int32_t*>(&box->failed) = failure;
     // The block's results (ordered before this thread's fence by the
-    // barrier, or by the other blocks' fences) reach the system before the
-    // report. A release store alone was not enough: without this fence, an
-    // MPI suite run on the GPU machine saw wrong in-place LL results.
+    // barrier) reach the system before the report. A release store alone
+    // was not enough: without this fence, an MPI suite run on the GPU
+    // machine saw wrong in-place LL results.
     __threadfence_system();
-    store_release_sys(&box->done, sequence);
+    store_release_sys(leader ? &box->done : &box->block_done[blockIdx.x], sequence);
   }
 }
 
@@ -503,11 +568,12 @@ class CudaWorkerDevice final : public WorkerDevice {
 
   Mailbox* mailbox() override { return box_; }
 
-  Status start(std::uint64_t launch, std::uint64_t first, std::int64_t idle_us) override {
+  Status start(std::uint64_t launch, std::uint64_t first, std::uint64_t last_shared, std::int64_t idle_us) override {
     // The stream runs one launch after the other: a new launch starts only
     // after the previous one has left.
     FERRY_CHECK(FERRY_CUDA(cudaSetDevice(device_)));
-    worker_loop<<<blocks_, kWorkerThreads, 0, stream_>>>(box_on_device_, state_, launch, first, idle_us * 1000);
+    worker_loop<<<blocks_, kWorkerThreads, 0, stream_>>>(box_on_device_, state_, launch, first, last_shared,
+                                                         idle_us * 1000);
     return FERRY_CUDA(cudaGetLastError());
   }
 

@@ -17,6 +17,7 @@
 #include <mutex>
 
 #include "engine/collectives/executor.h"
+#include "engine/collectives/reduce_common.h"
 #include "engine/gpu/gpu.h"
 
 namespace ferry {
@@ -38,10 +39,18 @@ struct CopyListArgs {
 // writes its data there as 16-byte lines of two LL words (4 data bytes and
 // the call's 4-byte flag each, worker_common.h), so the receiver knows the
 // data has arrived from the data itself: no separate flag to wait for, and
-// no mapping of the application's buffers.
-constexpr std::size_t kLlMaxBytes = 16 << 10;             // payload per sender and call
-constexpr std::size_t kLlSlotBytes = 2 * kLlMaxBytes;     // as LL lines
-constexpr std::size_t kLlBufferBytes = 2 * kMaxDirectRanks * kLlSlotBytes;  // per rank
+// no mapping of the application's buffers. The buffer is cut into
+// 2 parities x nranks slots, so fewer ranks take larger calls: 512 KiB a
+// sender at 2 ranks, 64 KiB at 16.
+constexpr std::size_t kLlBufferBytes = 4 << 20;  // per rank
+constexpr std::size_t kLlSlotAlign = 256;
+
+// One sender's slot for one parity, in bytes of LL lines.
+FERRY_HOST_DEVICE std::size_t ll_slot_bytes(int nranks) {
+  return kLlBufferBytes / (2 * static_cast<std::size_t>(nranks < 1 ? 1 : nranks)) / kLlSlotAlign * kLlSlotAlign;
+}
+// The payload a slot carries: half of it is flags.
+FERRY_HOST_DEVICE std::size_t ll_max_bytes(int nranks) { return ll_slot_bytes(nranks) / 2; }
 
 // One-shot allreduce over LL: every rank sends its input into every peer's
 // receive buffer and reduces, in rank order, what arrives in its own.
@@ -110,11 +119,14 @@ struct WorkItem {
 };
 
 constexpr int kDoorbellWords = 64;  // 512 bytes: one 16-byte load per lane of a warp
+constexpr int kMaxWorkerBlocks = 64;
 
 // Host memory both sides see. The caller writes the item into the doorbell
 // as LL words flagged with its sequence (worker_common.h), and into item
-// when it does not fit there; the worker writes done (after its results are
-// visible system-wide) and, when it leaves idle, exited = its launch number.
+// when it does not fit there; the worker's block 0 writes done (after its
+// results are visible system-wide) and, when it leaves idle, exited = its
+// launch number. Each other block reports the items shared among all
+// blocks in block_done, so that no block waits for another to finish.
 struct alignas(64) Mailbox {
   std::uint64_t stop;  // nonzero: the worker returns at once
   char padding0[56];
@@ -124,9 +136,10 @@ struct alignas(64) Mailbox {
   char padding1[44];
   std::uint64_t doorbell[kDoorbellWords];
   WorkItem item;
+  alignas(64) std::uint64_t block_done[kMaxWorkerBlocks];  // [0] unused: block 0 reports in done
 };
 static_assert(offsetof(Mailbox, done) == 64 && offsetof(Mailbox, doorbell) == 128 &&
-                  offsetof(Mailbox, item) == 128 + 8 * kDoorbellWords,
+                  offsetof(Mailbox, item) == 128 + 8 * kDoorbellWords && offsetof(Mailbox, block_done) % 64 == 0,
               "Mailbox is shared between host and device; keep its layout fixed");
 
 // The device side of a worker: the persistent kernel, or the emulated
@@ -136,8 +149,10 @@ class WorkerDevice {
   virtual ~WorkerDevice() = default;
   virtual Mailbox* mailbox() = 0;
   // Starts the worker for launch number `launch`; it takes items from
-  // sequence first on, and leaves when idle for idle_us.
-  virtual Status start(std::uint64_t launch, std::uint64_t first, std::int64_t idle_us) = 0;
+  // sequence first on, and leaves when idle for idle_us. last_shared: the
+  // last item shared among all blocks so far (0: none).
+  virtual Status start(std::uint64_t launch, std::uint64_t first, std::uint64_t last_shared,
+                       std::int64_t idle_us) = 0;
   // kOk while running or cleanly exited; an error once the device side failed.
   virtual Status health() = 0;
   // Waits until the device side has returned (after stop, or idle).
@@ -145,7 +160,8 @@ class WorkerDevice {
 };
 
 // Both back ends; nullptr when the backend has no worker (or CUDA was not
-// built). blocks: the worker's thread blocks (the emulated device ignores it).
+// built). blocks: the worker's thread blocks (the emulated device's one
+// thread reports for all of them).
 std::unique_ptr<WorkerDevice> make_worker_device(gpu::Backend* backend, int device, int blocks);
 #ifdef FERRY_HAVE_CUDA
 std::unique_ptr<WorkerDevice> make_cuda_worker_device(int device, int blocks);
@@ -180,6 +196,7 @@ class Worker {
   std::int64_t idle_us_;
   bool host_worker_;  // the device side is a host thread (emulated device)
   std::uint64_t sequence_ = 0;  // items posted so far
+  std::uint64_t shared_ = 0;    // the last item shared among all blocks
   std::uint64_t launch_ = 0;    // device-side starts so far
   bool running_ = false;
 };

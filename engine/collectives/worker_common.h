@@ -202,18 +202,19 @@ FERRY_HOST_DEVICE bool decode_doorbell(const std::uint32_t* words, WorkItem* ite
 // ---- The LL protocol's lines --------------------------------------------
 
 // A 16-byte line: two LL words, 8 data bytes. A chunk of 16 data bytes is
-// two lines; sender s's chunk c for a call of parity p sits in the
-// receiver's buffer at ll_chunk_offset(p, s, c).
+// two lines; sender s's chunk c for a call of parity p among n ranks sits
+// in the receiver's buffer at ll_chunk_offset(p, s, c, n).
 struct alignas(16) LlLine {
   std::uint32_t data0, flag0, data1, flag1;
 };
 static_assert(sizeof(LlLine) == 16, "an LL line is one 16-byte store");
 constexpr std::size_t kLlChunkBytes = 16;                 // data bytes per chunk
 constexpr std::size_t kLlChunkLineBytes = 2 * sizeof(LlLine);
-static_assert(kLlSlotBytes / kLlChunkLineBytes * kLlChunkBytes == kLlMaxBytes, "a slot holds kLlMaxBytes as lines");
+static_assert(kLlSlotAlign % kLlChunkLineBytes == 0 && kLlChunkLineBytes == 2 * kLlChunkBytes,
+              "a slot holds whole chunks, as many data bytes as half its size");
 
-FERRY_HOST_DEVICE std::size_t ll_chunk_offset(std::uint32_t parity, int sender, std::size_t chunk) {
-  return (static_cast<std::size_t>(parity) * kMaxDirectRanks + sender) * kLlSlotBytes + chunk * kLlChunkLineBytes;
+FERRY_HOST_DEVICE std::size_t ll_chunk_offset(std::uint32_t parity, int sender, std::size_t chunk, int nranks) {
+  return (static_cast<std::size_t>(parity) * nranks + sender) * ll_slot_bytes(nranks) + chunk * kLlChunkLineBytes;
 }
 
 }  // namespace ferry

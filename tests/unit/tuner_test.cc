@@ -1,5 +1,8 @@
 #include "engine/collectives/tuner.h"
 
+#include "engine/collectives/worker.h"
+#include "engine/common/params.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,7 +31,7 @@ TEST(Tuner, DefaultChoicesForATableOfSizesAndRankCounts) {
   };
   const Row table[] = {
       {2, 8, false, kLl},         {2, 4 * KiB, false, kLl},    {2, 16 * KiB, false, kLl},
-      {2, 16 * KiB + 1, false, kOne}, {2, 256 * KiB, false, kOne},
+      {2, 16 * KiB + 1, false, kLl}, {2, 128 * KiB, false, kLl}, {2, 256 * KiB, false, kOne},
       {2, 2 * MiB, false, kOne},  {2, 32 * MiB, false, kOne},  {2, 512 * MiB, false, kOne},
       {2, GiB, false, kOne},      {2, 8, true, kLl},           {2, 2 * MiB, true, kTwo},
       {2, GiB, true, kTwo},       {3, 8, false, kLl},          {3, 8, true, kLl},
@@ -62,18 +65,26 @@ TEST(Tuner, ModelNeverPicksAModelOnlyOrInapplicableAlgorithm) {
   EXPECT_FALSE(algorithm_info(AllreduceAlgorithm::kTree).implemented);
 }
 
-// LL runs up to 16 KiB only: a rule asking for it beyond leaves the call to
-// the model; within, it may be forced like any other.
+// LL runs only as far as the LL slots and FERRY_WORKER_MAX_BYTES reach (at
+// 4 ranks, 256 KiB): a rule asking for it beyond leaves the call to the
+// model; within, it may be forced like any other.
 TEST(Tuner, LlIsChosenOnlyWithinItsSizeRange) {
   std::vector<std::string> problems;
   const auto rules = parse_tune("allreduce:0-:ll", &problems);
   EXPECT_TRUE(problems.empty());
   ASSERT_EQ(rules.size(), 1u);
-  EXPECT_EQ(choose_allreduce(4, 16 * KiB, false, rules), kLl);
-  EXPECT_EQ(choose_allreduce(4, 16 * KiB, true, rules), kLl);
-  EXPECT_EQ(choose_allreduce(4, 16 * KiB + 8, false, rules), choose_allreduce(4, 16 * KiB + 8, false, {}));
-  for (const MachineModel& machine : machine_models())
-    for (int n = 1; n <= 4096; n *= 2) EXPECT_LT(predict_allreduce_us(kLl, 16 * KiB + 1, n, machine), 0);
+  EXPECT_EQ(choose_allreduce(4, 256 * KiB, false, rules), kLl);
+  EXPECT_EQ(choose_allreduce(4, 256 * KiB, true, rules), kLl);
+  EXPECT_EQ(choose_allreduce(4, 256 * KiB + 8, false, rules), choose_allreduce(4, 256 * KiB + 8, false, {}));
+  const auto worker_max = static_cast<std::size_t>(params().worker_max_bytes);
+  for (const MachineModel& machine : machine_models()) {
+    for (int n = 1; n <= 4096; n *= 2) {
+      const std::size_t largest = std::min(ll_max_bytes(n), worker_max);
+      EXPECT_LT(predict_allreduce_us(kLl, largest + 1, n, machine), 0) << n << " ranks on " << machine.name;
+      if (n <= 16 && machine.intra == LinkKind::kNvLink && machine.gpus_per_node == 0)
+        EXPECT_GT(predict_allreduce_us(kLl, largest, n, machine), 0) << n << " ranks on " << machine.name;
+    }
+  }
   const auto one_shot = parse_tune("allreduce:0-:oneshot", &problems);
   EXPECT_EQ(choose_allreduce(2, 8, false, one_shot), kOne);
 }

@@ -120,7 +120,7 @@ TEST(EngineWorkerDoorbell, EncodesWhatFitsAndDefersTheRest) {
     a.timeout_ms = 600000;
     for (int r = 0; r < nranks; ++r) {
       a.send[r] = reinterpret_cast<void*>(0x7f0000000000ull + 4096 * r + 3);
-      a.send_bytes[r] = kLlMaxBytes - r;
+      a.send_bytes[r] = ll_max_bytes(nranks) - r;
       a.recv[r] = reinterpret_cast<void*>(0x7e0000000000ull + 4096 * r + 5);
       a.recv_bytes[r] = r;
       a.buffers[r] = reinterpret_cast<void*>(0x7d0000000000ull + (std::uint64_t{1} << 20) * r);
@@ -151,7 +151,7 @@ TEST(EngineWorkerDoorbell, EncodesWhatFitsAndDefersTheRest) {
     item.blocks = 1;
     LlBcastArgs& a = item.ll_bcast;
     a.buffer = reinterpret_cast<void*>(0x7f0000000123ull);
-    a.bytes = kLlMaxBytes;
+    a.bytes = ll_max_bytes(kMaxDirectRanks);
     a.rank = 3;
     a.nranks = kMaxDirectRanks;
     a.root = 15;
@@ -224,7 +224,7 @@ TEST(EngineWorkerLl, TwoRanksReduceOverLlBuffers) {
   ll1.fill(std::vector<char>(kLlBufferBytes, 0));
   const std::vector<DeviceBuffer*> ll = {&ll0, &ll1};
   for (std::uint64_t call = 1; call <= 40; ++call) {
-    const std::size_t count = 1 + (call * 97) % (kLlMaxBytes / 8);
+    const std::size_t count = 1 + (call * 9973) % (ll_max_bytes(2) / 8);
     std::vector<std::int64_t> a(count + 1), b(count + 1);
     for (std::size_t i = 0; i <= count; ++i) {
       a[i] = static_cast<std::int64_t>(i * call) - 7;
@@ -245,6 +245,26 @@ TEST(EngineWorkerLl, TwoRanksReduceOverLlBuffers) {
       for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << "call " << call << " element " << i;
       EXPECT_EQ(got[count], -1) << "call " << call << ": written past the count";
     }
+  }
+}
+
+// Every sender's slot of both parities lies inside the buffer, apart from
+// every other, and holds ll_max_bytes of data as lines.
+TEST(EngineWorkerLl, SlotsFitTheBufferForEveryRankCount) {
+  EXPECT_EQ(ll_max_bytes(2), std::size_t{512} << 10);
+  EXPECT_EQ(ll_max_bytes(kMaxDirectRanks), std::size_t{64} << 10);
+  for (int nranks = 1; nranks <= kMaxDirectRanks; ++nranks) {
+    const std::size_t chunks = ll_max_bytes(nranks) / kLlChunkBytes;
+    std::size_t end = 0;
+    for (std::uint32_t parity = 0; parity < 2; ++parity) {
+      for (int sender = 0; sender < nranks; ++sender) {
+        const std::size_t first = ll_chunk_offset(parity, sender, 0, nranks);
+        EXPECT_GE(first, end) << nranks << " ranks, parity " << parity << ", sender " << sender;
+        EXPECT_EQ(first % kLlSlotAlign, 0u);
+        end = ll_chunk_offset(parity, sender, chunks - 1, nranks) + kLlChunkLineBytes;
+      }
+    }
+    EXPECT_LE(end, kLlBufferBytes) << nranks << " ranks";
   }
 }
 
