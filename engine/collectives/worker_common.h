@@ -131,6 +131,9 @@ FERRY_HOST_DEVICE int doorbell_words(std::uint32_t word0) { return static_cast<i
 // Whether the item waits in Mailbox::item (from word 0).
 FERRY_HOST_DEVICE bool doorbell_in_mailbox(std::uint32_t word0) { return (word0 >> 8 & 0xff) == kInMailbox; }
 
+// The worker blocks the item asks for (from word 1).
+FERRY_HOST_DEVICE int doorbell_blocks(std::uint32_t word1) { return static_cast<int>(word1 & 0xffff); }
+
 // Rebuilds the item from the words; false when it waits in Mailbox::item.
 FERRY_HOST_DEVICE bool decode_doorbell(const std::uint32_t* words, WorkItem* item) {
   using doorbell_detail::get64;

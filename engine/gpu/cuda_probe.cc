@@ -43,15 +43,11 @@ DriverEntryPoints* resolve_entry_points(void* handle) {
   return nullptr;
 }
 
-// What the dynamic loader added since the last look found no libcuda.
-LoaderWatch loader_watch;
-
 const DriverEntryPoints* load_driver_if_present() {
   if (const DriverEntryPoints* d = driver.load(std::memory_order_acquire)) return d;
-  // Called on every intercepted MPI call of a process without a device
-  // runtime: most calls end at the watch (two loads), since libcuda cannot
-  // be in the process if nothing was loaded since the last look.
-  if (!loader_watch.changed()) return nullptr;
+  // libcuda cannot be in the process if the loader added nothing since a
+  // look that found none (gpu.h's device_runtime_active checks this inline).
+  if (!g_runtime_watch.changed()) return nullptr;
   // Between libcuda arriving in the process and the first device pointer it
   // hands out lie driver and context start-up, tens of milliseconds at the
   // least. So a look at the loader that began under a millisecond ago and
@@ -61,11 +57,15 @@ const DriverEntryPoints* load_driver_if_present() {
   static std::mutex looking;
   std::lock_guard<std::mutex> lock(looking);
   if (const DriverEntryPoints* d = driver.load(std::memory_order_acquire)) return d;
-  loader_watch.mark();  // first: a libcuda loaded during the look counts as new
+  g_runtime_watch.mark();  // first: a libcuda loaded during the look counts as new
   if (void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY))
     driver.store(resolve_entry_points(handle), std::memory_order_release);
   last_look_ns.store(now, std::memory_order_release);
-  return driver.load(std::memory_order_acquire);
+  const DriverEntryPoints* found = driver.load(std::memory_order_acquire);
+  // Whoever looked (a pointer query, or the per-call check), the mark above
+  // now hides libcuda from the watch: the runtime flag must say it is here.
+  if (found) g_device_runtime_seen.store(true, std::memory_order_relaxed);
+  return found;
 }
 
 }  // namespace

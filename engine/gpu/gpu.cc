@@ -60,6 +60,7 @@ Backend* owner_backend(const PointerInfo& info) {
 }
 
 std::atomic<bool> g_device_runtime_seen{false};
+LoaderWatch g_runtime_watch;
 
 bool probe_device_runtime() {
 #ifdef FERRY_HAVE_CUDA

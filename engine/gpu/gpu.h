@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/common/loader_watch.h"
 #include "engine/common/status.h"
 
 namespace ferry::gpu {
@@ -154,12 +155,15 @@ Backend* owner_backend(const PointerInfo& info);
 // True once this process has a device runtime in use: emulated device
 // memory was allocated or imported (the emulated device sets the flag) or a
 // GPU driver is loaded. Never starts one. Called on every intercepted MPI
-// call: once true it is a single load, before that a load and a look at the
-// clock (cuda_probe.h).
+// call, so inline: once true it is one load; before that three, since a
+// look that found no GPU driver holds while the loader adds nothing
+// (g_runtime_watch, marked by the look in cuda_probe.cc).
 bool probe_device_runtime();
 extern std::atomic<bool> g_device_runtime_seen;
+extern LoaderWatch g_runtime_watch;
 inline bool device_runtime_active() {
-  return g_device_runtime_seen.load(std::memory_order_relaxed) || probe_device_runtime();
+  if (g_device_runtime_seen.load(std::memory_order_relaxed)) return true;
+  return g_runtime_watch.changed() && probe_device_runtime();
 }
 
 }  // namespace ferry::gpu
