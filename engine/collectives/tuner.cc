@@ -60,13 +60,13 @@ constexpr double kWorkerUs = 7.0;
 // One thread block moving LL lines (half of each line is flags): what a
 // single SM reaches over NVLink, measured as the worker's one-block copies
 // (~10 GB/s of data, bench/RESULTS.md). Larger LL calls take every worker
-// block: handing the item to the other blocks costs 3.3-3.5 us more on
-// 2x H200 (bench/worker-latency), and the LL allreduce then took 12.5 us at
-// 32 KiB and 17.9 us at 512 KiB (bench/RESULTS.md): 4.5 us over the
-// one-block floor, and 178 GB/s of data and flags.
+// block: handing the item to the other blocks costs 1.9 us more on 2x H200
+// (bench/worker-latency), and the LL allreduce then took 11.8 us at 32 KiB
+// and 18.2 us at 512 KiB (bench/RESULTS.md): 3.8 us over the one-block
+// floor, and 153 GB/s of data and flags.
 constexpr double kLlBlockGbps = 10.0;
-constexpr double kLlGridUs = 4.5;
-constexpr double kLlGridGbps = 178.0;
+constexpr double kLlGridUs = 3.8;
+constexpr double kLlGridGbps = 153.0;
 constexpr std::size_t kLlOneBlockBytes = 16 << 10;  // collectives.cc's ll_blocks
 
 const std::vector<MachineModel> kMachines = {
