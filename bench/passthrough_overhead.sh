@@ -57,12 +57,8 @@ done
 
 echo "ranks $ranks, $rounds rounds x $iterations calls per variant, mpirun ${mpirun_flags[*]}"
 echo "microseconds per call, median over rounds of each run's median; [min..max] over rounds"
-echo "per call: each call timed alone; batched: calls timed in batches of 100 (finer than the clock tick)"
-echo "overhead from the batched medians, and from the fastest round of each side (robust to slow spells)"
-# Rows: variant case bytes per-call-median batch-median (one per round).
-for variant in plain ferry; do
-  awk -v variant="$variant" '$1 == "case" {print variant, $2, $4, $6, $12}' "$results/$variant".*
-done | awk '
+# The median of values[1..n], for the tables below.
+awk_median='
   function median(values, n,   sorted, i, j, t) {
     for (i = 1; i <= n; i++) sorted[i] = values[i]
     for (i = 2; i <= n; i++)
@@ -71,6 +67,14 @@ done | awk '
       }
     return n % 2 ? sorted[(n + 1) / 2] : (sorted[n / 2] + sorted[n / 2 + 1]) / 2
   }
+'
+
+echo "per call: each call timed alone; batched: calls timed in batches of 100 (finer than the clock tick)"
+echo "overhead from the batched medians, and from the fastest round of each side (robust to slow spells)"
+# Rows: variant case bytes per-call-median batch-median (one per round).
+for variant in plain ferry; do
+  awk -v variant="$variant" '$1 == "case" {print variant, $2, $4, $6, $12}' "$results/$variant".*
+done | awk "$awk_median"'
   function percent(with_ferry, without) { return 100 * (with_ferry - without) / without }
   {
     key = $2 " " $3
@@ -111,15 +115,7 @@ done | awk '
 echo
 echo "in-process pairs (the ferry runs): batches of MPI_ (Ferry's wrapper) alternating with PMPI_ (the real MPI)"
 echo "overhead per round is the median of the pairs' differences; median [min..max] over rounds"
-awk '$1 == "paired" {print $2, $4, $6, $8, $10, $12}' "$results"/ferry.* | awk '
-  function median(values, n,   sorted, i, j, t) {
-    for (i = 1; i <= n; i++) sorted[i] = values[i]
-    for (i = 2; i <= n; i++)
-      for (j = i; j > 1 && sorted[j - 1] > sorted[j]; j--) {
-        t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t
-      }
-    return n % 2 ? sorted[(n + 1) / 2] : (sorted[n / 2] + sorted[n / 2 + 1]) / 2
-  }
+awk '$1 == "paired" {print $2, $4, $6, $8, $10, $12}' "$results"/ferry.* | awk "$awk_median"'
   {
     key = $1 " " $2
     if (!(key in seen)) { seen[key] = 1; order[++cases] = key }

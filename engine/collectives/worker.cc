@@ -304,9 +304,12 @@ Status Worker::run(const WorkItem& item) {
   const auto limit = std::chrono::seconds(params().handshake_timeout);
   const auto start = std::chrono::steady_clock::now();
   for (unsigned spins = 1; !finished(); ++spins) {
-    // Block 0 leaves only between items, and the other blocks finish every
-    // item it gave them first: a worker that left never took this one.
-    if (load_acquire(&box->exited) == launch_) {
+    // Block 0 leaves only between items, after reporting the last one it
+    // took, and the other blocks finish whatever it passed them before they
+    // leave. So a worker that left without reporting this item never took
+    // it: start it again. One that reported it is only waiting for its
+    // other blocks, and starting again would run the item twice.
+    if (load_acquire(&box->exited) == launch_ && load_acquire(&box->done) < sequence) {
       FERRY_TRACE(Coll, "engine worker left idle; starting it again");
       FERRY_CHECK(device_->start(++launch_, sequence, shared_, idle_us_));
       continue;

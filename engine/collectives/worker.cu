@@ -201,13 +201,18 @@ __device__ std::uint64_t deadline_after(std::uint32_t timeout_ms) {
   return timeout_ms ? now_ns() + timeout_ms * 1000000ull : ~0ull;
 }
 
-// 16 data bytes of chunk c of buffer (zeros past bytes).
+// 16 data bytes of chunk c of buffer (zeros past bytes). An unaligned or
+// short chunk is read a byte at a time, every load issued before the first
+// is used: one memory latency, not one per byte (which cost an 8-byte
+// allreduce 2.3 us on 2x H200).
 __device__ uint4 load_chunk(const unsigned char* buffer, std::size_t c, std::size_t bytes) {
   const unsigned char* at = buffer + c * kLlChunkBytes;
   if (reinterpret_cast<std::uintptr_t>(at) % 16 == 0 && (c + 1) * kLlChunkBytes <= bytes)
     return __ldcg(reinterpret_cast<const uint4*>(at));
-  unsigned char b[16] = {};
-  for (std::size_t i = 0; i < kLlChunkBytes && c * kLlChunkBytes + i < bytes; ++i) b[i] = __ldcg(at + i);
+  const std::size_t valid = bytes - c * kLlChunkBytes;
+  unsigned char b[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) b[i] = static_cast<std::size_t>(i) < valid ? __ldcg(at + i) : 0;
   uint4 v;
   memcpy(&v, b, 16);
   return v;
@@ -219,9 +224,12 @@ __device__ void store_chunk(unsigned char* buffer, std::size_t c, std::size_t by
     *reinterpret_cast<uint4*>(at) = v;
     return;
   }
+  const std::size_t valid = bytes - c * kLlChunkBytes;
   unsigned char b[16];
   memcpy(b, &v, 16);
-  for (std::size_t i = 0; i < kLlChunkBytes && c * kLlChunkBytes + i < bytes; ++i) at[i] = b[i];
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    if (static_cast<std::size_t>(i) < valid) at[i] = b[i];
 }
 
 // This thread's chunks of an LL call shared by `blocks` blocks: chunk c
