@@ -114,13 +114,15 @@ def wrappers(functions):
     bodies = []
     for f in functions:
         # A process with no device runtime has no device buffers: its calls go
-        # straight to the real MPI unless the stats want to count them.
+        # straight to the real MPI unless the stats want to count them. Outside
+        # the try block, so the compiler can make it a tail call (nothing there
+        # throws).
         fast_path = ""
         if f.policy == "buffers":
             fast_path = f"""
-    if (!stats_enabled() && !ferry::gpu::device_runtime_active()) return P{f.name}({f.argument_list()});"""
-        bodies.append(f"""extern "C" FERRY_EXPORT int {f.name}({f.parameter_list()}) {{
-  try {{{fast_path}
+  if (!stats_enabled() && !ferry::gpu::device_runtime_active()) return P{f.name}({f.argument_list()});"""
+        bodies.append(f"""extern "C" FERRY_EXPORT int {f.name}({f.parameter_list()}) {{{fast_path}
+  try {{
     count_call(FunctionId::k{f.short});
     return handle_{f.short}({f.argument_list()});
   }} catch (...) {{
