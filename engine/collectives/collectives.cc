@@ -177,7 +177,8 @@ std::size_t worker_max_bytes() {
 // The engine worker for a direct reduce or copy list of bytes per rank, or
 // nullptr: such items run on the worker only while one of its blocks is
 // enough (shared among blocks they measured slower than a launch on
-// 2x H200); larger ones launch their kernels and copies.
+// 2x H200, with the worker's earlier hand-off between blocks); larger ones
+// launch their kernels and copies.
 Worker* worker_for_call(Communicator& comm, const Placement& where, std::size_t bytes) {
   constexpr std::size_t kOneBlockItemBytes = 16 << 10;
   if (bytes > std::min(worker_max_bytes(), kOneBlockItemBytes)) return nullptr;
