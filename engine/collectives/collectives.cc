@@ -170,18 +170,13 @@ Status map_all(Communicator& comm, const std::vector<Handshake>& all, const void
 const void* at(const void* base, std::size_t offset) { return static_cast<const char*>(base) + offset; }
 void* at(void* base, std::size_t offset) { return static_cast<char*>(base) + offset; }
 
-std::size_t worker_max_bytes() {
-  return static_cast<std::size_t>(std::max<std::int64_t>(0, params().worker_max_bytes));
-}
-
 // The engine worker for a direct reduce or copy list of bytes per rank, or
 // nullptr: such items run on the worker only while one of its blocks is
 // enough (shared among blocks they measured slower than a launch on
 // 2x H200, with the worker's earlier hand-off between blocks); larger ones
 // launch their kernels and copies.
 Worker* worker_for_call(Communicator& comm, const Placement& where, std::size_t bytes) {
-  constexpr std::size_t kOneBlockItemBytes = 16 << 10;
-  if (bytes > std::min(worker_max_bytes(), kOneBlockItemBytes)) return nullptr;
+  if (bytes > std::min(worker_max_bytes(), kWorkerOneBlockBytes)) return nullptr;
   return comm.worker_for(where.backend, where.device);
 }
 
@@ -315,16 +310,15 @@ bool all_chose(const std::vector<Handshake>& all, std::uint16_t algorithm) {
 // Whether this rank can take the LL path for blocks of up to largest bytes:
 // they fit the LL slots and FERRY_WORKER_MAX_BYTES.
 bool ll_ready(Communicator& comm, EngineTransport transport, const Placement& where, std::size_t largest) {
-  return transport == EngineTransport::kP2p && largest <= std::min(ll_max_bytes(comm.size()), worker_max_bytes()) &&
-         where.backend && comm.ll_possible(where.backend, where.device);
+  return transport == EngineTransport::kP2p && largest <= ll_call_max_bytes(comm.size()) && where.backend &&
+         comm.ll_possible(where.backend, where.device);
 }
 
 // Worker blocks for an LL call that moves bytes per rank: one block answers
 // small calls without handing the item to the others; larger ones take
 // every block (tuner.cc models both).
 int ll_blocks(Communicator& comm, const Placement& where, std::size_t bytes) {
-  constexpr std::size_t kOneBlockBytes = 16 << 10;
-  return bytes <= kOneBlockBytes ? 1 : comm.worker_for(where.backend, where.device)->blocks();
+  return bytes <= kWorkerOneBlockBytes ? 1 : comm.worker_for(where.backend, where.device)->blocks();
 }
 
 // Fills what the arguments of every LL call share (LlAllreduceArgs,
@@ -554,8 +548,8 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
     where = placement_of(buffer);
     // Above one worker block's share, the copy engine's pull measured faster
     // than LL on every block (2x H200: 10.1 against 11.1 us at 32 KiB).
-    constexpr std::size_t kLlBcastMaxBytes = 16 << 10;
-    mine.algorithm = bytes <= kLlBcastMaxBytes && ll_ready(comm, transport, where, bytes) ? kLlPath : kCopyPaths;
+    mine.algorithm =
+        bytes <= kWorkerOneBlockBytes && ll_ready(comm, transport, where, bytes) ? kLlPath : kCopyPaths;
     mine.eligible = where.backend != nullptr &&
                     (transport != EngineTransport::kP2p || comm.rank() != root ||
                      ok(comm.peer_memory().export_buffer(buffer, where.info, &mine.first)));

@@ -67,7 +67,6 @@ constexpr double kWorkerUs = 7.0;
 constexpr double kLlBlockGbps = 10.0;
 constexpr double kLlGridUs = 3.8;
 constexpr double kLlGridGbps = 153.0;
-constexpr std::size_t kLlOneBlockBytes = 16 << 10;  // collectives.cc's ll_blocks
 
 const std::vector<MachineModel> kMachines = {
     {"nvlink", "every rank on one NVLink/NVSwitch fabric, links as measured on 2x H200 (NV18)", kLaunchUs, kWorkerUs,
@@ -115,15 +114,10 @@ double one_shot_us(std::size_t bytes, int n, const MachineModel& m) {
 // rank's block sends (n-1) copies of its input and receives (n-1) inputs.
 double one_shot_ll_us(std::size_t bytes, int n, const MachineModel& m) {
   const LinkCost& link = link_cost(m.intra);
-  if (bytes <= kLlOneBlockBytes) return m.worker_us + link.hop_us + transfer_us(2.0 * (n - 1) * bytes, kLlBlockGbps);
+  if (bytes <= kWorkerOneBlockBytes) return m.worker_us + link.hop_us + transfer_us(2.0 * (n - 1) * bytes, kLlBlockGbps);
   return m.worker_us + kLlGridUs + link.hop_us + transfer_us(2.0 * (n - 1) * bytes, kLlGridGbps);
 }
 
-// LL runs on the worker, in the receive buffers' slots.
-std::size_t ll_call_max_bytes(int nranks) {
-  return std::min<std::size_t>(ll_max_bytes(nranks),
-                               static_cast<std::size_t>(std::max<std::int64_t>(0, params().worker_max_bytes)));
-}
 
 // Reduce-scatter then all-gather through peer memory: two flag hops,
 // 2 (n-1)/n * bytes each way.

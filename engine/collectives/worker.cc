@@ -241,6 +241,12 @@ Status run_work_item_on_host(gpu::Backend* backend, const WorkItem& item) {
   return Status::kInvalidArgument;
 }
 
+std::size_t worker_max_bytes() {
+  return static_cast<std::size_t>(std::max<std::int64_t>(0, params().worker_max_bytes));
+}
+
+std::size_t ll_call_max_bytes(int nranks) { return std::min(ll_max_bytes(nranks), worker_max_bytes()); }
+
 std::unique_ptr<WorkerDevice> make_worker_device(gpu::Backend* backend, int device, int blocks) {
   switch (backend->kind()) {
 #ifdef FERRY_HAVE_CUDA

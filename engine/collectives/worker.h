@@ -52,6 +52,16 @@ FERRY_HOST_DEVICE std::size_t ll_slot_bytes(int nranks) {
 // The payload a slot carries: half of it is flags.
 FERRY_HOST_DEVICE std::size_t ll_max_bytes(int nranks) { return ll_slot_bytes(nranks) / 2; }
 
+// What one worker block moves per rank: calls up to this run on block 0
+// alone (direct reduces and copy lists only up to this at all); larger LL
+// calls take every block.
+constexpr std::size_t kWorkerOneBlockBytes = 16 << 10;
+// FERRY_WORKER_MAX_BYTES, never negative.
+std::size_t worker_max_bytes();
+// The largest block an LL call among nranks carries: the LL slots and
+// FERRY_WORKER_MAX_BYTES.
+std::size_t ll_call_max_bytes(int nranks);
+
 // One-shot allreduce over LL: every rank sends its input into every peer's
 // receive buffer and reduces, in rank order, what arrives in its own.
 struct LlAllreduceArgs {
