@@ -8,6 +8,7 @@
 
 #include "engine/collectives/executor.h"
 #include "engine/collectives/schedule.h"
+#include "engine/collectives/simple_protocol.h"
 #include "engine/collectives/tuner.h"
 #include "engine/collectives/worker.h"
 #include "engine/collectives/worker_common.h"
@@ -385,6 +386,67 @@ Status run_ll_alltoallv(Communicator& comm, const Placement& where, const void* 
   return comm.worker_for(where.backend, where.device)->run(item);
 }
 
+// Ring and tree run over the Simple protocol's FIFOs.
+bool uses_fifos(AllreduceAlgorithm algorithm) {
+  return algorithm == AllreduceAlgorithm::kRing || algorithm == AllreduceAlgorithm::kTree;
+}
+
+// Whether peers map this rank's buffers (LL, ring and tree never do).
+bool maps_buffers(AllreduceAlgorithm algorithm) {
+  return algorithm != AllreduceAlgorithm::kOneShotLl && !uses_fifos(algorithm);
+}
+
+// Ring or tree over the Simple protocol: no rank touches another's buffers,
+// so, as with LL, no closing exchange. A failure leaves the FIFO counters
+// of the ranks out of step: the channels are not used again.
+Status run_simple_allreduce(Communicator& comm, const Placement& where, AllreduceAlgorithm algorithm,
+                            const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
+  gpu::Backend* backend = where.backend;
+  FERRY_CHECK(backend->set_device(where.device));
+  Communicator::SimpleChannels* channels = nullptr;
+  FERRY_CHECK(comm.simple_channels(backend, where.device, &channels));
+  const Status status = [&] {
+    const SimplePlan* plan = nullptr;
+    SimpleArgs args{};
+    FERRY_CHECK(comm.simple_plan(algorithm, count, data_type_size(type), &plan, &args.steps));
+    args.full_steps = plan->full_steps;
+    args.last_steps = plan->last_steps;
+    args.region_elements = plan->region_elements;
+    args.regions = plan->regions;
+    args.count = count;
+    args.input = input;
+    args.output = output;
+    args.type = type;
+    args.op = op;
+    args.rank = comm.rank();
+    args.nranks = comm.size();
+    args.channels = channels->channels;
+    args.timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(params().handshake_timeout, 1 << 20) * 1000);
+    args.failed = channels->failed;
+    for (int r = 0; r < comm.size(); ++r) {
+      args.buffers[r] = channels->buffers[r];
+      args.nsenders[r] = channels->nsenders[r];
+      args.fifo_at[r] = channels->fifo_at[r];
+      args.own_fifo[r] = channels->own_fifo[r];
+    }
+    gpu::Stream stream = nullptr;
+    FERRY_CHECK(comm.stream_for(backend, where.device, &stream));
+    if (comm.size() == 1 && input != output)
+      FERRY_CHECK(backend->copy_async(output, input, count * data_type_size(type), stream));
+    FERRY_CHECK(launch_simple(backend, args, stream));
+    FERRY_CHECK(backend->stream_synchronize(stream));
+    const std::int32_t failed = *channels->failed;
+    *channels->failed = 0;
+    return failed ? static_cast<Status>(failed) : Status::kOk;
+  }();
+  if (!ok(status)) {
+    FERRY_WARN(Coll, "%s allreduce failed (%s); this communicator's ring/tree FIFOs are not used again",
+               algorithm_info(algorithm).name, status_name(status));
+    channels->broken = true;
+  }
+  return status;
+}
+
 Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, const Placement& where,
                      const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
   // The ranks' choices differ only when FERRY_TUNE forced an algorithm that
@@ -397,8 +459,9 @@ Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, cons
   AllreduceAlgorithm algorithm =
       agreed ? static_cast<AllreduceAlgorithm>(all[0].algorithm)
              : choose_allreduce(comm.size(), count * data_type_size(type), any_in_place);
-  // LL needs every rank to have skipped its exports: here they did not.
-  if (algorithm == AllreduceAlgorithm::kOneShotLl)
+  // LL, ring and tree need every rank to have skipped its exports: here
+  // they did not.
+  if (!maps_buffers(algorithm))
     algorithm = any_in_place ? AllreduceAlgorithm::kTwoShot : AllreduceAlgorithm::kOneShot;
   count_allreduce_run(algorithm);
   MappedBuffers buffers{};
@@ -410,8 +473,8 @@ Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, cons
       return run_direct_reduce(comm, buffers, where, count, type, op, /*one_shot=*/false);
     case AllreduceAlgorithm::kCopyEngine:
       return run_copy_engine_reduce(comm, buffers, where, count, type, op);
-    case AllreduceAlgorithm::kOneShotLl:  // taken above
-    case AllreduceAlgorithm::kRing:  // model only: parse_tune and the model never pick them
+    case AllreduceAlgorithm::kOneShotLl:  // taken above, as are ring and tree
+    case AllreduceAlgorithm::kRing:
     case AllreduceAlgorithm::kTree:
     case AllreduceAlgorithm::kCount:
       break;
@@ -506,32 +569,39 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
     AllreduceAlgorithm planned = AllreduceAlgorithm::kOneShot;
     if (transport == EngineTransport::kP2p) {
       planned = choose_allreduce(comm.size(), count * data_type_size(type), send == nullptr);
-      // LL needs the worker; without one here, one-shot (or two-shot in place).
-      const bool ll_here = where.backend && comm.ll_possible(where.backend, where.device);
-      if (planned == AllreduceAlgorithm::kOneShotLl && !ll_here)
-        planned = send == nullptr ? AllreduceAlgorithm::kTwoShot : AllreduceAlgorithm::kOneShot;
+      // LL needs the worker, ring and tree their FIFOs; without them here,
+      // one-shot (or two-shot in place).
+      const bool possible =
+          where.backend &&
+          (planned == AllreduceAlgorithm::kOneShotLl ? comm.ll_possible(where.backend, where.device)
+           : uses_fifos(planned)                     ? comm.simple_possible(where.backend, where.device)
+                                                     : true);
+      if (!possible) planned = send == nullptr ? AllreduceAlgorithm::kTwoShot : AllreduceAlgorithm::kOneShot;
     }
     mine.algorithm = static_cast<std::uint16_t>(planned);
     mine.eligible = where.backend && in.backend == where.backend && in.device == where.device &&
-                    (transport != EngineTransport::kP2p || planned == AllreduceAlgorithm::kOneShotLl ||
+                    (transport != EngineTransport::kP2p || !maps_buffers(planned) ||
                      (ok(comm.peer_memory().export_buffer(input, in.info, &mine.first)) &&
                       ok(comm.peer_memory().export_buffer(recv, where.info, &mine.second))));
   }
   std::vector<Handshake> all;
   bool everyone = false;
   FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
-  // LL ranks exported nothing: unless every rank takes LL, all stage.
-  const auto ll = static_cast<std::uint16_t>(AllreduceAlgorithm::kOneShotLl);
-  bool all_ll = true, any_ll = false;
+  // Ranks on LL, ring or tree exported nothing: unless every rank takes the
+  // same one of those, all stage.
+  bool unanimous = true, any_unmapped = false;
   for (const Handshake& h : all) {
-    all_ll = all_ll && h.algorithm == ll;
-    any_ll = any_ll || h.algorithm == ll;
+    unanimous = unanimous && h.algorithm == all[0].algorithm;
+    any_unmapped = any_unmapped || !maps_buffers(static_cast<AllreduceAlgorithm>(h.algorithm));
   }
-  if (!everyone || (any_ll && !all_ll)) return Status::kOk;
+  if (!everyone || (any_unmapped && !unanimous)) return Status::kOk;
   *ran = true;
-  if (all_ll && transport == EngineTransport::kP2p) {
-    count_allreduce_run(AllreduceAlgorithm::kOneShotLl);
-    return finish_alone(run_ll_allreduce(comm, where, input, recv, count, type, op), clock);
+  const auto agreed = static_cast<AllreduceAlgorithm>(all[0].algorithm);
+  if (any_unmapped && transport == EngineTransport::kP2p) {
+    count_allreduce_run(agreed);
+    if (agreed == AllreduceAlgorithm::kOneShotLl)
+      return finish_alone(run_ll_allreduce(comm, where, input, recv, count, type, op), clock);
+    return finish_alone(run_simple_allreduce(comm, where, agreed, input, recv, count, type, op), clock);
   }
   if (transport == EngineTransport::kShm)
     return finish_together(comm, run_shm_allreduce(comm, where, input, recv, count, type, op), clock);

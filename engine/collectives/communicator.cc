@@ -196,6 +196,9 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
 Communicator::~Communicator() {
   workers_.clear();  // they may still use the streams' device and the LL buffers
   if (ll_own_) ll_.backend->device_free(ll_own_);
+  for (auto& [key, cached] : simple_plans_) simple_.backend->device_free(cached.steps);
+  if (simple_own_) simple_.backend->device_free(simple_own_);
+  if (simple_.failed) simple_.backend->pinned_free(simple_.failed);
   for (auto& [key, stream] : streams_) key.backend->stream_destroy(stream);
   for (auto& [key, event] : events_) key.backend->event_destroy(event);
   for (auto& [key, scratch] : scratch_) key.first->device_free(scratch.buffer);
@@ -284,6 +287,94 @@ Status Communicator::ll_channel(gpu::Backend* backend, int device, LlChannel** c
   FERRY_INFO(Coll, "LL receive buffers: %zu bytes per rank on device %d", kLlBufferBytes, device);
   ll_ = made;
   *channel = &ll_;
+  return Status::kOk;
+}
+
+bool Communicator::simple_possible(gpu::Backend* backend, int device) const {
+  if (size() > kMaxDirectRanks || !all_peers_mapped_) return false;
+  return !simple_.backend || (simple_.backend == backend && simple_.device == device && !simple_.broken);
+}
+
+Status Communicator::simple_channels(gpu::Backend* backend, int device, SimpleChannels** channels) {
+  if (simple_.backend) {
+    *channels = &simple_;
+    return Status::kOk;
+  }
+  const int n = size();
+  const int me = rank();
+  SimpleChannels made;
+  made.backend = backend;
+  made.device = device;
+  made.channels = static_cast<int>(std::clamp<std::int64_t>(params().channels, 1, kSimpleMaxChannels));
+  const std::vector<int> mine = simple_senders(me, n);
+  for (int r = 0; r < n; ++r) {
+    const std::vector<int> senders = r == me ? mine : simple_senders(r, n);
+    made.nsenders[r] = static_cast<std::int32_t>(senders.size());
+    const auto at = std::find(senders.begin(), senders.end(), me);
+    made.fifo_at[r] = at == senders.end() ? -1 : static_cast<std::int32_t>(at - senders.begin());
+    const auto own = std::find(mine.begin(), mine.end(), r);
+    made.own_fifo[r] = own == mine.end() ? -1 : static_cast<std::int32_t>(own - mine.begin());
+  }
+  const std::size_t bytes = simple_buffer_bytes(made.channels, made.nsenders[me]);
+  // Counters start at zero; slots need no initial value.
+  const std::vector<char> zeros(kSimpleControlBytes, 0);
+  ExportedBuffer exported{};
+  std::int32_t ready = ok(backend->set_device(device)) && ok(backend->device_alloc(bytes, &simple_own_)) &&
+                       ok(backend->copy(simple_own_, zeros.data(), zeros.size())) &&
+                       ok(peer_memory_.export_buffer(simple_own_, &exported)) &&
+                       ok(backend->pinned_alloc(sizeof(std::int32_t), reinterpret_cast<void**>(&made.failed)));
+  if (made.failed) *made.failed = 0;
+  std::vector<ExportedBuffer> all(n);
+  FERRY_CHECK(bootstrap_->allgather(&exported, all.data(), sizeof(exported)));
+  for (int r = 0; r < n && ready; ++r) {
+    made.buffers[r] = simple_own_;
+    // Pinned: the LRU of peer mappings must never close these.
+    if (r != me) ready = ok(peer_memory_.pin_buffer(all[r], &made.buffers[r]));
+  }
+  std::vector<std::int32_t> everyone(n);
+  FERRY_CHECK(bootstrap_->allgather(&ready, everyone.data(), sizeof(ready)));
+  for (std::int32_t r : everyone) {
+    if (!r) {
+      FERRY_WARN(Coll, "ring/tree FIFOs could not be set up on every rank");
+      if (simple_own_) backend->device_free(simple_own_);
+      if (made.failed) backend->pinned_free(made.failed);
+      simple_own_ = nullptr;
+      return Status::kUnavailable;
+    }
+  }
+  FERRY_INFO(Coll, "ring/tree FIFOs: %zu bytes per rank on device %d (%d channels, %d senders)", bytes, device,
+             made.channels, made.nsenders[me]);
+  simple_ = made;
+  *channels = &simple_;
+  return Status::kOk;
+}
+
+Status Communicator::simple_plan(AllreduceAlgorithm algorithm, std::size_t count, std::size_t element_bytes,
+                                 const SimplePlan** plan, const SimpleStep** device_steps) {
+  const auto key = std::make_tuple(static_cast<int>(algorithm), count, element_bytes);
+  auto it = simple_plans_.find(key);
+  if (it == simple_plans_.end()) {
+    // A bounded cache: an application cycling through many sizes replans.
+    constexpr std::size_t kMaxPlans = 64;
+    if (simple_plans_.size() >= kMaxPlans) {
+      for (auto& [old, cached] : simple_plans_) simple_.backend->device_free(cached.steps);
+      simple_plans_.clear();
+    }
+    CachedPlan made;
+    FERRY_CHECK(plan_simple_allreduce(algorithm, rank(), size(), count, element_bytes, &made.plan));
+    const std::size_t bytes = std::max<std::size_t>(1, made.plan.steps.size()) * sizeof(SimpleStep);
+    FERRY_CHECK(simple_.backend->device_alloc(bytes, &made.steps));
+    if (!made.plan.steps.empty()) {
+      const Status copied = simple_.backend->copy(made.steps, made.plan.steps.data(), bytes);
+      if (!ok(copied)) {
+        simple_.backend->device_free(made.steps);
+        return copied;
+      }
+    }
+    it = simple_plans_.emplace(key, std::move(made)).first;
+  }
+  *plan = &it->second.plan;
+  *device_steps = static_cast<const SimpleStep*>(it->second.steps);
   return Status::kOk;
 }
 

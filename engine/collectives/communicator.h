@@ -7,9 +7,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/bootstrap/bootstrap.h"
+#include "engine/collectives/simple_protocol.h"
 #include "engine/collectives/worker.h"
 #include "engine/gpu/gpu.h"
 #include "engine/topology/system_graph.h"
@@ -106,6 +108,32 @@ class Communicator {
   // same call).
   Status ll_channel(gpu::Backend* backend, int device, LlChannel** channel);
 
+  // The Simple protocol's FIFOs (simple_protocol.h) for ring and tree: one
+  // buffer per rank, on the device of this rank's first such call.
+  struct SimpleChannels {
+    gpu::Backend* backend = nullptr;
+    int device = -1;
+    int channels = 0;
+    void* buffers[kMaxDirectRanks] = {};  // every rank's, mapped here
+    std::int32_t nsenders[kMaxDirectRanks] = {};
+    std::int32_t fifo_at[kMaxDirectRanks] = {};
+    std::int32_t own_fifo[kMaxDirectRanks] = {};
+    std::int32_t* failed = nullptr;  // host word the kernel sets on a timeout
+    // A call failed: ranks may disagree on the FIFO counters, so no later
+    // call uses them.
+    bool broken = false;
+  };
+  // Whether a ring or tree call with buffers on device of backend may run
+  // here: every peer mapped, and the channels (if made) on that device and
+  // not broken.
+  bool simple_possible(gpu::Backend* backend, int device) const;
+  // Made on first use (collective: every rank calls it at the same call).
+  Status simple_channels(gpu::Backend* backend, int device, SimpleChannels** channels);
+  // The plan of a ring or tree allreduce and its steps in device memory,
+  // made once per (algorithm, count, element size) and kept.
+  Status simple_plan(AllreduceAlgorithm algorithm, std::size_t count, std::size_t element_bytes,
+                     const SimplePlan** plan, const SimpleStep** device_steps);
+
  private:
   explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
 
@@ -132,6 +160,13 @@ class Communicator {
   std::map<std::pair<gpu::Backend*, int>, std::unique_ptr<Worker>> workers_;
   LlChannel ll_;
   void* ll_own_ = nullptr;  // this rank's receive buffer
+  SimpleChannels simple_;
+  void* simple_own_ = nullptr;  // this rank's FIFOs
+  struct CachedPlan {
+    SimplePlan plan;
+    void* steps = nullptr;  // device memory
+  };
+  std::map<std::tuple<int, std::size_t, std::size_t>, CachedPlan> simple_plans_;
 };
 
 }  // namespace ferry

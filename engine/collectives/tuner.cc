@@ -181,11 +181,13 @@ constexpr AlgorithmInfo kAllreduceAlgorithms[] = {
      "one-shot where no worker runs)",
      true, true, kDirectMaxRanks, true, ll_call_max_bytes, one_shot_ll_us},
     {AllreduceAlgorithm::kRing, "ring",
-     "reduce-scatter then all-gather around a ring, 2(n-1) steps (schedule only, no kernel yet)", true, false, 0,
-     false, nullptr, ring_us},
+     "reduce-scatter then all-gather around the ranks in order, 2(n-1) steps, over the Simple protocol's FIFOs "
+     "(a 128 KiB slot per step) on FERRY_CHANNELS thread blocks; no mapping of the application's buffers",
+     true, true, 0, false, nullptr, ring_us},
     {AllreduceAlgorithm::kTree, "tree",
-     "double binary tree: reduce up, broadcast down, log2(n) depth, pipelined (schedule only, no kernel yet)", true,
-     false, 0, false, nullptr, tree_us},
+     "double binary tree: reduce up, broadcast down, log2(n) depth, pipelined in 128 KiB chunks over the Simple "
+     "protocol's FIFOs on FERRY_CHANNELS thread blocks",
+     true, true, 0, false, nullptr, tree_us},
 };
 static_assert(sizeof(kAllreduceAlgorithms) / sizeof(kAllreduceAlgorithms[0]) ==
                   static_cast<std::size_t>(AllreduceAlgorithm::kCount),

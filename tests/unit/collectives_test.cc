@@ -139,13 +139,43 @@ TEST(EngineAllreduce, EveryTypeAndOpMatchesTheHostReference) {
 
 TEST(EngineAllreduce, RankCountsSizesOffsetsAndInPlace) {
   for (int nranks : {1, 2, 3, 4, 5, 8}) {
-    for (std::size_t count : {1, 3, 17, 4096, 65537}) {
+    for (std::size_t count : {1, 3, 17, 4096, 65537, 300007}) {
       for (bool in_place : {false, true}) {
         AllreduceCase c{nranks, count, count % 3, in_place, DataType::kFloat32, ReduceOp::kSum};
         dispatch_reduction(c.type, c.op, c);
       }
     }
   }
+}
+
+// Calls of several sizes, one after another, on one communicator: what the
+// algorithms keep from call to call (LL's flags and halves, the ring and
+// tree FIFOs' counters) stays in step on every rank.
+TEST(EngineAllreduce, ManyCallsOnOneCommunicator) {
+  constexpr int kRanks = 3;
+  const std::size_t counts[] = {5, 40000, 1, 100003, 7, 100003, 12345};
+  run_ranks(kRanks, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
+    std::unique_ptr<Communicator> comm;
+    ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
+    for (std::size_t call = 0; call < sizeof(counts) / sizeof(counts[0]); ++call) {
+      const std::size_t count = counts[call];
+      auto value = [&](int r, std::size_t i) { return static_cast<std::int32_t>((i * 7 + call * 13 + r) % 1000); };
+      std::vector<std::int32_t> mine(count);
+      for (std::size_t i = 0; i < count; ++i) mine[i] = value(rank, i);
+      void* buffer = device_copy_of(mine.data(), count * sizeof(std::int32_t));
+      bool ran = false;
+      ASSERT_EQ(allreduce(*comm, nullptr, buffer, count, DataType::kInt32, ReduceOp::kSum, true, &ran), Status::kOk);
+      ASSERT_TRUE(ran);
+      const std::vector<char> got = host_copy_of(buffer, count * sizeof(std::int32_t));
+      for (std::size_t i = 0; i < count; ++i) {
+        std::int32_t expected = 0, actual = 0;
+        for (int r = 0; r < kRanks; ++r) expected += value(r, i);
+        std::memcpy(&actual, got.data() + i * sizeof(actual), sizeof(actual));
+        ASSERT_EQ(actual, expected) << "call " << call << " element " << i;
+      }
+      device()->device_free(buffer);
+    }
+  });
 }
 
 TEST(EngineAllreduce, AnIneligibleRankMakesEveryRankFallBack) {

@@ -14,6 +14,8 @@ constexpr std::size_t KiB = 1 << 10, MiB = 1 << 20, GiB = std::size_t{1} << 30;
 constexpr auto kOne = AllreduceAlgorithm::kOneShot;
 constexpr auto kTwo = AllreduceAlgorithm::kTwoShot;
 constexpr auto kLl = AllreduceAlgorithm::kOneShotLl;
+constexpr auto kRing = AllreduceAlgorithm::kRing;
+constexpr auto kTree = AllreduceAlgorithm::kTree;
 
 // The choices without FERRY_TUNE. Up to 16 KiB, LL on the engine worker
 // (no launch, in place too) while its one block's traffic, 2 (n-1) bytes,
@@ -21,7 +23,8 @@ constexpr auto kLl = AllreduceAlgorithm::kOneShotLl;
 // (bench/RESULTS.md): one-shot at every larger size (it matched or beat
 // two-shot and copy engines up to 1 GiB), two-shot in place; copy engines
 // never. More ranks: one-shot only while (n-1) * bytes costs less than
-// two-shot's second flag hop, two-shot above.
+// two-shot's second flag hop, two-shot above. Past 16 ranks (no direct
+// algorithm): tree for small calls, ring for large.
 TEST(Tuner, DefaultChoicesForATableOfSizesAndRankCounts) {
   struct Row {
     int nranks;
@@ -38,8 +41,8 @@ TEST(Tuner, DefaultChoicesForATableOfSizesAndRankCounts) {
       {4, 8, false, kLl},         {4, 16 * KiB, false, kOne},  {4, MiB, false, kTwo},
       {4, 512 * MiB, false, kTwo}, {8, 8, false, kLl},         {8, 4 * KiB, false, kLl},
       {8, 16 * KiB, false, kOne}, {8, 256 * KiB, false, kTwo}, {8, 512 * MiB, true, kTwo},
-      {16, 8, false, kLl},        {16, MiB, false, kTwo},      {17, 8, false, kTwo},
-      {64, GiB, false, kTwo},
+      {16, 8, false, kLl},        {16, MiB, false, kTwo},      {17, 8, false, kTree},
+      {64, GiB, false, kRing},
   };
   const std::vector<TuneRule> none;
   for (const Row& row : table)
@@ -61,8 +64,6 @@ TEST(Tuner, ModelNeverPicksAModelOnlyOrInapplicableAlgorithm) {
       }
     }
   }
-  EXPECT_FALSE(algorithm_info(AllreduceAlgorithm::kRing).implemented);
-  EXPECT_FALSE(algorithm_info(AllreduceAlgorithm::kTree).implemented);
 }
 
 // LL runs only as far as the LL slots and FERRY_WORKER_MAX_BYTES reach (at
@@ -89,12 +90,15 @@ TEST(Tuner, LlIsChosenOnlyWithinItsSizeRange) {
   EXPECT_EQ(choose_allreduce(2, 8, false, one_shot), kOne);
 }
 
-TEST(Tuner, ModelOnlyAlgorithmsCannotBeForced) {
+TEST(Tuner, EveryAlgorithmCanBeForced) {
   std::vector<std::string> problems;
-  const auto rules = parse_tune("allreduce:0-1M:ring,1M-:tree,allreduce:0-:twoshot", &problems);
-  EXPECT_EQ(problems.size(), 2u);
-  ASSERT_EQ(rules.size(), 1u);
-  EXPECT_EQ(rules[0].algorithm, kTwo);
+  const auto rules = parse_tune("allreduce:0-1M:ring,1M-:tree", &problems);
+  EXPECT_TRUE(problems.empty());
+  ASSERT_EQ(rules.size(), 2u);
+  EXPECT_EQ(choose_allreduce(4, 8, true, rules), kRing);
+  EXPECT_EQ(choose_allreduce(4, 2 * MiB, false, rules), kTree);
+  parse_tune("allreduce:0-:bogus", &problems);
+  EXPECT_EQ(problems.size(), 1u);
 }
 
 // The default machine's constants reproduce Ferry's measured one-shot times

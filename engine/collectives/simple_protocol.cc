@@ -1,0 +1,286 @@
+#include "engine/collectives/simple_protocol.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <numeric>
+
+#include "engine/collectives/reduce_common.h"
+
+namespace ferry {
+namespace {
+
+bool overlaps(const ElementRange& a, const ElementRange& b) { return a.begin < b.end && b.begin < a.end; }
+bool same(const ElementRange& a, const ElementRange& b) { return a.begin == b.begin && a.end == b.end; }
+
+// The parts of the output a rank has stored so far: disjoint spans.
+class WrittenSpans {
+ public:
+  enum class Coverage { kNone, kAll, kPart };
+
+  Coverage coverage(const ElementRange& range) const {
+    std::size_t covered = 0;
+    for (auto it = first_overlapping(range); it != spans_.end() && it->first < range.end; ++it)
+      covered += std::min(it->second, range.end) - std::max(it->first, range.begin);
+    if (covered == 0) return Coverage::kNone;
+    return covered == range.size() ? Coverage::kAll : Coverage::kPart;
+  }
+
+  void add(const ElementRange& range) {
+    std::size_t begin = range.begin, end = range.end;
+    auto it = first_overlapping({begin, end});
+    // Merge every span that overlaps or touches the new one.
+    if (it != spans_.begin()) {
+      auto before = std::prev(it);
+      if (before->second >= begin) it = before;
+    }
+    while (it != spans_.end() && it->first <= end) {
+      begin = std::min(begin, it->first);
+      end = std::max(end, it->second);
+      it = spans_.erase(it);
+    }
+    spans_[begin] = end;
+  }
+
+ private:
+  std::map<std::size_t, std::size_t>::const_iterator first_overlapping(const ElementRange& range) const {
+    auto it = spans_.upper_bound(range.begin);
+    if (it != spans_.begin() && std::prev(it)->second > range.begin) --it;
+    return it;
+  }
+
+  std::map<std::size_t, std::size_t> spans_;  // begin -> end
+};
+
+// Whether the first operation after ops[from - 1] that touches range
+// replaces all of it without reading it: then a value stored there now
+// would never be read.
+bool overwritten_next(const Schedule& ops, std::size_t from, const ElementRange& range) {
+  for (std::size_t k = from; k < ops.size(); ++k) {
+    if (!overlaps(ops[k].range, range)) continue;
+    return ops[k].kind == ScheduleOp::Kind::kRecvCopy && same(ops[k].range, range);
+  }
+  return false;
+}
+
+std::vector<int> ring_order(int nranks) {
+  std::vector<int> order(nranks);
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
+}  // namespace
+
+Status compile_simple_steps(const Schedule& ops, std::vector<SimpleStep>* steps) {
+  steps->clear();
+  WrittenSpans written;
+  for (std::size_t i = 0; i < ops.size();) {
+    const ScheduleOp& op = ops[i];
+    SimpleStep step{};
+    step.begin = op.range.begin;
+    step.count = op.range.size();
+    step.recv_peer = op.kind == ScheduleOp::Kind::kSend ? -1 : static_cast<std::int16_t>(op.peer);
+    step.reduce = op.kind == ScheduleOp::Kind::kRecvReduce;
+    const bool reads_local = op.kind != ScheduleOp::Kind::kRecvCopy;
+    if (reads_local) {
+      const WrittenSpans::Coverage coverage = written.coverage(op.range);
+      if (coverage == WrittenSpans::Coverage::kPart) return Status::kInternal;
+      step.local_from_output = coverage == WrittenSpans::Coverage::kAll;
+    }
+    std::size_t next = i;
+    if (op.kind == ScheduleOp::Kind::kSend) {
+      step.send_peers[step.nsends++] = static_cast<std::int16_t>(op.peer);
+    }
+    ++next;
+    // The sends of the same range that follow take this step's value.
+    while (next < ops.size() && step.nsends < kSimpleMaxSends && ops[next].kind == ScheduleOp::Kind::kSend &&
+           same(ops[next].range, op.range)) {
+      step.send_peers[step.nsends++] = static_cast<std::int16_t>(ops[next].peer);
+      ++next;
+    }
+    if (step.recv_peer >= 0) {
+      step.store_local = !overwritten_next(ops, next, op.range);
+      if (step.store_local) written.add(op.range);
+    }
+    steps->push_back(step);
+    i = next;
+  }
+  return Status::kOk;
+}
+
+std::vector<int> simple_senders(int rank, int nranks) {
+  std::vector<int> senders;
+  if (nranks < 2) return senders;
+  senders.push_back((rank + nranks - 1) % nranks);
+  for (const BinaryTree& tree : build_double_binary_tree(ring_order(nranks))) {
+    senders.push_back(tree.parent[rank]);
+    for (int child : tree.children[rank]) senders.push_back(child);
+  }
+  senders.erase(std::remove_if(senders.begin(), senders.end(), [&](int r) { return r < 0 || r == rank; }),
+                senders.end());
+  std::sort(senders.begin(), senders.end());
+  senders.erase(std::unique(senders.begin(), senders.end()), senders.end());
+  return senders;
+}
+
+std::size_t simple_buffer_bytes(int channels, int nsenders) {
+  return simple_slot_offset(channels, nsenders, 0, 0);
+}
+
+Status plan_simple_allreduce(AllreduceAlgorithm algorithm, int rank, int nranks, std::size_t count,
+                             std::size_t element_bytes, SimplePlan* plan) {
+  if (algorithm != AllreduceAlgorithm::kRing && algorithm != AllreduceAlgorithm::kTree) return Status::kInvalidArgument;
+  const std::size_t align = std::max<std::size_t>(1, 16 / element_bytes);
+  const std::size_t slot_elements = kSimpleSlotBytes / element_bytes;
+  const Ring ring = ring_order(nranks);
+  const std::array<BinaryTree, 2> trees = build_double_binary_tree(ring);
+  const bool is_ring = algorithm == AllreduceAlgorithm::kRing;
+  // One slot per ring slice, or per tree half: each send fills at most one.
+  const std::size_t region = (is_ring ? nranks : 2) * slot_elements;
+  auto schedule_of = [&](std::size_t elements) {
+    return is_ring ? ring_allreduce(ring, rank, elements, align)
+                   : tree_allreduce(trees, rank, elements, align, slot_elements);
+  };
+  *plan = SimplePlan{};
+  plan->region_elements = region;
+  plan->regions = (count + region - 1) / region;
+  if (plan->regions == 0) return Status::kOk;
+  const std::size_t last = count - (plan->regions - 1) * region;
+  std::vector<SimpleStep> full, tail;
+  FERRY_CHECK(compile_simple_steps(schedule_of(region), &full));
+  FERRY_CHECK(compile_simple_steps(schedule_of(last), &tail));
+  for (const std::vector<SimpleStep>* steps : {&full, &tail})
+    for (const SimpleStep& step : *steps)
+      if (step.count > slot_elements) return Status::kInternal;
+  plan->full_steps = static_cast<std::uint32_t>(full.size());
+  plan->last_steps = static_cast<std::uint32_t>(tail.size());
+  plan->steps = std::move(full);
+  plan->steps.insert(plan->steps.end(), tail.begin(), tail.end());
+  return Status::kOk;
+}
+
+namespace {
+
+std::uint64_t load_acquire(const std::uint64_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
+void store_release(std::uint64_t* word, std::uint64_t value) { __atomic_store_n(word, value, __ATOMIC_RELEASE); }
+
+// The executor on host views of the device buffers.
+class HostSimple {
+ public:
+  HostSimple(gpu::Backend* backend, const SimpleArgs& args)
+      : backend_(backend), args_(args), timeout_(std::chrono::milliseconds(args.timeout_ms)) {
+    for (int r = 0; r < args.nranks; ++r) buffers_[r] = static_cast<char*>(backend->host_view(args.buffers[r]));
+    steps_ = static_cast<const SimpleStep*>(backend->host_view(args.steps));
+    input_ = static_cast<const char*>(backend->host_view(args.input));
+    output_ = static_cast<char*>(backend->host_view(args.output));
+  }
+
+  template <typename T, ReduceOp Op>
+  void run() {
+    const std::size_t element = sizeof(T);
+    for (int channel = 0; channel < args_.channels && ok(status_); ++channel) {
+      SimpleControl& own = control(args_.rank, channel);
+      for (std::uint64_t region = channel; region < args_.regions && ok(status_); region += args_.channels) {
+        const bool last = region + 1 == args_.regions;
+        const SimpleStep* steps = steps_ + (last ? args_.full_steps : 0);
+        const std::uint32_t nsteps = last ? args_.last_steps : args_.full_steps;
+        const std::size_t base = region * args_.region_elements;
+        for (std::uint32_t s = 0; s < nsteps && ok(status_); ++s) {
+          const SimpleStep& step = steps[s];
+          const std::size_t offset = (base + step.begin) * element;
+          const T* received = nullptr;
+          if (step.recv_peer >= 0) {
+            if (!wait_until(&own.tail[step.recv_peer], own.taken[step.recv_peer] + 1)) break;
+            received = reinterpret_cast<const T*>(
+                buffers_[args_.rank] + simple_slot_offset(channel, args_.nsenders[args_.rank],
+                                                          args_.own_fifo[step.recv_peer],
+                                                          own.taken[step.recv_peer] % kSimpleSlots));
+          }
+          T* destinations[kSimpleMaxSends];
+          for (int d = 0; d < step.nsends; ++d) {
+            const int peer = step.send_peers[d];
+            if (!wait_until(&own.head[peer], own.sent[peer] + 1 > kSimpleSlots ? own.sent[peer] + 1 - kSimpleSlots : 0))
+              return;
+            destinations[d] = reinterpret_cast<T*>(
+                buffers_[peer] +
+                simple_slot_offset(channel, args_.nsenders[peer], args_.fifo_at[peer], own.sent[peer] % kSimpleSlots));
+          }
+          if (!ok(status_)) break;
+          const T* local = reinterpret_cast<const T*>((step.local_from_output ? output_ : input_) + offset);
+          T* out = reinterpret_cast<T*>(output_ + offset);
+          for (std::size_t i = 0; i < step.count; ++i) {
+            T value = received ? (step.reduce ? reduce<T, Op>(local[i], received[i]) : received[i]) : local[i];
+            if (step.store_local) out[i] = value;
+            for (int d = 0; d < step.nsends; ++d) destinations[d][i] = value;
+          }
+          for (int d = 0; d < step.nsends; ++d) {
+            const int peer = step.send_peers[d];
+            store_release(&control(peer, channel).tail[args_.rank], ++own.sent[peer]);
+          }
+          if (received)
+            store_release(&control(step.recv_peer, channel).head[args_.rank], ++own.taken[step.recv_peer]);
+        }
+      }
+    }
+  }
+
+  Status status() const { return status_; }
+
+ private:
+  SimpleControl& control(int rank, int channel) {
+    return reinterpret_cast<SimpleControl*>(buffers_[rank])[channel];
+  }
+
+  // Waits until *word >= target; false (and the status set) on timeout.
+  bool wait_until(const std::uint64_t* word, std::uint64_t target) {
+    for (unsigned spins = 0; load_acquire(word) < target; ++spins) {
+      if (spins > 64) sched_yield();  // ranks may outnumber cores
+      if (args_.timeout_ms && (spins & 1023) == 0 && std::chrono::steady_clock::now() - start_ > timeout_) {
+        FERRY_WARN(Coll, "rank %d: no progress from a peer in the ring/tree allreduce for %u ms", args_.rank,
+                   args_.timeout_ms);
+        status_ = Status::kTimeout;
+        return false;
+      }
+    }
+    return true;
+  }
+
+  gpu::Backend* backend_;
+  const SimpleArgs& args_;
+  char* buffers_[kMaxDirectRanks] = {};
+  const SimpleStep* steps_ = nullptr;
+  const char* input_ = nullptr;
+  char* output_ = nullptr;
+  std::chrono::milliseconds timeout_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  Status status_ = Status::kOk;
+};
+
+}  // namespace
+
+Status run_simple_on_host(gpu::Backend* backend, const SimpleArgs& args) {
+  HostSimple executor(backend, args);
+  if (!dispatch_reduction(args.type, args.op, executor)) return Status::kUnsupported;
+  return executor.status();
+}
+
+Status launch_simple(gpu::Backend* backend, const SimpleArgs& args, gpu::Stream stream) {
+  if (args.nranks < 1 || args.nranks > kMaxDirectRanks || args.channels < 1 || args.channels > kSimpleMaxChannels)
+    return Status::kInvalidArgument;
+  if (args.regions == 0 || args.nranks == 1) return Status::kOk;
+  switch (backend->kind()) {
+#ifdef FERRY_HAVE_CUDA
+    case gpu::BackendKind::kCuda:
+      return cuda_launch_simple(args, stream);
+#endif
+    case gpu::BackendKind::kEmulated:
+      FERRY_CHECK(backend->stream_synchronize(stream));
+      return run_simple_on_host(backend, args);
+    default:
+      return Status::kUnsupported;
+  }
+}
+
+}  // namespace ferry

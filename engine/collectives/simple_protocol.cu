@@ -1,0 +1,221 @@
+// The Simple protocol's kernel: one thread block per channel runs the
+// rank's steps (simple_protocol.h) for the regions dealt to it. Thread 0
+// waits for the FIFO counters; every thread moves data; after a barrier,
+// thread 0 publishes the new counters with system-scope release stores.
+#include <cuda_runtime.h>
+
+#include "engine/collectives/pack_device.cuh"
+#include "engine/collectives/simple_protocol.h"
+
+namespace ferry {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kUnroll = 4;
+
+__device__ __forceinline__ std::uint64_t now_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ std::uint64_t load_acquire_sys(const std::uint64_t* p) {
+  std::uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release_sys(std::uint64_t* p, std::uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+template <typename T, ReduceOp Op>
+__device__ __forceinline__ T combine(T a, T b) {
+  return reduce<T, Op>(a, b);
+}
+template <typename T, ReduceOp Op>
+__device__ __forceinline__ Pack<T> combine(Pack<T> a, Pack<T> b) {
+  return reduce_pack<T, Op>(a, b);
+}
+
+// Slots were written by a peer since this SM last read them: loads bypass L1.
+template <typename E>
+__device__ __forceinline__ E load_slot(const E* p) {
+  if constexpr (sizeof(E) == 16) {
+    const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p));
+    E e;
+    memcpy(&e, &v, 16);
+    return e;
+  } else if constexpr (sizeof(E) == 8) {
+    const unsigned long long v = __ldcg(reinterpret_cast<const unsigned long long*>(p));
+    E e;
+    memcpy(&e, &v, 8);
+    return e;
+  } else if constexpr (sizeof(E) == 4) {
+    const unsigned int v = __ldcg(reinterpret_cast<const unsigned int*>(p));
+    E e;
+    memcpy(&e, &v, 4);
+    return e;
+  } else if constexpr (sizeof(E) == 2) {
+    const unsigned short v = __ldcg(reinterpret_cast<const unsigned short*>(p));
+    E e;
+    memcpy(&e, &v, 2);
+    return e;
+  } else {
+    static_assert(sizeof(E) == 1, "units are 1, 2, 4, 8 or 16 bytes");
+    const unsigned char v = __ldcg(reinterpret_cast<const unsigned char*>(p));
+    E e;
+    memcpy(&e, &v, 1);
+    return e;
+  }
+}
+
+// One step's data: units of E (a pack or an element), n of them.
+template <typename E, typename T, ReduceOp Op>
+__device__ __forceinline__ void move(std::size_t n, const E* local, const E* received, bool reduce_it,
+                                     E* out, E* const* destinations, int ndestinations) {
+  for (std::size_t base = threadIdx.x; base < n; base += kThreads * kUnroll) {
+    E value[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::size_t i = base + u * kThreads;
+      if (i >= n) continue;
+      if (!received) {
+        value[u] = local[i];
+      } else if (reduce_it) {
+        value[u] = combine<T, Op>(local[i], load_slot(received + i));
+      } else {
+        value[u] = load_slot(received + i);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::size_t i = base + u * kThreads;
+      if (i >= n) continue;
+      if (out) out[i] = value[u];
+      for (int d = 0; d < ndestinations; ++d) destinations[d][i] = value[u];
+    }
+  }
+}
+
+template <typename T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreads) simple_kernel(SimpleArgs args) {
+  const int channel = blockIdx.x;
+  const int me = args.rank;
+  auto control = [&](int rank) { return reinterpret_cast<SimpleControl*>(args.buffers[rank]) + channel; };
+  SimpleControl* own = control(me);
+  __shared__ std::uint64_t sent[kMaxDirectRanks], taken[kMaxDirectRanks];
+  __shared__ int failed;
+  if (threadIdx.x < kMaxDirectRanks) {
+    sent[threadIdx.x] = own->sent[threadIdx.x];
+    taken[threadIdx.x] = own->taken[threadIdx.x];
+  }
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  const std::uint64_t deadline = args.timeout_ms ? now_ns() + args.timeout_ms * 1000000ull : ~0ull;
+  char* own_buffer = static_cast<char*>(args.buffers[me]);
+
+  for (std::uint64_t region = channel; region < args.regions && !failed; region += args.channels) {
+    const bool last = region + 1 == args.regions;
+    const SimpleStep* steps = args.steps + (last ? args.full_steps : 0);
+    const std::uint32_t nsteps = last ? args.last_steps : args.full_steps;
+    const std::size_t base = region * args.region_elements;
+    for (std::uint32_t s = 0; s < nsteps; ++s) {
+      const SimpleStep step = steps[s];
+      if (threadIdx.x == 0) {
+        bool waited = true;
+        if (step.recv_peer >= 0)
+          while (load_acquire_sys(&own->tail[step.recv_peer]) < taken[step.recv_peer] + 1)
+            if (now_ns() > deadline) { waited = false; break; }
+        for (int d = 0; d < step.nsends && waited; ++d) {
+          const int peer = step.send_peers[d];
+          while (sent[peer] - load_acquire_sys(&own->head[peer]) >= kSimpleSlots)
+            if (now_ns() > deadline) { waited = false; break; }
+        }
+        if (!waited) failed = 1;
+      }
+      __syncthreads();
+      if (failed) break;
+
+      const T* received = nullptr;
+      if (step.recv_peer >= 0)
+        received = reinterpret_cast<const T*>(
+            own_buffer + simple_slot_offset(channel, args.nsenders[me], args.own_fifo[step.recv_peer],
+                                            taken[step.recv_peer] % kSimpleSlots));
+      T* destinations[kSimpleMaxSends];
+      bool aligned = true;
+      for (int d = 0; d < step.nsends; ++d) {
+        const int peer = step.send_peers[d];
+        destinations[d] = reinterpret_cast<T*>(static_cast<char*>(args.buffers[peer]) +
+                                               simple_slot_offset(channel, args.nsenders[peer], args.fifo_at[peer],
+                                                                  sent[peer] % kSimpleSlots));
+      }
+      const std::size_t offset = (base + step.begin) * sizeof(T);
+      const T* local = reinterpret_cast<const T*>(
+          static_cast<const char*>(step.local_from_output ? args.output : args.input) + offset);
+      T* out = step.store_local ? reinterpret_cast<T*>(static_cast<char*>(args.output) + offset) : nullptr;
+      const bool needs_local = step.recv_peer < 0 || step.reduce;
+      aligned = (!needs_local || reinterpret_cast<std::uintptr_t>(local) % 16 == 0) &&
+                reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
+      // Slots are 16-byte aligned and steps start on 16-byte multiples.
+      const std::size_t packs = aligned ? step.count / Pack<T>::kCount : 0;
+      if (packs > 0) {
+        Pack<T>* pack_destinations[kSimpleMaxSends];
+        for (int d = 0; d < step.nsends; ++d) pack_destinations[d] = reinterpret_cast<Pack<T>*>(destinations[d]);
+        move<Pack<T>, T, Op>(packs, reinterpret_cast<const Pack<T>*>(local),
+                             reinterpret_cast<const Pack<T>*>(received), step.reduce, reinterpret_cast<Pack<T>*>(out),
+                             pack_destinations, step.nsends);
+      }
+      const std::size_t done = packs * Pack<T>::kCount;
+      if (done < step.count) {
+        T* tail_destinations[kSimpleMaxSends];
+        for (int d = 0; d < step.nsends; ++d) tail_destinations[d] = destinations[d] + done;
+        move<T, T, Op>(step.count - done, local + done, received ? received + done : nullptr, step.reduce,
+                       out ? out + done : nullptr, tail_destinations, step.nsends);
+      }
+      // Every thread's stores reach the peers before thread 0's counters do.
+      __threadfence_system();
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        for (int d = 0; d < step.nsends; ++d) {
+          const int peer = step.send_peers[d];
+          store_release_sys(&control(peer)->tail[me], ++sent[peer]);
+        }
+        if (step.recv_peer >= 0) store_release_sys(&control(step.recv_peer)->head[me], ++taken[step.recv_peer]);
+      }
+      __syncthreads();
+    }
+  }
+  if (threadIdx.x < kMaxDirectRanks) {
+    own->sent[threadIdx.x] = sent[threadIdx.x];
+    own->taken[threadIdx.x] = taken[threadIdx.x];
+  }
+  if (threadIdx.x == 0 && failed) {
+    *reinterpret_cast<volatile std::int32_t*>(args.failed) = static_cast<std::int32_t>(Status::kTimeout);
+    __threadfence_system();
+  }
+}
+
+struct CudaSimple {
+  const SimpleArgs& args;
+  cudaStream_t stream;
+  cudaError_t error = cudaSuccess;
+
+  template <typename T, ReduceOp Op>
+  void run() {
+    simple_kernel<T, Op><<<args.channels, kThreads, 0, stream>>>(args);
+    error = cudaGetLastError();
+  }
+};
+
+}  // namespace
+
+Status cuda_launch_simple(const SimpleArgs& args, gpu::Stream stream) {
+  CudaSimple visitor{args, reinterpret_cast<cudaStream_t>(stream)};
+  if (!dispatch_reduction(args.type, args.op, visitor)) return Status::kUnsupported;
+  if (visitor.error != cudaSuccess) {
+    FERRY_WARN(Coll, "ring/tree allreduce launch failed: %s", cudaGetErrorString(visitor.error));
+    return Status::kGpuError;
+  }
+  return Status::kOk;
+}
+
+}  // namespace ferry

@@ -1,0 +1,133 @@
+// The Simple protocol: ring and tree schedules (schedule.h) carried out over
+// FIFOs of large slots in each receiver's device memory. A sender stores a
+// piece of data into its next slot at the receiver (over NVLink when the
+// receiver is a peer GPU), then raises the slot's tail counter; the receiver
+// waits for the tail, reads the slot, and raises the sender's head counter
+// to free it. The application's buffers are never mapped by a peer.
+//
+// Schedules are compiled into steps: a receive fused with the sends of the
+// value it produced (NCCL's recvReduceSend and friends), so each piece of
+// data is read and written once per hop. Every rank runs the same steps for
+// each region of the buffer; regions are dealt to channels (thread blocks)
+// in turn, each channel with FIFOs of its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/collectives/executor.h"
+#include "engine/collectives/reduce_common.h"
+#include "engine/collectives/schedule.h"
+#include "engine/collectives/tuner.h"
+#include "engine/common/types.h"
+#include "engine/gpu/gpu.h"
+
+namespace ferry {
+
+constexpr int kSimpleSlots = 4;                           // FIFO depth per channel and sender
+constexpr std::size_t kSimpleSlotBytes = std::size_t{128} << 10;
+constexpr int kSimpleMaxChannels = 32;
+constexpr int kSimpleMaxSends = 2;                        // destinations of one step's value
+
+// One step of a rank, over elements [begin, begin + count) of a region.
+// The value is: what arrives from recv_peer (kept as it is, or reduced with
+// the local operand), or the local operand alone (recv_peer < 0). It goes
+// into the output when store_local, and into each send peer's FIFO.
+struct SimpleStep {
+  std::uint64_t begin;
+  std::uint64_t count;
+  std::int16_t recv_peer;
+  std::uint8_t reduce;             // with a receive: local op received; else received as it is
+  std::uint8_t local_from_output;  // the local operand is in the output (written earlier), not the input
+  std::uint8_t store_local;
+  std::uint8_t nsends;
+  std::int16_t send_peers[kSimpleMaxSends];
+};
+static_assert(sizeof(SimpleStep) == 32, "steps are copied to the device as an array");
+
+// Fuses a schedule's operations into steps and decides, for every step,
+// where its local operand lives and whether its value must be stored (a
+// value that the next touch of its range overwrites is only forwarded).
+// kInternal when a range is partly written when read (no schedule here
+// does that).
+Status compile_simple_steps(const Schedule& schedule, std::vector<SimpleStep>* steps);
+
+// A rank's steps for a whole allreduce: the regions of region_elements,
+// the last one possibly shorter (its own steps), dealt to channels in turn.
+struct SimplePlan {
+  std::vector<SimpleStep> steps;  // a full region's, then the last region's
+  std::uint32_t full_steps = 0;
+  std::uint32_t last_steps = 0;
+  std::size_t region_elements = 0;
+  std::size_t regions = 0;
+};
+
+// The ring (ranks in order) or the double binary tree over ranks 0..n-1,
+// with every send no larger than one slot.
+Status plan_simple_allreduce(AllreduceAlgorithm algorithm, int rank, int nranks, std::size_t count,
+                             std::size_t element_bytes, SimplePlan* plan);
+
+// The ranks that send to rank in the ring or the trees (sorted): each has
+// one FIFO per channel in rank's buffer.
+std::vector<int> simple_senders(int rank, int nranks);
+
+// Counters of one channel in a rank's buffer. tail and head are written by
+// peers; sent and taken only by the rank itself, and all of them carry over
+// from call to call.
+struct SimpleControl {
+  std::uint64_t tail[kMaxDirectRanks];   // by sender: pieces it stored here
+  std::uint64_t head[kMaxDirectRanks];   // by receiver: pieces of this rank's it took
+  std::uint64_t sent[kMaxDirectRanks];   // by receiver: pieces this rank stored there
+  std::uint64_t taken[kMaxDirectRanks];  // by sender: pieces this rank took
+  std::uint64_t reserved[8];
+};
+static_assert(sizeof(SimpleControl) == 576, "the control block layout is shared by every rank's kernel");
+
+constexpr std::size_t kSimpleControlBytes = kSimpleMaxChannels * sizeof(SimpleControl);
+
+// Bytes of a rank's buffer with nsenders FIFOs per channel.
+std::size_t simple_buffer_bytes(int channels, int nsenders);
+
+// What the executor gets (one kernel, a block per channel).
+struct SimpleArgs {
+  const SimpleStep* steps;  // device memory: plan.steps
+  std::uint32_t full_steps;
+  std::uint32_t last_steps;
+  std::uint64_t region_elements;
+  std::uint64_t regions;
+  std::uint64_t count;
+  const void* input;
+  void* output;
+  DataType type;
+  ReduceOp op;
+  std::int32_t rank;
+  std::int32_t nranks;
+  std::int32_t channels;
+  std::uint32_t timeout_ms;
+  std::int32_t* failed;  // host memory the device writes: a Status, when a wait timed out
+  void* buffers[kMaxDirectRanks];            // every rank's buffer, mapped here
+  std::int32_t nsenders[kMaxDirectRanks];    // FIFOs per channel in each rank's buffer
+  std::int32_t fifo_at[kMaxDirectRanks];     // this rank's FIFO index in each receiver's buffer
+  std::int32_t own_fifo[kMaxDirectRanks];    // each sender's FIFO index in this rank's buffer
+};
+
+// Where FIFO slot `slot` of sender index fifo on channel lives in a buffer.
+FERRY_HOST_DEVICE std::size_t simple_slot_offset(int channel, int nsenders, int fifo, int slot) {
+  return kSimpleControlBytes +
+         ((static_cast<std::size_t>(channel) * nsenders + fifo) * kSimpleSlots + slot) * kSimpleSlotBytes;
+}
+
+// Launches the kernel on stream (CUDA), or runs the steps now (emulated).
+Status launch_simple(gpu::Backend* backend, const SimpleArgs& args, gpu::Stream stream);
+
+// Runs the steps on the emulated device: channel after channel on the
+// calling thread (channels are independent, and every rank takes them in
+// the same order).
+Status run_simple_on_host(gpu::Backend* backend, const SimpleArgs& args);
+
+#ifdef FERRY_HAVE_CUDA
+Status cuda_launch_simple(const SimpleArgs& args, gpu::Stream stream);
+#endif
+
+}  // namespace ferry
