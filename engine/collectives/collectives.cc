@@ -421,6 +421,7 @@ Status run_simple_allreduce(Communicator& comm, const Placement& where, Allreduc
     args.rank = comm.rank();
     args.nranks = comm.size();
     args.channels = channels->channels;
+    args.group = kSimpleRegionsInFlight;
     args.timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(params().handshake_timeout, 1 << 20) * 1000);
     args.failed = channels->failed;
     for (int r = 0; r < comm.size(); ++r) {

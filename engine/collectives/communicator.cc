@@ -361,7 +361,7 @@ Status Communicator::simple_plan(AllreduceAlgorithm algorithm, std::size_t count
       simple_plans_.clear();
     }
     CachedPlan made;
-    FERRY_CHECK(plan_simple_allreduce(algorithm, rank(), size(), count, element_bytes, &made.plan));
+    FERRY_CHECK(plan_simple_allreduce(algorithm, rank(), size(), count, element_bytes, simple_.channels, &made.plan));
     const std::size_t bytes = std::max<std::size_t>(1, made.plan.steps.size()) * sizeof(SimpleStep);
     FERRY_CHECK(simple_.backend->device_alloc(bytes, &made.steps));
     if (!made.plan.steps.empty()) {

@@ -125,23 +125,53 @@ std::vector<int> simple_senders(int rank, int nranks) {
   return senders;
 }
 
+std::vector<SimpleStepRef> simple_step_order(std::uint64_t regions, std::uint32_t full_steps,
+                                             std::uint32_t last_steps, int channel, int channels, int group) {
+  std::vector<SimpleStepRef> order;
+  const std::uint64_t stride = static_cast<std::uint64_t>(channels);
+  for (std::uint64_t first = channel; first < regions;) {
+    const int members = simple_group_members(first, regions, stride, group);
+    for (std::uint32_t s = 0;; ++s) {
+      bool any = false;
+      for (int g = 0; g < members; ++g) {
+        const std::uint64_t region = first + g * stride;
+        if (s < (region + 1 == regions ? last_steps : full_steps)) {
+          order.push_back({region, s});
+          any = true;
+        }
+      }
+      if (!any) break;
+    }
+    first += members * stride;
+  }
+  return order;
+}
+
 std::size_t simple_buffer_bytes(int channels, int nsenders) {
   return simple_slot_offset(channels, nsenders, 0, 0);
 }
 
+std::size_t simple_piece_bytes(std::size_t bytes, int parts, int channels) {
+  const std::size_t pieces = static_cast<std::size_t>(parts) * channels * kSimpleRegionsInFlight;
+  const std::size_t wanted = (bytes + pieces - 1) / pieces;
+  return std::clamp<std::size_t>((wanted + 15) / 16 * 16, kSimpleMinPieceBytes, kSimpleSlotBytes);
+}
+
 Status plan_simple_allreduce(AllreduceAlgorithm algorithm, int rank, int nranks, std::size_t count,
-                             std::size_t element_bytes, SimplePlan* plan) {
+                             std::size_t element_bytes, int channels, SimplePlan* plan) {
   if (algorithm != AllreduceAlgorithm::kRing && algorithm != AllreduceAlgorithm::kTree) return Status::kInvalidArgument;
-  const std::size_t align = std::max<std::size_t>(1, 16 / element_bytes);
-  const std::size_t slot_elements = kSimpleSlotBytes / element_bytes;
+  if (element_bytes == 0 || 16 % element_bytes != 0 || channels < 1) return Status::kInvalidArgument;
+  const std::size_t align = 16 / element_bytes;
   const Ring ring = ring_order(nranks);
   const std::array<BinaryTree, 2> trees = build_double_binary_tree(ring);
   const bool is_ring = algorithm == AllreduceAlgorithm::kRing;
-  // One slot per ring slice, or per tree half: each send fills at most one.
-  const std::size_t region = (is_ring ? nranks : 2) * slot_elements;
+  // One piece per ring slice, or per tree half.
+  const int parts = is_ring ? nranks : 2;
+  const std::size_t piece_elements = simple_piece_bytes(count * element_bytes, parts, channels) / element_bytes;
+  const std::size_t region = parts * piece_elements;
   auto schedule_of = [&](std::size_t elements) {
     return is_ring ? ring_allreduce(ring, rank, elements, align)
-                   : tree_allreduce(trees, rank, elements, align, slot_elements);
+                   : tree_allreduce(trees, rank, elements, align, piece_elements);
   };
   *plan = SimplePlan{};
   plan->region_elements = region;
@@ -153,7 +183,7 @@ Status plan_simple_allreduce(AllreduceAlgorithm algorithm, int rank, int nranks,
   FERRY_CHECK(compile_simple_steps(schedule_of(last), &tail));
   for (const std::vector<SimpleStep>* steps : {&full, &tail})
     for (const SimpleStep& step : *steps)
-      if (step.count > slot_elements) return Status::kInternal;
+      if (step.count > piece_elements) return Status::kInternal;
   plan->full_steps = static_cast<std::uint32_t>(full.size());
   plan->last_steps = static_cast<std::uint32_t>(tail.size());
   plan->steps = std::move(full);
@@ -182,46 +212,40 @@ class HostSimple {
     const std::size_t element = sizeof(T);
     for (int channel = 0; channel < args_.channels && ok(status_); ++channel) {
       SimpleControl& own = control(args_.rank, channel);
-      for (std::uint64_t region = channel; region < args_.regions && ok(status_); region += args_.channels) {
-        const bool last = region + 1 == args_.regions;
-        const SimpleStep* steps = steps_ + (last ? args_.full_steps : 0);
-        const std::uint32_t nsteps = last ? args_.last_steps : args_.full_steps;
-        const std::size_t base = region * args_.region_elements;
-        for (std::uint32_t s = 0; s < nsteps && ok(status_); ++s) {
-          const SimpleStep& step = steps[s];
-          const std::size_t offset = (base + step.begin) * element;
-          const T* received = nullptr;
-          if (step.recv_peer >= 0) {
-            if (!wait_until(&own.tail[step.recv_peer], own.taken[step.recv_peer] + 1)) break;
-            received = reinterpret_cast<const T*>(
-                buffers_[args_.rank] + simple_slot_offset(channel, args_.nsenders[args_.rank],
-                                                          args_.own_fifo[step.recv_peer],
-                                                          own.taken[step.recv_peer] % kSimpleSlots));
-          }
-          T* destinations[kSimpleMaxSends];
-          for (int d = 0; d < step.nsends; ++d) {
-            const int peer = step.send_peers[d];
-            if (!wait_until(&own.head[peer], own.sent[peer] + 1 > kSimpleSlots ? own.sent[peer] + 1 - kSimpleSlots : 0))
-              return;
-            destinations[d] = reinterpret_cast<T*>(
-                buffers_[peer] +
-                simple_slot_offset(channel, args_.nsenders[peer], args_.fifo_at[peer], own.sent[peer] % kSimpleSlots));
-          }
-          if (!ok(status_)) break;
-          const T* local = reinterpret_cast<const T*>((step.local_from_output ? output_ : input_) + offset);
-          T* out = reinterpret_cast<T*>(output_ + offset);
-          for (std::size_t i = 0; i < step.count; ++i) {
-            T value = received ? (step.reduce ? reduce<T, Op>(local[i], received[i]) : received[i]) : local[i];
-            if (step.store_local) out[i] = value;
-            for (int d = 0; d < step.nsends; ++d) destinations[d][i] = value;
-          }
-          for (int d = 0; d < step.nsends; ++d) {
-            const int peer = step.send_peers[d];
-            store_release(&control(peer, channel).tail[args_.rank], ++own.sent[peer]);
-          }
-          if (received)
-            store_release(&control(step.recv_peer, channel).head[args_.rank], ++own.taken[step.recv_peer]);
+      for (const SimpleStepRef& ref : simple_step_order(args_.regions, args_.full_steps, args_.last_steps, channel,
+                                                        args_.channels, args_.group)) {
+        const bool last = ref.region + 1 == args_.regions;
+        const SimpleStep& step = steps_[(last ? args_.full_steps : 0) + ref.step];
+        const std::size_t offset = (ref.region * args_.region_elements + step.begin) * element;
+        const T* received = nullptr;
+        if (step.recv_peer >= 0) {
+          if (!wait_until(&own.tail[step.recv_peer], own.taken[step.recv_peer] + 1)) return;
+          received = reinterpret_cast<const T*>(
+              buffers_[args_.rank] + simple_slot_offset(channel, args_.nsenders[args_.rank],
+                                                        args_.own_fifo[step.recv_peer],
+                                                        own.taken[step.recv_peer] % kSimpleSlots));
         }
+        T* destinations[kSimpleMaxSends];
+        for (int d = 0; d < step.nsends; ++d) {
+          const int peer = step.send_peers[d];
+          if (!wait_until(&own.head[peer], own.sent[peer] + 1 > kSimpleSlots ? own.sent[peer] + 1 - kSimpleSlots : 0))
+            return;
+          destinations[d] = reinterpret_cast<T*>(
+              buffers_[peer] +
+              simple_slot_offset(channel, args_.nsenders[peer], args_.fifo_at[peer], own.sent[peer] % kSimpleSlots));
+        }
+        const T* local = reinterpret_cast<const T*>((step.local_from_output ? output_ : input_) + offset);
+        T* out = reinterpret_cast<T*>(output_ + offset);
+        for (std::size_t i = 0; i < step.count; ++i) {
+          T value = received ? (step.reduce ? reduce<T, Op>(local[i], received[i]) : received[i]) : local[i];
+          if (step.store_local) out[i] = value;
+          for (int d = 0; d < step.nsends; ++d) destinations[d][i] = value;
+        }
+        for (int d = 0; d < step.nsends; ++d) {
+          const int peer = step.send_peers[d];
+          store_release(&control(peer, channel).tail[args_.rank], ++own.sent[peer]);
+        }
+        if (received) store_release(&control(step.recv_peer, channel).head[args_.rank], ++own.taken[step.recv_peer]);
       }
     }
   }
@@ -267,7 +291,8 @@ Status run_simple_on_host(gpu::Backend* backend, const SimpleArgs& args) {
 }
 
 Status launch_simple(gpu::Backend* backend, const SimpleArgs& args, gpu::Stream stream) {
-  if (args.nranks < 1 || args.nranks > kMaxDirectRanks || args.channels < 1 || args.channels > kSimpleMaxChannels)
+  if (args.nranks < 1 || args.nranks > kMaxDirectRanks || args.channels < 1 || args.channels > kSimpleMaxChannels ||
+      args.group < 1 || args.group >= kSimpleSlots)
     return Status::kInvalidArgument;
   if (args.regions == 0 || args.nranks == 1) return Status::kOk;
   switch (backend->kind()) {

@@ -27,8 +27,15 @@ namespace ferry {
 
 constexpr int kSimpleSlots = 4;                           // FIFO depth per channel and sender
 constexpr std::size_t kSimpleSlotBytes = std::size_t{128} << 10;
-constexpr int kSimpleMaxChannels = 32;
+constexpr std::size_t kSimpleMinPieceBytes = std::size_t{16} << 10;
+constexpr int kSimpleMaxChannels = 64;
 constexpr int kSimpleMaxSends = 2;                        // destinations of one step's value
+// A channel works on this many regions at once, step by step in turn, so
+// that while one region waits for a peer the others move data. Fewer than
+// kSimpleSlots: a step that receives and sends needs a free slot first, so
+// with as many regions in flight as slots, two ranks' full FIFOs would wait
+// for each other.
+constexpr int kSimpleRegionsInFlight = 2;
 
 // One step of a rank, over elements [begin, begin + count) of a region.
 // The value is: what arrives from recv_peer (kept as it is, or reduced with
@@ -63,10 +70,17 @@ struct SimplePlan {
   std::size_t regions = 0;
 };
 
-// The ring (ranks in order) or the double binary tree over ranks 0..n-1,
-// with every send no larger than one slot.
+// The bytes of one piece (a step's data) for a call of bytes cut into
+// parts per region (n ring slices, 2 tree halves): small enough that every
+// channel gets kSimpleRegionsInFlight regions, at least
+// kSimpleMinPieceBytes (below, a step's hand-off costs more than its data)
+// and at most a slot.
+std::size_t simple_piece_bytes(std::size_t bytes, int parts, int channels);
+
+// The ring (ranks in order) or the double binary tree over ranks 0..n-1, in
+// pieces of simple_piece_bytes.
 Status plan_simple_allreduce(AllreduceAlgorithm algorithm, int rank, int nranks, std::size_t count,
-                             std::size_t element_bytes, SimplePlan* plan);
+                             std::size_t element_bytes, int channels, SimplePlan* plan);
 
 // The ranks that send to rank in the ring or the trees (sorted): each has
 // one FIFO per channel in rank's buffer.
@@ -104,6 +118,7 @@ struct SimpleArgs {
   std::int32_t rank;
   std::int32_t nranks;
   std::int32_t channels;
+  std::int32_t group;  // regions in flight per channel (below kSimpleSlots)
   std::uint32_t timeout_ms;
   std::int32_t* failed;  // host memory the device writes: a Status, when a wait timed out
   void* buffers[kMaxDirectRanks];            // every rank's buffer, mapped here
@@ -111,6 +126,28 @@ struct SimpleArgs {
   std::int32_t fifo_at[kMaxDirectRanks];     // this rank's FIFO index in each receiver's buffer
   std::int32_t own_fifo[kMaxDirectRanks];    // each sender's FIFO index in this rank's buffer
 };
+
+// The (region, step) pairs a channel runs, in order: its regions (channel,
+// channel + channels, ...) taken group at a time, the group's steps
+// interleaved: step 0 of each, then step 1 of each, ... The last region
+// runs alone: its steps may differ from rank to rank (empty slices are left
+// out), so interleaved with others its pieces could leave a rank in another
+// order than its peer takes them. SimpleProtocol.* checks the order for
+// every rank count.
+// How many regions, from first on (stride apart), make one group.
+FERRY_HOST_DEVICE int simple_group_members(std::uint64_t first, std::uint64_t regions, std::uint64_t stride,
+                                           int group) {
+  int members = 1;
+  while (members < group && first + members * stride + 1 < regions) ++members;
+  return members;
+}
+
+struct SimpleStepRef {
+  std::uint64_t region;
+  std::uint32_t step;
+};
+std::vector<SimpleStepRef> simple_step_order(std::uint64_t regions, std::uint32_t full_steps,
+                                             std::uint32_t last_steps, int channel, int channels, int group);
 
 // Where FIFO slot `slot` of sender index fifo on channel lives in a buffer.
 FERRY_HOST_DEVICE std::size_t simple_slot_offset(int channel, int nsenders, int fifo, int slot) {

@@ -15,24 +15,31 @@
 namespace ferry {
 namespace {
 
+struct Piece {
+  std::uint64_t region;
+  std::uint64_t begin;
+  std::vector<double> data;
+};
 struct Fifo {
-  std::deque<std::vector<double>> pieces;
+  std::deque<Piece> pieces;
 };
 
 // Runs every rank's plan, one step at a time wherever a step can go (its
-// piece has arrived, its receivers have a free slot), channel by channel as
-// the regions are dealt. Fails on a deadlock.
-::testing::AssertionResult simulate(const std::vector<SimplePlan>& plans, int channels, bool in_place, std::vector<std::vector<double>>& inputs,
+// piece has arrived, its receivers have a free slot), each channel in
+// simple_step_order's order with `group` regions in flight. Fails on a
+// deadlock, and when a piece is received by another step than the one it
+// was sent for.
+::testing::AssertionResult simulate(const std::vector<SimplePlan>& plans, int channels, int group, bool in_place,
+                                    std::vector<std::vector<double>>& inputs,
                                     std::vector<std::vector<double>>& outputs) {
   const int n = static_cast<int>(plans.size());
   std::map<std::tuple<int, int, int>, Fifo> fifos;  // (channel, sender, receiver)
-  struct Cursor {
-    std::uint64_t region;
-    std::uint32_t step;
-  };
-  std::vector<std::vector<Cursor>> cursors(n, std::vector<Cursor>(channels));
-  for (auto& rank : cursors)
-    for (int c = 0; c < channels; ++c) rank[c] = {static_cast<std::uint64_t>(c), 0};
+  std::vector<std::vector<std::vector<SimpleStepRef>>> orders(n);
+  std::vector<std::vector<std::size_t>> cursors(n, std::vector<std::size_t>(channels, 0));
+  for (int r = 0; r < n; ++r)
+    for (int c = 0; c < channels; ++c)
+      orders[r].push_back(simple_step_order(plans[r].regions, plans[r].full_steps, plans[r].last_steps, c, channels,
+                                            group));
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < n; ++r) {
@@ -40,58 +47,61 @@ struct Fifo {
       std::vector<double>& in = in_place ? outputs[r] : inputs[r];
       std::vector<double>& out = outputs[r];
       for (int c = 0; c < channels; ++c) {
-        Cursor& at = cursors[r][c];
-        if (at.region >= plan.regions) continue;
-        const bool last = at.region + 1 == plan.regions;
-        const std::uint32_t nsteps = last ? plan.last_steps : plan.full_steps;
-        if (at.step == nsteps) {
-          at = {at.region + static_cast<std::uint64_t>(channels), 0};
-          progress = true;
-          continue;
-        }
-        const SimpleStep& step = plan.steps[(last ? plan.full_steps : 0) + at.step];
+        if (cursors[r][c] == orders[r][c].size()) continue;
+        const SimpleStepRef ref = orders[r][c][cursors[r][c]];
+        const bool last = ref.region + 1 == plan.regions;
+        const SimpleStep& step = plan.steps[(last ? plan.full_steps : 0) + ref.step];
         Fifo* incoming = step.recv_peer >= 0 ? &fifos[{c, step.recv_peer, r}] : nullptr;
         if (incoming && incoming->pieces.empty()) continue;
         bool room = true;
         for (int d = 0; d < step.nsends; ++d)
           room = room && fifos[{c, r, step.send_peers[d]}].pieces.size() < kSimpleSlots;
         if (!room) continue;
-        const std::size_t base = at.region * plan.region_elements + step.begin;
+        if (incoming) {
+          const Piece& piece = incoming->pieces.front();
+          if (piece.region != ref.region || piece.begin != step.begin || piece.data.size() != step.count)
+            return ::testing::AssertionFailure() << "rank " << r << " channel " << c << " region " << ref.region
+                                                 << " step " << ref.step << " received the piece of region "
+                                                 << piece.region << " at " << piece.begin;
+        }
+        const std::size_t base = ref.region * plan.region_elements + step.begin;
         std::vector<double> value(step.count);
         const std::vector<double>& local = step.local_from_output ? out : in;
         for (std::size_t i = 0; i < step.count; ++i) {
           if (!incoming) {
             value[i] = local[base + i];
           } else if (step.reduce) {
-            value[i] = local[base + i] + incoming->pieces.front()[i];
+            value[i] = local[base + i] + incoming->pieces.front().data[i];
           } else {
-            value[i] = incoming->pieces.front()[i];
+            value[i] = incoming->pieces.front().data[i];
           }
         }
         if (incoming) incoming->pieces.pop_front();
         if (step.store_local)
           for (std::size_t i = 0; i < step.count; ++i) out[base + i] = value[i];
-        for (int d = 0; d < step.nsends; ++d) fifos[{c, r, step.send_peers[d]}].pieces.push_back(value);
-        ++at.step;
+        for (int d = 0; d < step.nsends; ++d)
+          fifos[{c, r, step.send_peers[d]}].pieces.push_back({ref.region, step.begin, value});
+        ++cursors[r][c];
         progress = true;
       }
     }
   }
   for (int r = 0; r < n; ++r)
     for (int c = 0; c < channels; ++c)
-      if (cursors[r][c].region < plans[r].regions)
-        return ::testing::AssertionFailure() << "rank " << r << " channel " << c << " stuck at region "
-                                             << cursors[r][c].region << " step " << cursors[r][c].step;
+      if (cursors[r][c] < orders[r][c].size())
+        return ::testing::AssertionFailure() << "rank " << r << " channel " << c << " stuck at step "
+                                             << cursors[r][c] << " of " << orders[r][c].size();
   for (auto& [key, fifo] : fifos)
     if (!fifo.pieces.empty()) return ::testing::AssertionFailure() << "a piece was never received";
   return ::testing::AssertionSuccess();
 }
 
-void check_allreduce(AllreduceAlgorithm algorithm, int n, std::size_t count, int channels, bool in_place) {
+void check_allreduce(AllreduceAlgorithm algorithm, int n, std::size_t count, int channels, int group,
+                     bool in_place) {
   constexpr std::size_t kElement = 8;  // doubles: sums of small integers are exact
   std::vector<SimplePlan> plans(n);
   for (int r = 0; r < n; ++r)
-    ASSERT_EQ(plan_simple_allreduce(algorithm, r, n, count, kElement, &plans[r]), Status::kOk);
+    ASSERT_EQ(plan_simple_allreduce(algorithm, r, n, count, kElement, channels, &plans[r]), Status::kOk);
   std::mt19937 rng(static_cast<unsigned>(n * 1000 + count));
   std::uniform_int_distribution<int> small(-100, 100);
   std::vector<std::vector<double>> inputs(n, std::vector<double>(count)), outputs(n, std::vector<double>(count));
@@ -104,8 +114,8 @@ void check_allreduce(AllreduceAlgorithm algorithm, int n, std::size_t count, int
       outputs[r][i] = in_place ? inputs[r][i] : -12345.0;
     }
   }
-  ASSERT_TRUE(simulate(plans, channels, in_place, inputs, outputs))
-      << algorithm_info(algorithm).name << " n " << n << " count " << count;
+  ASSERT_TRUE(simulate(plans, channels, group, in_place, inputs, outputs))
+      << algorithm_info(algorithm).name << " n " << n << " count " << count << " group " << group;
   if (n == 1 && !in_place) outputs[0] = inputs[0];  // the caller's copy (collectives.cc)
   for (int r = 0; r < n; ++r)
     for (std::size_t i = 0; i < count; ++i)
@@ -117,9 +127,22 @@ TEST(SimpleProtocol, RingAndTreeMatchTheReferenceForOneTo17Ranks) {
   const std::size_t slot = kSimpleSlotBytes / 8;
   for (AllreduceAlgorithm algorithm : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kTree}) {
     for (int n = 1; n <= 17; ++n) {
-      for (std::size_t count : {std::size_t{1}, std::size_t{13}, 2 * slot + 3, 5 * slot * 2 + 7}) {
-        for (bool in_place : {false, true}) check_allreduce(algorithm, n, count, 3, in_place);
-      }
+      for (std::size_t count : {std::size_t{1}, std::size_t{13}, 2 * slot + 3})
+        for (bool in_place : {false, true}) check_allreduce(algorithm, n, count, 3, 1, in_place);
+    }
+  }
+}
+
+// Several regions per channel, each group of regions in flight, and a last
+// region whose slices are empty on some ranks.
+TEST(SimpleProtocol, RegionsInFlightKeepEveryFifoInOrder) {
+  const std::size_t slot = kSimpleSlotBytes / 8;
+  for (AllreduceAlgorithm algorithm : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kTree}) {
+    for (int n : {2, 3, 4, 5, 8}) {
+      const std::size_t region = (algorithm == AllreduceAlgorithm::kRing ? n : 2) * slot;
+      for (std::size_t count : {7 * region + 5, 8 * region})
+        for (int group = 1; group < kSimpleSlots; ++group)
+          check_allreduce(algorithm, n, count, 3, group, (count + group) % 2 == 0);
     }
   }
 }
@@ -127,8 +150,10 @@ TEST(SimpleProtocol, RingAndTreeMatchTheReferenceForOneTo17Ranks) {
 TEST(SimpleProtocol, OneChannelAndManyChannels) {
   const std::size_t slot = kSimpleSlotBytes / 8;
   for (int channels : {1, 2, 7}) {
-    check_allreduce(AllreduceAlgorithm::kRing, 4, 9 * 4 * slot + 5, channels, false);
-    check_allreduce(AllreduceAlgorithm::kTree, 6, 9 * 2 * slot + 5, channels, true);
+    for (int group = 1; group < kSimpleSlots; ++group) {
+      check_allreduce(AllreduceAlgorithm::kRing, 4, 9 * 4 * slot + 5, channels, group, false);
+      check_allreduce(AllreduceAlgorithm::kTree, 6, 9 * 2 * slot + 5, channels, group, true);
+    }
   }
 }
 
@@ -139,7 +164,7 @@ TEST(SimpleProtocol, OneChannelAndManyChannels) {
 TEST(SimpleProtocol, RingFusesEachReceiveWithTheSendOfItsValue) {
   for (int n = 2; n <= 9; ++n) {
     SimplePlan plan;
-    ASSERT_EQ(plan_simple_allreduce(AllreduceAlgorithm::kRing, 0, n, 4 * n * (kSimpleSlotBytes / 4), 4, &plan),
+    ASSERT_EQ(plan_simple_allreduce(AllreduceAlgorithm::kRing, 0, n, 4 * n * (kSimpleSlotBytes / 4), 4, 1, &plan),
               Status::kOk);
     EXPECT_EQ(plan.full_steps, static_cast<std::uint32_t>(2 * n - 1)) << n;
     int stores = 0, sends = 0;
@@ -151,6 +176,20 @@ TEST(SimpleProtocol, RingFusesEachReceiveWithTheSendOfItsValue) {
     EXPECT_EQ(stores, n) << n;
     EXPECT_EQ(sends, 2 * (n - 1)) << n;
   }
+}
+
+// Pieces shrink so that every channel has regions to work on, down to the
+// floor; large calls use whole slots.
+TEST(SimpleProtocol, PiecesSpreadACallOverTheChannels) {
+  EXPECT_EQ(simple_piece_bytes(std::size_t{1} << 30, 2, 64), kSimpleSlotBytes);
+  EXPECT_EQ(simple_piece_bytes(std::size_t{1} << 20, 2, 8), std::size_t{32} << 10);
+  EXPECT_EQ(simple_piece_bytes(std::size_t{1} << 20, 2, 64), kSimpleMinPieceBytes);
+  EXPECT_EQ(simple_piece_bytes(8, 4, 16), kSimpleMinPieceBytes);
+  EXPECT_EQ(simple_piece_bytes((std::size_t{1} << 20) + 16, 2, 8) % 16, 0u);
+  SimplePlan plan;
+  ASSERT_EQ(plan_simple_allreduce(AllreduceAlgorithm::kRing, 0, 2, (std::size_t{1} << 20) / 4, 4, 8, &plan),
+            Status::kOk);
+  EXPECT_EQ(plan.regions, 16u);  // 8 channels, 2 regions in flight each
 }
 
 // A receive of a range that an earlier step stored only in part would read
@@ -169,7 +208,7 @@ TEST(SimpleProtocol, SendersCoverEveryReceive) {
       const std::vector<int> senders = simple_senders(r, n);
       for (AllreduceAlgorithm algorithm : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kTree}) {
         SimplePlan plan;
-        ASSERT_EQ(plan_simple_allreduce(algorithm, r, n, 100000, 4, &plan), Status::kOk);
+        ASSERT_EQ(plan_simple_allreduce(algorithm, r, n, 100000, 4, 16, &plan), Status::kOk);
         for (const SimpleStep& step : plan.steps)
           if (step.recv_peer >= 0)
             EXPECT_NE(std::find(senders.begin(), senders.end(), step.recv_peer), senders.end()) << n << " " << r;
