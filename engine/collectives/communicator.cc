@@ -305,7 +305,26 @@ Status Communicator::simple_channels(gpu::Backend* backend, int device, SimpleCh
   SimpleChannels made;
   made.backend = backend;
   made.device = device;
-  made.channels = static_cast<int>(std::clamp<std::int64_t>(params().channels, 1, kSimpleMaxChannels));
+  // A channel's block waits for the same channel's block on its peers, so
+  // the channels of every rank on one GPU must fit it at once (a block of
+  // 1024 threads takes an SM): otherwise two ranks' resident blocks could
+  // each wait for the other's that cannot start.
+  struct DeviceClaim {
+    std::uint64_t key;
+    std::int32_t multiprocessors;
+    std::int32_t channels;
+  };
+  const DeviceClaim claim{backend->device_key(device), backend->multiprocessor_count(device),
+                          static_cast<std::int32_t>(std::clamp<std::int64_t>(params().channels, 1, kSimpleMaxChannels))};
+  std::vector<DeviceClaim> claims(n);
+  FERRY_CHECK(bootstrap_->allgather(&claim, claims.data(), sizeof(claim)));
+  made.channels = kSimpleMaxChannels;
+  for (const DeviceClaim& c : claims) {
+    int sharing = 0;
+    for (const DeviceClaim& other : claims) sharing += other.key == c.key;
+    const int fits = c.multiprocessors > 0 ? std::max(1, c.multiprocessors / sharing) : kSimpleMaxChannels;
+    made.channels = std::min({made.channels, static_cast<int>(c.channels), fits});
+  }
   const std::vector<int> mine = simple_senders(me, n);
   for (int r = 0; r < n; ++r) {
     const std::vector<int> senders = r == me ? mine : simple_senders(r, n);

@@ -124,6 +124,19 @@ class CudaBackend final : public Backend {
 
   BackendKind kind() const override { return BackendKind::kCuda; }
   int device_count() const override { return device_count_; }
+  int multiprocessor_count(int device) const override {
+    int sms = 0;
+    return cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess ? sms : 0;
+  }
+
+  std::uint64_t device_key(int device) const override {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return static_cast<std::uint64_t>(device);
+    std::uint64_t key = 1469598103934665603ull;  // FNV-1a over the UUID
+    for (char byte : prop.uuid.bytes) key = (key ^ static_cast<unsigned char>(byte)) * 1099511628211ull;
+    return key;
+  }
+
   std::string describe_devices() const override {
     std::string out;
     for (int d = 0; d < device_count_; ++d) {

@@ -62,6 +62,11 @@ class Backend {
   virtual int device_count() const = 0;
   // One line per device, for ferry-info.
   virtual std::string describe_devices() const = 0;
+  // The device's streaming multiprocessors; 0 where that means nothing (the
+  // emulated device).
+  virtual int multiprocessor_count(int device) const { return 0; }
+  // The same value in every process that uses this physical device.
+  virtual std::uint64_t device_key(int device) const { return static_cast<std::uint64_t>(device); }
 
   // Makes device the current one for this thread's later calls.
   virtual Status set_device(int device) = 0;
