@@ -296,8 +296,15 @@ Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, 
 }
 
 // The handshake's algorithm field for bcast and alltoallv: the LL protocol
-// (every rank able to), or the copy paths.
-constexpr std::uint16_t kCopyPaths = 0, kLlPath = 1;
+// (every rank able to), the chain over the Simple protocol (bcast), or the
+// copy paths.
+constexpr std::uint16_t kCopyPaths = 0, kLlPath = 1, kChainPath = 2;
+
+// Bcast along a chain from three ranks and 1 MiB on: every pull of the
+// root's buffer shares the root's links, (n-1) times its bytes, while a
+// chain moves them over each link once. Two ranks pull (one reader).
+constexpr int kChainMinRanks = 3;
+constexpr std::size_t kChainMinBytes = std::size_t{1} << 20;
 
 // True when every rank said algorithm; false when none did. Mixed answers
 // (possible only when some rank has no worker) take the copy paths, which
@@ -396,11 +403,12 @@ bool maps_buffers(AllreduceAlgorithm algorithm) {
   return algorithm != AllreduceAlgorithm::kOneShotLl && !uses_fifos(algorithm);
 }
 
-// Ring or tree over the Simple protocol: no rank touches another's buffers,
-// so, as with LL, no closing exchange. A failure leaves the FIFO counters
-// of the ranks out of step: the channels are not used again.
-Status run_simple_allreduce(Communicator& comm, const Placement& where, AllreduceAlgorithm algorithm,
-                            const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
+// A collective over the Simple protocol (ring, tree, chain): no rank touches
+// another's buffers, so, as with LL, no closing exchange. A failure leaves
+// the FIFO counters of the ranks out of step: the channels are not used
+// again.
+Status run_simple(Communicator& comm, const Placement& where, SimpleCollective collective, int root,
+                  const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
   gpu::Backend* backend = where.backend;
   FERRY_CHECK(backend->set_device(where.device));
   Communicator::SimpleChannels* channels = nullptr;
@@ -408,7 +416,7 @@ Status run_simple_allreduce(Communicator& comm, const Placement& where, Allreduc
   const Status status = [&] {
     const SimplePlan* plan = nullptr;
     SimpleArgs args{};
-    FERRY_CHECK(comm.simple_plan(algorithm, count, data_type_size(type), &plan, &args.steps));
+    FERRY_CHECK(comm.simple_plan(collective, root, count, data_type_size(type), &plan, &args.steps));
     args.full_steps = plan->full_steps;
     args.last_steps = plan->last_steps;
     args.region_elements = plan->region_elements;
@@ -441,8 +449,9 @@ Status run_simple_allreduce(Communicator& comm, const Placement& where, Allreduc
     return failed ? static_cast<Status>(failed) : Status::kOk;
   }();
   if (!ok(status)) {
-    FERRY_WARN(Coll, "%s allreduce failed (%s); this communicator's ring/tree FIFOs are not used again",
-               algorithm_info(algorithm).name, status_name(status));
+    static const char* const names[] = {"ring allreduce", "tree allreduce", "chain bcast"};
+    FERRY_WARN(Coll, "%s failed (%s); this communicator's Simple protocol FIFOs are not used again",
+               names[static_cast<int>(collective)], status_name(status));
     channels->broken = true;
   }
   return status;
@@ -602,7 +611,9 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
     count_allreduce_run(agreed);
     if (agreed == AllreduceAlgorithm::kOneShotLl)
       return finish_alone(run_ll_allreduce(comm, where, input, recv, count, type, op), clock);
-    return finish_alone(run_simple_allreduce(comm, where, agreed, input, recv, count, type, op), clock);
+    const SimpleCollective collective =
+        agreed == AllreduceAlgorithm::kRing ? SimpleCollective::kRingAllreduce : SimpleCollective::kTreeAllreduce;
+    return finish_alone(run_simple(comm, where, collective, 0, input, recv, count, type, op), clock);
   }
   if (transport == EngineTransport::kShm)
     return finish_together(comm, run_shm_allreduce(comm, where, input, recv, count, type, op), clock);
@@ -619,8 +630,11 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
     where = placement_of(buffer);
     // Above one worker block's share, the copy engine's pull measured faster
     // than LL on every block (2x H200: 10.1 against 11.1 us at 32 KiB).
-    mine.algorithm =
-        bytes <= kWorkerOneBlockBytes && ll_ready(comm, transport, where, bytes) ? kLlPath : kCopyPaths;
+    const bool chain = transport == EngineTransport::kP2p && comm.size() >= kChainMinRanks &&
+                       bytes >= kChainMinBytes && where.backend && comm.simple_possible(where.backend, where.device);
+    mine.algorithm = bytes <= kWorkerOneBlockBytes && ll_ready(comm, transport, where, bytes) ? kLlPath
+                     : chain                                                                  ? kChainPath
+                                                                                              : kCopyPaths;
     mine.eligible = where.backend != nullptr &&
                     (transport != EngineTransport::kP2p || comm.rank() != root ||
                      ok(comm.peer_memory().export_buffer(buffer, where.info, &mine.first)));
@@ -633,6 +647,10 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   if (transport == EngineTransport::kShm)
     return finish_together(comm, run_shm_bcast(comm, where, buffer, bytes, root), clock);
   if (all_chose(all, kLlPath)) return finish_alone(run_ll_bcast(comm, where, buffer, bytes, root), clock);
+  if (all_chose(all, kChainPath))
+    return finish_alone(run_simple(comm, where, SimpleCollective::kChainBcast, root, buffer, buffer, bytes,
+                                   DataType::kUint8, ReduceOp::kSum),
+                        clock);
 
   // Every non-root rank pulls the root's buffer with its copy engine.
   Status local = Status::kOk;

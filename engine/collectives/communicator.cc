@@ -354,23 +354,23 @@ Status Communicator::simple_channels(gpu::Backend* backend, int device, SimpleCh
   FERRY_CHECK(bootstrap_->allgather(&ready, everyone.data(), sizeof(ready)));
   for (std::int32_t r : everyone) {
     if (!r) {
-      FERRY_WARN(Coll, "ring/tree FIFOs could not be set up on every rank");
+      FERRY_WARN(Coll, "Simple protocol FIFOs could not be set up on every rank");
       if (simple_own_) backend->device_free(simple_own_);
       if (made.failed) backend->pinned_free(made.failed);
       simple_own_ = nullptr;
       return Status::kUnavailable;
     }
   }
-  FERRY_INFO(Coll, "ring/tree FIFOs: %zu bytes per rank on device %d (%d channels, %d senders)", bytes, device,
+  FERRY_INFO(Coll, "Simple protocol FIFOs: %zu bytes per rank on device %d (%d channels, %d senders)", bytes, device,
              made.channels, made.nsenders[me]);
   simple_ = made;
   *channels = &simple_;
   return Status::kOk;
 }
 
-Status Communicator::simple_plan(AllreduceAlgorithm algorithm, std::size_t count, std::size_t element_bytes,
+Status Communicator::simple_plan(SimpleCollective collective, int root, std::size_t count, std::size_t element_bytes,
                                  const SimplePlan** plan, const SimpleStep** device_steps) {
-  const auto key = std::make_tuple(static_cast<int>(algorithm), count, element_bytes);
+  const auto key = std::make_tuple(static_cast<int>(collective), root, count, element_bytes);
   auto it = simple_plans_.find(key);
   if (it == simple_plans_.end()) {
     // A bounded cache: an application cycling through many sizes replans.
@@ -380,7 +380,7 @@ Status Communicator::simple_plan(AllreduceAlgorithm algorithm, std::size_t count
       simple_plans_.clear();
     }
     CachedPlan made;
-    FERRY_CHECK(plan_simple_allreduce(algorithm, rank(), size(), count, element_bytes, simple_.channels, &made.plan));
+    FERRY_CHECK(plan_simple(collective, rank(), size(), root, count, element_bytes, simple_.channels, &made.plan));
     const std::size_t bytes = std::max<std::size_t>(1, made.plan.steps.size()) * sizeof(SimpleStep);
     FERRY_CHECK(simple_.backend->device_alloc(bytes, &made.steps));
     if (!made.plan.steps.empty()) {

@@ -129,9 +129,9 @@ class Communicator {
   bool simple_possible(gpu::Backend* backend, int device) const;
   // Made on first use (collective: every rank calls it at the same call).
   Status simple_channels(gpu::Backend* backend, int device, SimpleChannels** channels);
-  // The plan of a ring or tree allreduce and its steps in device memory,
-  // made once per (algorithm, count, element size) and kept.
-  Status simple_plan(AllreduceAlgorithm algorithm, std::size_t count, std::size_t element_bytes,
+  // The plan of a collective over the channels and its steps in device
+  // memory, made once per (collective, root, count, element size) and kept.
+  Status simple_plan(SimpleCollective collective, int root, std::size_t count, std::size_t element_bytes,
                      const SimplePlan** plan, const SimpleStep** device_steps);
 
  private:
@@ -166,7 +166,7 @@ class Communicator {
     SimplePlan plan;
     void* steps = nullptr;  // device memory
   };
-  std::map<std::tuple<int, std::size_t, std::size_t>, CachedPlan> simple_plans_;
+  std::map<std::tuple<int, int, std::size_t, std::size_t>, CachedPlan> simple_plans_;
 };
 
 }  // namespace ferry

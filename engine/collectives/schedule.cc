@@ -129,4 +129,14 @@ Schedule tree_allreduce(const std::array<BinaryTree, 2>& trees, int rank, std::s
   return tree_schedule(trees, rank, count, align, chunk_elements, TreePhase::kBoth);
 }
 
+Schedule chain_broadcast(const Ring& ring, int root, int rank, std::size_t count) {
+  Schedule schedule;
+  const int n = static_cast<int>(ring.size());
+  const int from_root = wrap(position_in(ring, rank) - position_in(ring, root), n);
+  const ElementRange all{0, count};
+  if (from_root > 0) add(schedule, ScheduleOp::Kind::kRecvCopy, ring[wrap(position_in(ring, rank) - 1, n)], all);
+  if (from_root < n - 1) add(schedule, ScheduleOp::Kind::kSend, ring[wrap(position_in(ring, rank) + 1, n)], all);
+  return schedule;
+}
+
 }  // namespace ferry

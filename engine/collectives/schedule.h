@@ -65,4 +65,9 @@ Schedule tree_broadcast(const std::array<BinaryTree, 2>& trees, int rank, std::s
 Schedule tree_allreduce(const std::array<BinaryTree, 2>& trees, int rank, std::size_t count, std::size_t align,
                         std::size_t chunk_elements);
 
+// Pipelined chain from the root along the ring order: the rank after the
+// root in the ring takes the buffer from it, passes it on to the next, and
+// so on; pipelining comes from running this per region (simple_protocol.h).
+Schedule chain_broadcast(const Ring& ring, int root, int rank, std::size_t count);
+
 }  // namespace ferry

@@ -157,21 +157,26 @@ std::size_t simple_piece_bytes(std::size_t bytes, int parts, int channels) {
   return std::clamp<std::size_t>((wanted + 15) / 16 * 16, kSimpleMinPieceBytes, kSimpleSlotBytes);
 }
 
-Status plan_simple_allreduce(AllreduceAlgorithm algorithm, int rank, int nranks, std::size_t count,
-                             std::size_t element_bytes, int channels, SimplePlan* plan) {
-  if (algorithm != AllreduceAlgorithm::kRing && algorithm != AllreduceAlgorithm::kTree) return Status::kInvalidArgument;
-  if (element_bytes == 0 || 16 % element_bytes != 0 || channels < 1) return Status::kInvalidArgument;
+Status plan_simple(SimpleCollective collective, int rank, int nranks, int root, std::size_t count,
+                   std::size_t element_bytes, int channels, SimplePlan* plan) {
+  if (element_bytes == 0 || 16 % element_bytes != 0 || channels < 1 || root < 0 || root >= nranks)
+    return Status::kInvalidArgument;
   const std::size_t align = 16 / element_bytes;
   const Ring ring = ring_order(nranks);
   const std::array<BinaryTree, 2> trees = build_double_binary_tree(ring);
-  const bool is_ring = algorithm == AllreduceAlgorithm::kRing;
-  // One piece per ring slice, or per tree half.
-  const int parts = is_ring ? nranks : 2;
+  // One piece per ring slice, per tree half, or per chain region.
+  const int parts = collective == SimpleCollective::kRingAllreduce   ? nranks
+                    : collective == SimpleCollective::kTreeAllreduce ? 2
+                                                                     : 1;
   const std::size_t piece_elements = simple_piece_bytes(count * element_bytes, parts, channels) / element_bytes;
   const std::size_t region = parts * piece_elements;
   auto schedule_of = [&](std::size_t elements) {
-    return is_ring ? ring_allreduce(ring, rank, elements, align)
-                   : tree_allreduce(trees, rank, elements, align, piece_elements);
+    switch (collective) {
+      case SimpleCollective::kRingAllreduce: return ring_allreduce(ring, rank, elements, align);
+      case SimpleCollective::kTreeAllreduce: return tree_allreduce(trees, rank, elements, align, piece_elements);
+      case SimpleCollective::kChainBcast: break;
+    }
+    return chain_broadcast(ring, root, rank, elements);
   };
   *plan = SimplePlan{};
   plan->region_elements = region;
@@ -189,6 +194,14 @@ Status plan_simple_allreduce(AllreduceAlgorithm algorithm, int rank, int nranks,
   plan->steps = std::move(full);
   plan->steps.insert(plan->steps.end(), tail.begin(), tail.end());
   return Status::kOk;
+}
+
+Status plan_simple_allreduce(AllreduceAlgorithm algorithm, int rank, int nranks, std::size_t count,
+                             std::size_t element_bytes, int channels, SimplePlan* plan) {
+  if (algorithm != AllreduceAlgorithm::kRing && algorithm != AllreduceAlgorithm::kTree) return Status::kInvalidArgument;
+  return plan_simple(algorithm == AllreduceAlgorithm::kRing ? SimpleCollective::kRingAllreduce
+                                                            : SimpleCollective::kTreeAllreduce,
+                     rank, nranks, 0, count, element_bytes, channels, plan);
 }
 
 namespace {

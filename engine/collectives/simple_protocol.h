@@ -77,8 +77,14 @@ struct SimplePlan {
 // and at most a slot.
 std::size_t simple_piece_bytes(std::size_t bytes, int parts, int channels);
 
-// The ring (ranks in order) or the double binary tree over ranks 0..n-1, in
-// pieces of simple_piece_bytes.
+// What runs over the Simple protocol.
+enum class SimpleCollective : int { kRingAllreduce, kTreeAllreduce, kChainBcast };
+
+// The ring (ranks in order) or the double binary tree over ranks 0..n-1 for
+// allreduce, or the chain from root along the ring for bcast (elements of
+// one byte), in pieces of simple_piece_bytes.
+Status plan_simple(SimpleCollective collective, int rank, int nranks, int root, std::size_t count,
+                   std::size_t element_bytes, int channels, SimplePlan* plan);
 Status plan_simple_allreduce(AllreduceAlgorithm algorithm, int rank, int nranks, std::size_t count,
                              std::size_t element_bytes, int channels, SimplePlan* plan);
 

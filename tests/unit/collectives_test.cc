@@ -193,8 +193,10 @@ TEST(EngineAllreduce, AnIneligibleRankMakesEveryRankFallBack) {
 }
 
 TEST(EngineBcast, EveryRootAndSize) {
+  // From 3 ranks and 1 MiB on, bcast runs along a chain (Simple protocol).
   for (int nranks : {1, 2, 3, 5}) {
-    for (std::size_t bytes : {1, 7, 4096, 100001}) {
+    for (std::size_t bytes : {std::size_t{1}, std::size_t{7}, std::size_t{4096}, std::size_t{100001},
+                              (std::size_t{3} << 20) + 13}) {
       for (int root = 0; root < nranks; ++root) {
         std::vector<char> payload(bytes);
         std::mt19937 rng(static_cast<unsigned>(bytes + root));

@@ -133,6 +133,26 @@ TEST(SimpleProtocol, RingAndTreeMatchTheReferenceForOneTo17Ranks) {
   }
 }
 
+// Bcast along the chain: every rank ends with the root's data, whoever the
+// root, however many regions.
+TEST(SimpleProtocol, ChainBcastDeliversTheRootsDataForOneTo17Ranks) {
+  const std::size_t slot = kSimpleSlotBytes / 8;
+  for (int n = 1; n <= 17; ++n) {
+    for (std::size_t count : {std::size_t{3}, 5 * slot + 1}) {
+      for (int root : {0, n / 2, n - 1}) {
+        std::vector<SimplePlan> plans(n);
+        for (int r = 0; r < n; ++r)
+          ASSERT_EQ(plan_simple(SimpleCollective::kChainBcast, r, n, root, count, 8, 3, &plans[r]), Status::kOk);
+        std::vector<std::vector<double>> inputs(n), buffers(n, std::vector<double>(count, -1.0));
+        for (std::size_t i = 0; i < count; ++i) buffers[root][i] = static_cast<double>(i % 1000);
+        ASSERT_TRUE(simulate(plans, 3, kSimpleRegionsInFlight, /*in_place=*/true, inputs, buffers))
+            << "n " << n << " root " << root;
+        for (int r = 0; r < n; ++r) ASSERT_EQ(buffers[r], buffers[root]) << "n " << n << " root " << root << " rank " << r;
+      }
+    }
+  }
+}
+
 // Several regions per channel, each group of regions in flight, and a last
 // region whose slices are empty on some ranks.
 TEST(SimpleProtocol, RegionsInFlightKeepEveryFifoInOrder) {
