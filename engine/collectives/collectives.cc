@@ -4,6 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <vector>
 
 #include "engine/collectives/executor.h"
@@ -393,6 +395,46 @@ Status run_ll_alltoallv(Communicator& comm, const Placement& where, const void* 
   return comm.worker_for(where.backend, where.device)->run(item);
 }
 
+// At most one collective over the Simple protocol at a time per process and
+// device. Its blocks wait for their peers' blocks, so concurrent ones (other
+// communicators, MPI_THREAD_MULTIPLE) could fill the GPU with blocks that
+// wait for blocks which cannot start. A call that finds the gate taken plans
+// another algorithm; the ranks then disagree and stage, which is correct
+// whatever order the ranks' threads arrive in.
+class SimpleGate {
+ public:
+  SimpleGate() = default;
+  SimpleGate(const SimpleGate&) = delete;
+  SimpleGate& operator=(const SimpleGate&) = delete;
+  ~SimpleGate() {
+    if (!held_) return;
+    std::lock_guard<std::mutex> lock(mutex());
+    busy().erase(key_);
+  }
+
+  bool try_enter(gpu::Backend* backend, int device) {
+    // The emulated device runs the steps on the calling thread: no blocks
+    // to fill it with (and its tests run every rank in one process).
+    if (backend->kind() == gpu::BackendKind::kEmulated) return true;
+    std::lock_guard<std::mutex> lock(mutex());
+    key_ = {backend, device};
+    held_ = busy().insert(key_).second;
+    return held_;
+  }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::set<std::pair<gpu::Backend*, int>>& busy() {
+    static std::set<std::pair<gpu::Backend*, int>> devices;
+    return devices;
+  }
+  std::pair<gpu::Backend*, int> key_{};
+  bool held_ = false;
+};
+
 // Ring and tree run over the Simple protocol's FIFOs.
 bool uses_fifos(AllreduceAlgorithm algorithm) {
   return algorithm == AllreduceAlgorithm::kRing || algorithm == AllreduceAlgorithm::kTree;
@@ -401,6 +443,14 @@ bool uses_fifos(AllreduceAlgorithm algorithm) {
 // Whether peers map this rank's buffers (LL, ring and tree never do).
 bool maps_buffers(AllreduceAlgorithm algorithm) {
   return algorithm != AllreduceAlgorithm::kOneShotLl && !uses_fifos(algorithm);
+}
+
+// Makes the channels at the first call that agreed on them (collective);
+// false on every rank when they cannot be made, or must not be (ranks
+// sharing a GPU): the call then takes another way.
+bool simple_ready(Communicator& comm, const Placement& where) {
+  Communicator::SimpleChannels* channels = nullptr;
+  return ok(comm.simple_channels(where.backend, where.device, &channels));
 }
 
 // A collective over the Simple protocol (ring, tree, chain): no rank touches
@@ -572,6 +622,7 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
   const EngineTransport transport = transport_of(comm);
   const void* input = send ? send : recv;
   Placement where;
+  SimpleGate gate;
   Handshake mine{CollectiveKind::kAllreduce, 0, 0, send == nullptr, {}, {}};
   if (eligible && count > 0 && transport != EngineTransport::kNone && reduction_defined(type, op)) {
     where = placement_of(recv);
@@ -584,8 +635,9 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
       const bool possible =
           where.backend &&
           (planned == AllreduceAlgorithm::kOneShotLl ? comm.ll_possible(where.backend, where.device)
-           : uses_fifos(planned)                     ? comm.simple_possible(where.backend, where.device)
-                                                     : true);
+           : uses_fifos(planned) ? comm.simple_possible(where.backend, where.device) &&
+                                       gate.try_enter(where.backend, where.device)
+                                 : true);
       if (!possible) planned = send == nullptr ? AllreduceAlgorithm::kTwoShot : AllreduceAlgorithm::kOneShot;
     }
     mine.algorithm = static_cast<std::uint16_t>(planned);
@@ -605,8 +657,9 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
     any_unmapped = any_unmapped || !maps_buffers(static_cast<AllreduceAlgorithm>(h.algorithm));
   }
   if (!everyone || (any_unmapped && !unanimous)) return Status::kOk;
-  *ran = true;
   const auto agreed = static_cast<AllreduceAlgorithm>(all[0].algorithm);
+  if (uses_fifos(agreed) && !simple_ready(comm, where)) return Status::kOk;  // every rank stages
+  *ran = true;
   if (any_unmapped && transport == EngineTransport::kP2p) {
     count_allreduce_run(agreed);
     if (agreed == AllreduceAlgorithm::kOneShotLl)
@@ -625,13 +678,16 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   PhaseClock clock(EngineCollective::kBcast);
   const EngineTransport transport = transport_of(comm);
   Placement where;
+  SimpleGate gate;
   Handshake mine{CollectiveKind::kBcast, 0, 0, 0, {}, {}};
   if (eligible && bytes > 0 && transport != EngineTransport::kNone && root >= 0 && root < comm.size()) {
     where = placement_of(buffer);
     // Above one worker block's share, the copy engine's pull measured faster
     // than LL on every block (2x H200: 10.1 against 11.1 us at 32 KiB).
     const bool chain = transport == EngineTransport::kP2p && comm.size() >= kChainMinRanks &&
-                       bytes >= kChainMinBytes && where.backend && comm.simple_possible(where.backend, where.device);
+                       bytes >= kChainMinBytes && where.backend &&
+                       comm.simple_possible(where.backend, where.device) &&
+                       gate.try_enter(where.backend, where.device);
     mine.algorithm = bytes <= kWorkerOneBlockBytes && ll_ready(comm, transport, where, bytes) ? kLlPath
                      : chain                                                                  ? kChainPath
                                                                                               : kCopyPaths;
@@ -647,7 +703,8 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   if (transport == EngineTransport::kShm)
     return finish_together(comm, run_shm_bcast(comm, where, buffer, bytes, root), clock);
   if (all_chose(all, kLlPath)) return finish_alone(run_ll_bcast(comm, where, buffer, bytes, root), clock);
-  if (all_chose(all, kChainPath))
+  // Without the channels (ranks sharing a GPU), the pulls below.
+  if (all_chose(all, kChainPath) && simple_ready(comm, where))
     return finish_alone(run_simple(comm, where, SimpleCollective::kChainBcast, root, buffer, buffer, bytes,
                                    DataType::kUint8, ReduceOp::kSum),
                         clock);

@@ -119,15 +119,17 @@ class Communicator {
     std::int32_t fifo_at[kMaxDirectRanks] = {};
     std::int32_t own_fifo[kMaxDirectRanks] = {};
     std::int32_t* failed = nullptr;  // host word the kernel sets on a timeout
-    // A call failed: ranks may disagree on the FIFO counters, so no later
-    // call uses them.
+    // A call failed (ranks may disagree on the FIFO counters), or the
+    // channels could not be made or must not be (ranks sharing a GPU): no
+    // later call uses them.
     bool broken = false;
   };
   // Whether a ring or tree call with buffers on device of backend may run
   // here: every peer mapped, and the channels (if made) on that device and
   // not broken.
   bool simple_possible(gpu::Backend* backend, int device) const;
-  // Made on first use (collective: every rank calls it at the same call).
+  // Made on first use (collective: every rank calls it at the same call);
+  // kUnavailable on every rank when they cannot be.
   Status simple_channels(gpu::Backend* backend, int device, SimpleChannels** channels);
   // The plan of a collective over the channels and its steps in device
   // memory, made once per (collective, root, count, element size) and kept.
