@@ -50,6 +50,14 @@ constexpr double kCopyEngineChunkBytes = 1 << 20;
 constexpr double kTreeEfficiency = 0.92;
 constexpr double kTreeChunkBytes = 256 << 10;
 
+// Ring and tree run over the Simple protocol (simple_protocol.h): a step
+// hands its piece on with a barrier, a system-scope release and the peer's
+// poll, on top of the flag's hop. Calibrated on the forced ring on 2x H200
+// (bench/RESULTS.md): 21.7 us at 8 B = launch floor + 2 steps of
+// (hop + this); the same run gave 324-329 GB/s at 512 MiB-1 GiB, the link
+// rate the model already uses.
+constexpr double kSimpleStepUs = 3.6;
+
 // A blocking call on the engine worker (worker.h): doorbell and report
 // through host memory, 3.2-3.9 us for the round trip alone on the GPU
 // machine (bench/mailbox-latency), plus the engine's handshake; calibrated
@@ -140,7 +148,8 @@ double ring_us(std::size_t bytes, int n, const MachineModel& m) {
   const Layout l = layout_of(n, m);
   const int steps = 2 * (n - 1);
   const int inter_steps = 2 * (l.nodes - 1);
-  const double latency = (steps - inter_steps) * l.intra.hop_us + inter_steps * l.inter.hop_us;
+  const double latency =
+      (steps - inter_steps) * (l.intra.hop_us + kSimpleStepUs) + inter_steps * (l.inter.hop_us + kSimpleStepUs);
   return m.launch_us + latency + transfer_us(2.0 * (n - 1) / n * bytes, l.slowest_gbps);
 }
 
@@ -153,7 +162,8 @@ double tree_us(std::size_t bytes, int n, const MachineModel& m) {
   const Layout l = layout_of(n, m);
   const int intra_depth = ceil_log2(l.per_node);
   const int inter_depth = ceil_log2(l.nodes);
-  const double latency = 2 * (intra_depth * l.intra.hop_us + inter_depth * l.inter.hop_us);
+  const double latency =
+      2 * (intra_depth * (l.intra.hop_us + kSimpleStepUs) + inter_depth * (l.inter.hop_us + kSimpleStepUs));
   const double bw = l.slowest_gbps * kTreeEfficiency;
   const double fill = 2 * (intra_depth + inter_depth) * transfer_us(std::min(bytes / 2.0, kTreeChunkBytes), bw);
   return m.launch_us + latency + fill + transfer_us(2.0 * bytes, bw);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace ferry {
 namespace {
@@ -117,18 +118,21 @@ double model_us(AllreduceAlgorithm a, std::size_t bytes, int n, const MachineMod
   return predict_allreduce_us(a, bytes, n, machine);
 }
 
-// At 8 bytes each doubling of the ranks adds one level to the tree, two hops
-// at most (log n); the ring's cost above the launch floor doubles (n).
+// At 8 bytes each doubling of the ranks adds one level to the tree (log n):
+// the same cost per doubling, one value within a node and one across nodes;
+// the ring's cost above the launch floor doubles (n).
 TEST(TunerModel, SmallMessageLatencyTreeLogNRingLinear) {
   for (const MachineModel& machine : machine_models()) {
     const double floor = machine.launch_us;
-    const double slowest_hop = std::max(link_cost(machine.intra).hop_us, link_cost(machine.inter).hop_us);
+    std::vector<double> steps;
     for (int n = 2; n < 4096; n *= 2) {
       const double step =
           model_us(AllreduceAlgorithm::kTree, 8, 2 * n, machine) - model_us(AllreduceAlgorithm::kTree, 8, n, machine);
       EXPECT_GT(step, 0) << machine.name << " " << n;
-      EXPECT_LE(step, 2 * slowest_hop * 1.01) << machine.name << " " << n;
+      if (std::none_of(steps.begin(), steps.end(), [&](double s) { return std::abs(s - step) < 1e-3; }))
+        steps.push_back(step);
     }
+    EXPECT_LE(steps.size(), 2u) << machine.name;
     for (int n = 64; n < 4096; n *= 2) {
       const double ratio = (model_us(AllreduceAlgorithm::kRing, 8, 2 * n, machine) - floor) /
                            (model_us(AllreduceAlgorithm::kRing, 8, n, machine) - floor);
