@@ -306,9 +306,9 @@ Status Communicator::simple_channels(gpu::Backend* backend, int device, SimpleCh
   made.backend = backend;
   made.device = device;
   // A channel's block waits for the same channel's block on its peers, so
-  // the channels of every rank on one GPU must fit it at once (a block of
-  // 1024 threads takes an SM): otherwise two ranks' resident blocks could
-  // each wait for the other's that cannot start.
+  // all of a kernel's blocks must fit the GPU at once (a block of 1024
+  // threads takes an SM): otherwise two ranks' resident blocks could each
+  // wait for the other's that cannot start.
   struct DeviceClaim {
     std::uint64_t key;
     std::int32_t multiprocessors;

@@ -4,6 +4,7 @@
 // thread 0 publishes the new counters with system-scope release stores.
 #include <cuda_runtime.h>
 
+#include "engine/collectives/device_sync.cuh"
 #include "engine/collectives/pack_device.cuh"
 #include "engine/collectives/simple_protocol.h"
 
@@ -15,20 +16,6 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kUnroll = 4;  // 8 measured no faster
 
-__device__ __forceinline__ std::uint64_t now_ns() {
-  std::uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ std::uint64_t load_acquire_sys(const std::uint64_t* p) {
-  std::uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_release_sys(std::uint64_t* p, std::uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
 template <typename T, ReduceOp Op>
 __device__ __forceinline__ T combine(T a, T b) {
   return reduce<T, Op>(a, b);
@@ -36,38 +23,6 @@ __device__ __forceinline__ T combine(T a, T b) {
 template <typename T, ReduceOp Op>
 __device__ __forceinline__ Pack<T> combine(Pack<T> a, Pack<T> b) {
   return reduce_pack<T, Op>(a, b);
-}
-
-// Slots were written by a peer since this SM last read them: loads bypass L1.
-template <typename E>
-__device__ __forceinline__ E load_slot(const E* p) {
-  if constexpr (sizeof(E) == 16) {
-    const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p));
-    E e;
-    memcpy(&e, &v, 16);
-    return e;
-  } else if constexpr (sizeof(E) == 8) {
-    const unsigned long long v = __ldcg(reinterpret_cast<const unsigned long long*>(p));
-    E e;
-    memcpy(&e, &v, 8);
-    return e;
-  } else if constexpr (sizeof(E) == 4) {
-    const unsigned int v = __ldcg(reinterpret_cast<const unsigned int*>(p));
-    E e;
-    memcpy(&e, &v, 4);
-    return e;
-  } else if constexpr (sizeof(E) == 2) {
-    const unsigned short v = __ldcg(reinterpret_cast<const unsigned short*>(p));
-    E e;
-    memcpy(&e, &v, 2);
-    return e;
-  } else {
-    static_assert(sizeof(E) == 1, "units are 1, 2, 4, 8 or 16 bytes");
-    const unsigned char v = __ldcg(reinterpret_cast<const unsigned char*>(p));
-    E e;
-    memcpy(&e, &v, 1);
-    return e;
-  }
 }
 
 // One step's data: units of E (a pack or an element), n of them.
@@ -83,9 +38,10 @@ __device__ __forceinline__ void move(std::size_t n, const E* local, const E* rec
       if (!received) {
         value[u] = local[i];
       } else if (reduce_it) {
-        value[u] = combine<T, Op>(local[i], load_slot(received + i));
+        // Slots were rewritten by a peer since this SM last read them.
+        value[u] = combine<T, Op>(local[i], load_cg(received + i));
       } else {
-        value[u] = load_slot(received + i);
+        value[u] = load_cg(received + i);
       }
     }
 #pragma unroll
