@@ -1,4 +1,4 @@
-// The Simple protocol: ring and tree schedules (schedule.h) carried out over
+// The Simple protocol: ring, tree and chain schedules (schedule.h) carried out over
 // FIFOs of large slots in each receiver's device memory. A sender stores a
 // piece of data into its next slot at the receiver (over NVLink when the
 // receiver is a peer GPU), then raises the slot's tail counter; the receiver
