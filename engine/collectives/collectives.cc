@@ -471,7 +471,6 @@ Status run_simple(Communicator& comm, const Placement& where, SimpleCollective c
     args.last_steps = plan->last_steps;
     args.region_elements = plan->region_elements;
     args.regions = plan->regions;
-    args.count = count;
     args.input = input;
     args.output = output;
     args.type = type;

@@ -253,36 +253,43 @@ bool Communicator::ll_possible(gpu::Backend* backend, int device) {
   return worker_for(backend, device) != nullptr;
 }
 
+Status Communicator::map_on_every_rank(gpu::Backend* backend, int device, std::size_t bytes, std::size_t zeroed,
+                                       bool ready_here, void** own, void* (&everyone)[kMaxDirectRanks]) {
+  const std::vector<char> zeros(zeroed, 0);
+  ExportedBuffer mine{};
+  std::int32_t ready = ready_here && ok(backend->set_device(device)) && ok(backend->device_alloc(bytes, own)) &&
+                       ok(backend->copy(*own, zeros.data(), zeroed)) && ok(peer_memory_.export_buffer(*own, &mine));
+  std::vector<ExportedBuffer> all(size());
+  FERRY_CHECK(bootstrap_->allgather(&mine, all.data(), sizeof(mine)));
+  for (int r = 0; r < size() && ready; ++r) {
+    everyone[r] = *own;
+    // Pinned: the LRU of peer mappings must never close these.
+    if (r != rank()) ready = ok(peer_memory_.pin_buffer(all[r], &everyone[r]));
+  }
+  std::vector<std::int32_t> readiness(size());
+  FERRY_CHECK(bootstrap_->allgather(&ready, readiness.data(), sizeof(ready)));
+  for (std::int32_t r : readiness) {
+    if (!r) {
+      if (*own) backend->device_free(*own);
+      *own = nullptr;
+      return Status::kUnavailable;
+    }
+  }
+  return Status::kOk;
+}
+
 Status Communicator::ll_channel(gpu::Backend* backend, int device, LlChannel** channel) {
   if (ll_.backend) {
     *channel = &ll_;
     return Status::kOk;
   }
   // Zeroed: no flag matches before the first call.
-  const std::vector<char> zeros(kLlBufferBytes, 0);
-  ExportedBuffer mine{};
-  std::int32_t ready = ok(backend->set_device(device)) && ok(backend->device_alloc(kLlBufferBytes, &ll_own_)) &&
-                       ok(backend->copy(ll_own_, zeros.data(), kLlBufferBytes)) &&
-                       ok(peer_memory_.export_buffer(ll_own_, &mine));
-  std::vector<ExportedBuffer> all(size());
-  FERRY_CHECK(bootstrap_->allgather(&mine, all.data(), sizeof(mine)));
   LlChannel made;
   made.backend = backend;
   made.device = device;
-  for (int r = 0; r < size() && ready; ++r) {
-    made.buffers[r] = ll_own_;
-    // Pinned: the LRU of peer mappings must never close these.
-    if (r != rank()) ready = ok(peer_memory_.pin_buffer(all[r], &made.buffers[r]));
-  }
-  std::vector<std::int32_t> everyone(size());
-  FERRY_CHECK(bootstrap_->allgather(&ready, everyone.data(), sizeof(ready)));
-  for (std::int32_t r : everyone) {
-    if (!r) {
-      FERRY_WARN(Coll, "LL buffers could not be set up on every rank");
-      if (ll_own_) backend->device_free(ll_own_);
-      ll_own_ = nullptr;
-      return Status::kUnavailable;
-    }
+  if (!ok(map_on_every_rank(backend, device, kLlBufferBytes, kLlBufferBytes, true, &ll_own_, made.buffers))) {
+    FERRY_WARN(Coll, "LL buffers could not be set up on every rank");
+    return Status::kUnavailable;
   }
   FERRY_INFO(Coll, "LL receive buffers: %zu bytes per rank on device %d", kLlBufferBytes, device);
   ll_ = made;
@@ -345,32 +352,14 @@ Status Communicator::simple_channels(gpu::Backend* backend, int device, SimpleCh
     made.own_fifo[r] = own == mine.end() ? -1 : static_cast<std::int32_t>(own - mine.begin());
   }
   const std::size_t bytes = simple_buffer_bytes(made.channels, made.nsenders[me]);
-  // Counters start at zero; slots need no initial value.
-  const std::vector<char> zeros(kSimpleControlBytes, 0);
-  ExportedBuffer exported{};
-  std::int32_t ready = ok(backend->set_device(device)) && ok(backend->device_alloc(bytes, &simple_own_)) &&
-                       ok(backend->copy(simple_own_, zeros.data(), zeros.size())) &&
-                       ok(peer_memory_.export_buffer(simple_own_, &exported)) &&
-                       ok(backend->pinned_alloc(sizeof(std::int32_t), reinterpret_cast<void**>(&made.failed)));
+  const bool flag_made = ok(backend->pinned_alloc(sizeof(std::int32_t), reinterpret_cast<void**>(&made.failed)));
   if (made.failed) *made.failed = 0;
-  std::vector<ExportedBuffer> all(n);
-  FERRY_CHECK(bootstrap_->allgather(&exported, all.data(), sizeof(exported)));
-  for (int r = 0; r < n && ready; ++r) {
-    made.buffers[r] = simple_own_;
-    // Pinned: the LRU of peer mappings must never close these.
-    if (r != me) ready = ok(peer_memory_.pin_buffer(all[r], &made.buffers[r]));
-  }
-  std::vector<std::int32_t> everyone(n);
-  FERRY_CHECK(bootstrap_->allgather(&ready, everyone.data(), sizeof(ready)));
-  for (std::int32_t r : everyone) {
-    if (!r) {
-      FERRY_WARN(Coll, "Simple protocol FIFOs could not be set up on every rank");
-      if (simple_own_) backend->device_free(simple_own_);
-      if (made.failed) backend->pinned_free(made.failed);
-      simple_own_ = nullptr;
-      simple_.broken = true;
-      return Status::kUnavailable;
-    }
+  // Counters start at zero; slots need no initial value.
+  if (!ok(map_on_every_rank(backend, device, bytes, kSimpleControlBytes, flag_made, &simple_own_, made.buffers))) {
+    FERRY_WARN(Coll, "Simple protocol FIFOs could not be set up on every rank");
+    if (made.failed) backend->pinned_free(made.failed);
+    simple_.broken = true;
+    return Status::kUnavailable;
   }
   FERRY_INFO(Coll, "Simple protocol FIFOs: %zu bytes per rank on device %d (%d channels, %d senders)", bytes, device,
              made.channels, made.nsenders[me]);

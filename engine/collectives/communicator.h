@@ -139,6 +139,13 @@ class Communicator {
  private:
   explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
 
+  // Collective: a buffer of bytes on device of this rank (its first zeroed
+  // bytes zeroed), every rank's mapped here into everyone (pinned). When
+  // any rank failed, or passed ready_here false, kUnavailable on every rank
+  // and nothing of this rank's kept.
+  Status map_on_every_rank(gpu::Backend* backend, int device, std::size_t bytes, std::size_t zeroed,
+                           bool ready_here, void** own, void* (&everyone)[kMaxDirectRanks]);
+
   std::unique_ptr<Bootstrap> bootstrap_;
   bool all_peers_mapped_ = false;
   std::vector<PeerTransport> transports_;

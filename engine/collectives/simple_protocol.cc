@@ -196,14 +196,6 @@ Status plan_simple(SimpleCollective collective, int rank, int nranks, int root, 
   return Status::kOk;
 }
 
-Status plan_simple_allreduce(AllreduceAlgorithm algorithm, int rank, int nranks, std::size_t count,
-                             std::size_t element_bytes, int channels, SimplePlan* plan) {
-  if (algorithm != AllreduceAlgorithm::kRing && algorithm != AllreduceAlgorithm::kTree) return Status::kInvalidArgument;
-  return plan_simple(algorithm == AllreduceAlgorithm::kRing ? SimpleCollective::kRingAllreduce
-                                                            : SimpleCollective::kTreeAllreduce,
-                     rank, nranks, 0, count, element_bytes, channels, plan);
-}
-
 namespace {
 
 std::uint64_t load_acquire(const std::uint64_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
@@ -213,7 +205,7 @@ void store_release(std::uint64_t* word, std::uint64_t value) { __atomic_store_n(
 class HostSimple {
  public:
   HostSimple(gpu::Backend* backend, const SimpleArgs& args)
-      : backend_(backend), args_(args), timeout_(std::chrono::milliseconds(args.timeout_ms)) {
+      : args_(args), timeout_(std::chrono::milliseconds(args.timeout_ms)) {
     for (int r = 0; r < args.nranks; ++r) buffers_[r] = static_cast<char*>(backend->host_view(args.buffers[r]));
     steps_ = static_cast<const SimpleStep*>(backend->host_view(args.steps));
     input_ = static_cast<const char*>(backend->host_view(args.input));
@@ -275,7 +267,7 @@ class HostSimple {
     for (unsigned spins = 0; load_acquire(word) < target; ++spins) {
       if (spins > 64) sched_yield();  // ranks may outnumber cores
       if (args_.timeout_ms && (spins & 1023) == 0 && std::chrono::steady_clock::now() - start_ > timeout_) {
-        FERRY_WARN(Coll, "rank %d: no progress from a peer in the ring/tree allreduce for %u ms", args_.rank,
+        FERRY_WARN(Coll, "rank %d: no progress from a peer in a ring, tree or chain collective for %u ms", args_.rank,
                    args_.timeout_ms);
         status_ = Status::kTimeout;
         return false;
@@ -284,7 +276,6 @@ class HostSimple {
     return true;
   }
 
-  gpu::Backend* backend_;
   const SimpleArgs& args_;
   char* buffers_[kMaxDirectRanks] = {};
   const SimpleStep* steps_ = nullptr;

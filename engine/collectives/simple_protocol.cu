@@ -112,7 +112,6 @@ __global__ void __launch_bounds__(kThreads) simple_kernel(SimpleArgs args) {
               own_buffer + simple_slot_offset(channel, args.nsenders[me], args.own_fifo[step.recv_peer],
                                               taken[step.recv_peer] % kSimpleSlots));
         T* destinations[kSimpleMaxSends];
-        bool aligned = true;
         for (int d = 0; d < step.nsends; ++d) {
           const int peer = step.send_peers[d];
           destinations[d] = reinterpret_cast<T*>(static_cast<char*>(args.buffers[peer]) +
@@ -124,8 +123,8 @@ __global__ void __launch_bounds__(kThreads) simple_kernel(SimpleArgs args) {
             static_cast<const char*>(step.local_from_output ? args.output : args.input) + offset);
         T* out = step.store_local ? reinterpret_cast<T*>(static_cast<char*>(args.output) + offset) : nullptr;
         const bool needs_local = step.recv_peer < 0 || step.reduce;
-        aligned = (!needs_local || reinterpret_cast<std::uintptr_t>(local) % 16 == 0) &&
-                  reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
+        const bool aligned = (!needs_local || reinterpret_cast<std::uintptr_t>(local) % 16 == 0) &&
+                             reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
         // Slots are 16-byte aligned and steps start on 16-byte multiples.
         const std::size_t packs = aligned ? step.count / Pack<T>::kCount : 0;
         if (packs > 0) {

@@ -85,8 +85,6 @@ enum class SimpleCollective : int { kRingAllreduce, kTreeAllreduce, kChainBcast 
 // one byte), in pieces of simple_piece_bytes.
 Status plan_simple(SimpleCollective collective, int rank, int nranks, int root, std::size_t count,
                    std::size_t element_bytes, int channels, SimplePlan* plan);
-Status plan_simple_allreduce(AllreduceAlgorithm algorithm, int rank, int nranks, std::size_t count,
-                             std::size_t element_bytes, int channels, SimplePlan* plan);
 
 // The ranks that send to rank in the ring or the trees (sorted): each has
 // one FIFO per channel in rank's buffer.
@@ -116,7 +114,6 @@ struct SimpleArgs {
   std::uint32_t last_steps;
   std::uint64_t region_elements;
   std::uint64_t regions;
-  std::uint64_t count;
   const void* input;
   void* output;
   DataType type;

@@ -96,12 +96,16 @@ struct Fifo {
   return ::testing::AssertionSuccess();
 }
 
+SimpleCollective collective_of(AllreduceAlgorithm algorithm) {
+  return algorithm == AllreduceAlgorithm::kRing ? SimpleCollective::kRingAllreduce : SimpleCollective::kTreeAllreduce;
+}
+
 void check_allreduce(AllreduceAlgorithm algorithm, int n, std::size_t count, int channels, int group,
                      bool in_place) {
   constexpr std::size_t kElement = 8;  // doubles: sums of small integers are exact
   std::vector<SimplePlan> plans(n);
   for (int r = 0; r < n; ++r)
-    ASSERT_EQ(plan_simple_allreduce(algorithm, r, n, count, kElement, channels, &plans[r]), Status::kOk);
+    ASSERT_EQ(plan_simple(collective_of(algorithm), r, n, 0, count, kElement, channels, &plans[r]), Status::kOk);
   std::mt19937 rng(static_cast<unsigned>(n * 1000 + count));
   std::uniform_int_distribution<int> small(-100, 100);
   std::vector<std::vector<double>> inputs(n, std::vector<double>(count)), outputs(n, std::vector<double>(count));
@@ -184,7 +188,7 @@ TEST(SimpleProtocol, OneChannelAndManyChannels) {
 TEST(SimpleProtocol, RingFusesEachReceiveWithTheSendOfItsValue) {
   for (int n = 2; n <= 9; ++n) {
     SimplePlan plan;
-    ASSERT_EQ(plan_simple_allreduce(AllreduceAlgorithm::kRing, 0, n, 4 * n * (kSimpleSlotBytes / 4), 4, 1, &plan),
+    ASSERT_EQ(plan_simple(SimpleCollective::kRingAllreduce, 0, n, 0, 4 * n * (kSimpleSlotBytes / 4), 4, 1, &plan),
               Status::kOk);
     EXPECT_EQ(plan.full_steps, static_cast<std::uint32_t>(2 * n - 1)) << n;
     int stores = 0, sends = 0;
@@ -207,7 +211,7 @@ TEST(SimpleProtocol, PiecesSpreadACallOverTheChannels) {
   EXPECT_EQ(simple_piece_bytes(8, 4, 16), kSimpleMinPieceBytes);
   EXPECT_EQ(simple_piece_bytes((std::size_t{1} << 20) + 16, 2, 8) % 16, 0u);
   SimplePlan plan;
-  ASSERT_EQ(plan_simple_allreduce(AllreduceAlgorithm::kRing, 0, 2, (std::size_t{1} << 20) / 4, 4, 8, &plan),
+  ASSERT_EQ(plan_simple(SimpleCollective::kRingAllreduce, 0, 2, 0, (std::size_t{1} << 20) / 4, 4, 8, &plan),
             Status::kOk);
   EXPECT_EQ(plan.regions, 16u);  // 8 channels, 2 regions in flight each
 }
@@ -228,7 +232,7 @@ TEST(SimpleProtocol, SendersCoverEveryReceive) {
       const std::vector<int> senders = simple_senders(r, n);
       for (AllreduceAlgorithm algorithm : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kTree}) {
         SimplePlan plan;
-        ASSERT_EQ(plan_simple_allreduce(algorithm, r, n, 100000, 4, 16, &plan), Status::kOk);
+        ASSERT_EQ(plan_simple(collective_of(algorithm), r, n, 0, 100000, 4, 16, &plan), Status::kOk);
         for (const SimpleStep& step : plan.steps)
           if (step.recv_peer >= 0)
             EXPECT_NE(std::find(senders.begin(), senders.end(), step.recv_peer), senders.end()) << n << " " << r;
