@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "engine/collectives/executor.h"
@@ -297,6 +298,109 @@ Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, 
   return Status::kOk;
 }
 
+// Waits until every stream in streams is idle or the deadline passes
+// (kTimeout).
+Status wait_streams_until(gpu::Backend* backend, std::initializer_list<gpu::Stream> streams,
+                          std::chrono::steady_clock::time_point deadline) {
+  for (int polls = 0;; ++polls) {
+    bool all_done = true;
+    for (gpu::Stream stream : streams) {
+      bool done = false;
+      FERRY_CHECK(backend->stream_done(stream, &done));
+      all_done = all_done && done;
+    }
+    if (all_done) return Status::kOk;
+    if (std::chrono::steady_clock::now() > deadline) return Status::kTimeout;
+    if (polls > 4096) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+// Copy-engine push (cepush). Chunk by chunk, the push stream copies this
+// rank's input into its landing slot in every peer and raises that peer's
+// arrived flag; the reduce stream waits for every peer's flag, reduces the
+// chunk from the input and the slots in rank order (every rank gets the same
+// bits) and raises each sender's consumed flag, which the sender waits for
+// before it refills that slot two chunks later. Flags carry a sequence
+// number that runs on from call to call, so a call needs no set-up; nothing
+// of the application's is mapped and no rank reads another's buffers, so no
+// closing exchange. A call still unfinished after FERRY_HANDSHAKE_TIMEOUT
+// raises its own flags to free its streams, and the slots are not used
+// again.
+Status run_copy_push(Communicator& comm, const Placement& where, const void* input, void* output,
+                     std::size_t count, DataType type, ReduceOp op) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
+  gpu::Backend* backend = where.backend;
+  FERRY_CHECK(backend->set_device(where.device));
+  Communicator::CopyPushSlots* slots = nullptr;
+  FERRY_CHECK(comm.copy_push_slots(backend, where.device, &slots));
+  const int n = comm.size();
+  const int me = comm.rank();
+  const std::size_t element = data_type_size(type);
+  // Streams 0-2 and events 0-3 are the copy-engine two-shot's.
+  constexpr int kPushStream = 3, kReduceStream = 4, kPushedEvent = 4;
+  gpu::Stream push = nullptr, reduce = nullptr;
+  gpu::Event pushed[2];
+  FERRY_CHECK(comm.stream_for(backend, where.device, &push, kPushStream));
+  FERRY_CHECK(comm.stream_for(backend, where.device, &reduce, kReduceStream));
+  for (int k = 0; k < 2; ++k) FERRY_CHECK(comm.event_for(backend, where.device, &pushed[k], kPushedEvent + k));
+  void* own = slots->buffers[me];
+
+  const Status queued = [&] {
+    std::size_t begin = 0;
+    for (const std::size_t elements : copy_push_chunks(count, element, slots->slot_bytes)) {
+      const std::uint32_t sequence = ++slots->sequence;
+      const int k = static_cast<int>(sequence % 2);
+      const std::size_t offset = begin * element;
+      DirectReduceArgs args{};
+      args.ninputs = n;
+      args.noutputs = 1;
+      args.count = elements;
+      args.type = type;
+      args.op = op;
+      args.outputs[0] = at(output, offset);
+      args.inputs[me] = at(input, offset);
+      for (int r = 0; r < n; ++r) {
+        if (r == me) continue;
+        // The slot last held chunk sequence - 2: r must have reduced it.
+        FERRY_CHECK(backend->stream_wait_value(push, Communicator::copy_push_consumed(own, r), sequence - 2));
+        FERRY_CHECK(backend->copy_async(comm.copy_push_slot(r, me, k), at(input, offset), elements * element, push));
+        FERRY_CHECK(backend->stream_write_value(push, Communicator::copy_push_arrived(slots->buffers[r], me), sequence));
+        args.inputs[r] = comm.copy_push_slot(me, r, k);
+      }
+      FERRY_CHECK(backend->event_record(pushed[k], push));
+      for (int r = 0; r < n; ++r)
+        if (r != me) FERRY_CHECK(backend->stream_wait_value(reduce, Communicator::copy_push_arrived(own, r), sequence));
+      // In place, the reduce overwrites what the push reads.
+      FERRY_CHECK(backend->stream_wait_event(reduce, pushed[k]));
+      FERRY_CHECK(launch_direct_reduce(backend, args, reduce));
+      for (int r = 0; r < n; ++r)
+        if (r != me)
+          FERRY_CHECK(backend->stream_write_value(reduce, Communicator::copy_push_consumed(slots->buffers[r], me),
+                                                  sequence));
+      begin += elements;
+    }
+    return Status::kOk;
+  }();
+  Status status = ok(queued) ? wait_streams_until(backend, {push, reduce}, deadline) : queued;
+  if (status == Status::kTimeout) {
+    // Far enough ahead that every wait queued so far is satisfied.
+    const std::uint32_t release = slots->sequence + (1u << 30);
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      backend->write_value_now(Communicator::copy_push_arrived(own, r), release);
+      backend->write_value_now(Communicator::copy_push_consumed(own, r), release);
+    }
+    backend->stream_synchronize(push);
+    backend->stream_synchronize(reduce);
+  }
+  if (!ok(status)) {
+    FERRY_WARN(Coll, "copy-engine push allreduce failed (%s); this communicator's landing slots are not used again",
+               status_name(status));
+    slots->broken = true;
+  }
+  return status;
+}
+
 // The handshake's algorithm field for bcast and alltoallv: the LL protocol
 // (every rank able to), the chain over the Simple protocol (bcast), or the
 // copy paths.
@@ -440,9 +544,10 @@ bool uses_fifos(AllreduceAlgorithm algorithm) {
   return algorithm == AllreduceAlgorithm::kRing || algorithm == AllreduceAlgorithm::kTree;
 }
 
-// Whether peers map this rank's buffers (LL, ring and tree never do).
+// Whether peers map this rank's buffers (LL, ring, tree and cepush never do).
 bool maps_buffers(AllreduceAlgorithm algorithm) {
-  return algorithm != AllreduceAlgorithm::kOneShotLl && !uses_fifos(algorithm);
+  return algorithm != AllreduceAlgorithm::kOneShotLl && algorithm != AllreduceAlgorithm::kCopyPush &&
+         !uses_fifos(algorithm);
 }
 
 // Makes the channels at the first call that agreed on them (collective);
@@ -451,6 +556,13 @@ bool maps_buffers(AllreduceAlgorithm algorithm) {
 bool simple_ready(Communicator& comm, const Placement& where) {
   Communicator::SimpleChannels* channels = nullptr;
   return ok(comm.simple_channels(where.backend, where.device, &channels));
+}
+
+// Makes the landing slots at the first cepush call (collective); false on
+// every rank when they cannot be made.
+bool copy_push_ready(Communicator& comm, const Placement& where) {
+  Communicator::CopyPushSlots* slots = nullptr;
+  return ok(comm.copy_push_slots(where.backend, where.device, &slots));
 }
 
 // A collective over the Simple protocol (ring, tree, chain): no rank touches
@@ -532,9 +644,10 @@ Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, cons
       return run_direct_reduce(comm, buffers, where, count, type, op, /*one_shot=*/false);
     case AllreduceAlgorithm::kCopyEngine:
       return run_copy_engine_reduce(comm, buffers, where, count, type, op);
-    case AllreduceAlgorithm::kOneShotLl:  // taken above, as are ring and tree
+    case AllreduceAlgorithm::kOneShotLl:  // taken above, as are ring, tree and cepush
     case AllreduceAlgorithm::kRing:
     case AllreduceAlgorithm::kTree:
+    case AllreduceAlgorithm::kCopyPush:
     case AllreduceAlgorithm::kCount:
       break;
   }
@@ -633,10 +746,11 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
       // one-shot (or two-shot in place).
       const bool possible =
           where.backend &&
-          (planned == AllreduceAlgorithm::kOneShotLl ? comm.ll_possible(where.backend, where.device)
-           : uses_fifos(planned) ? comm.simple_possible(where.backend, where.device) &&
-                                       gate.try_enter(where.backend, where.device)
-                                 : true);
+          (planned == AllreduceAlgorithm::kOneShotLl  ? comm.ll_possible(where.backend, where.device)
+           : planned == AllreduceAlgorithm::kCopyPush ? comm.copy_push_possible(where.backend, where.device)
+           : uses_fifos(planned)                      ? comm.simple_possible(where.backend, where.device) &&
+                                                           gate.try_enter(where.backend, where.device)
+                                                      : true);
       if (!possible) planned = send == nullptr ? AllreduceAlgorithm::kTwoShot : AllreduceAlgorithm::kOneShot;
     }
     mine.algorithm = static_cast<std::uint16_t>(planned);
@@ -658,11 +772,14 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
   if (!everyone || (any_unmapped && !unanimous)) return Status::kOk;
   const auto agreed = static_cast<AllreduceAlgorithm>(all[0].algorithm);
   if (uses_fifos(agreed) && !simple_ready(comm, where)) return Status::kOk;  // every rank stages
+  if (agreed == AllreduceAlgorithm::kCopyPush && !copy_push_ready(comm, where)) return Status::kOk;
   *ran = true;
   if (any_unmapped && transport == EngineTransport::kP2p) {
     count_allreduce_run(agreed);
     if (agreed == AllreduceAlgorithm::kOneShotLl)
       return finish_alone(run_ll_allreduce(comm, where, input, recv, count, type, op), clock);
+    if (agreed == AllreduceAlgorithm::kCopyPush)
+      return finish_alone(run_copy_push(comm, where, input, recv, count, type, op), clock);
     const SimpleCollective collective =
         agreed == AllreduceAlgorithm::kRing ? SimpleCollective::kRingAllreduce : SimpleCollective::kTreeAllreduce;
     return finish_alone(run_simple(comm, where, collective, 0, input, recv, count, type, op), clock);

@@ -199,6 +199,7 @@ Communicator::~Communicator() {
   for (auto& [key, cached] : simple_plans_) simple_.backend->device_free(cached.steps);
   if (simple_own_) simple_.backend->device_free(simple_own_);
   if (simple_.failed) simple_.backend->pinned_free(simple_.failed);
+  if (copy_push_own_) copy_push_.backend->device_free(copy_push_own_);
   for (auto& [key, stream] : streams_) key.backend->stream_destroy(stream);
   for (auto& [key, event] : events_) key.backend->event_destroy(event);
   for (auto& [key, scratch] : scratch_) key.first->device_free(scratch.buffer);
@@ -365,6 +366,50 @@ Status Communicator::simple_channels(gpu::Backend* backend, int device, SimpleCh
              made.channels, made.nsenders[me]);
   simple_ = made;
   *channels = &simple_;
+  return Status::kOk;
+}
+
+void* Communicator::copy_push_slot(int receiver, int sender, int k) const {
+  // Slots for the receiver's peers in rank order, itself left out.
+  const int index = sender < receiver ? sender : sender - 1;
+  return static_cast<char*>(copy_push_.buffers[receiver]) + kCopyPushControlBytes +
+         (static_cast<std::size_t>(index) * 2 + k) * copy_push_.slot_bytes;
+}
+
+bool Communicator::copy_push_possible(gpu::Backend* backend, int device) const {
+  if (size() > kMaxDirectRanks || !all_peers_mapped_ || copy_push_.broken || !backend->stream_memory_ops())
+    return false;
+  return !copy_push_.backend || (copy_push_.backend == backend && copy_push_.device == device);
+}
+
+Status Communicator::copy_push_slots(gpu::Backend* backend, int device, CopyPushSlots** slots) {
+  if (copy_push_.backend) {
+    *slots = &copy_push_;
+    return Status::kOk;
+  }
+  const int n = size();
+  // Every rank takes the smallest slot any asks for, and all of a rank's
+  // slots stay within 512 MiB however many peers it has.
+  constexpr std::size_t kMostBytes = std::size_t{512} << 20;
+  const std::uint64_t asked = static_cast<std::uint64_t>(std::clamp<std::int64_t>(
+      params().ce_slot_bytes, 4096, static_cast<std::int64_t>(kMostBytes / (2 * std::max(1, n - 1)))));
+  std::vector<std::uint64_t> all(n);
+  FERRY_CHECK(bootstrap_->allgather(&asked, all.data(), sizeof(asked)));
+  CopyPushSlots made;
+  made.backend = backend;
+  made.device = device;
+  made.slot_bytes = *std::min_element(all.begin(), all.end()) / 4096 * 4096;
+  const std::size_t bytes = kCopyPushControlBytes + 2 * static_cast<std::size_t>(std::max(1, n - 1)) * made.slot_bytes;
+  // Flags start at zero; slots need no initial value.
+  if (!ok(map_on_every_rank(backend, device, bytes, kCopyPushControlBytes, true, &copy_push_own_, made.buffers))) {
+    FERRY_WARN(Coll, "copy-engine push slots could not be set up on every rank");
+    copy_push_.broken = true;
+    return Status::kUnavailable;
+  }
+  FERRY_INFO(Coll, "copy-engine push slots: %zu bytes per rank on device %d (%zu-byte slots)", bytes, device,
+             made.slot_bytes);
+  copy_push_ = made;
+  *slots = &copy_push_;
   return Status::kOk;
 }
 

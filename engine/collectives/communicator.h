@@ -136,6 +136,40 @@ class Communicator {
   Status simple_plan(SimpleCollective collective, int root, std::size_t count, std::size_t element_bytes,
                      const SimplePlan** plan, const SimpleStep** device_steps);
 
+  // The copy-engine push allreduce's landing slots (collectives.cc,
+  // run_copy_push): one buffer per rank, on the device of this rank's first
+  // such call. It begins with the flags, 32-bit words that peers write from
+  // their streams: copy_push_arrived(buffer, s), raised by sender s once a
+  // chunk landed, and copy_push_consumed(buffer, r), raised by receiver r
+  // once it reduced a chunk this rank pushed (so the slot may be refilled).
+  // Two slots per peer follow.
+  struct CopyPushSlots {
+    gpu::Backend* backend = nullptr;
+    int device = -1;
+    std::size_t slot_bytes = 0;
+    void* buffers[kMaxDirectRanks] = {};  // every rank's, mapped here
+    std::uint32_t sequence = 0;           // chunks so far: the same on every rank
+    // A call failed (the ranks' flags may be out of step): no later call
+    // uses the slots.
+    bool broken = false;
+  };
+  static constexpr std::size_t kCopyPushControlBytes = 4096;
+  static std::uint32_t* copy_push_arrived(void* buffer, int sender) {
+    return static_cast<std::uint32_t*>(buffer) + sender;
+  }
+  static std::uint32_t* copy_push_consumed(void* buffer, int receiver) {
+    return static_cast<std::uint32_t*>(buffer) + kMaxDirectRanks + receiver;
+  }
+  // Slot k (0 or 1) in receiver's buffer for what sender pushes.
+  void* copy_push_slot(int receiver, int sender, int k) const;
+  // Whether a cepush call with buffers on device of backend may run here:
+  // every peer mapped, the backend has stream memory operations, and the
+  // slots (if made) are on that device and not broken.
+  bool copy_push_possible(gpu::Backend* backend, int device) const;
+  // Made on first use (collective: every rank calls it at the same call);
+  // kUnavailable on every rank when they cannot be.
+  Status copy_push_slots(gpu::Backend* backend, int device, CopyPushSlots** slots);
+
  private:
   explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
 
@@ -171,6 +205,8 @@ class Communicator {
   void* ll_own_ = nullptr;  // this rank's receive buffer
   SimpleChannels simple_;
   void* simple_own_ = nullptr;  // this rank's FIFOs
+  CopyPushSlots copy_push_;
+  void* copy_push_own_ = nullptr;  // this rank's landing slots
   struct CachedPlan {
     SimplePlan plan;
     void* steps = nullptr;  // device memory

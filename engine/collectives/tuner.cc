@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "engine/collectives/schedule.h"
 #include "engine/collectives/worker.h"
 #include "engine/common/log.h"
 #include "engine/common/params.h"
@@ -44,6 +45,14 @@ constexpr double kLaunchUs = 13.9 - 0.62;
 // chunk (>= 1 MiB, schedule.cc) is pulled and pushed without overlap.
 constexpr double kCopyEngineEfficiency = 331.0 / 335.0;
 constexpr double kCopyEngineChunkBytes = 1 << 20;
+
+// Copy-engine push (cepush), measured on 2x H200 with both directions busy:
+// one 512 MiB copy a direction moves 389 GB/s where SM loads reach 335; a
+// copy costs ~5 us more than its bytes (512 MiB in 4 MiB copies: 275 GB/s);
+// a kernel adding two local inputs reads 1150 GB/s of each.
+constexpr double kCopyPushEfficiency = 389.0 / 335.0;
+constexpr double kCopyUs = 5.0;
+constexpr double kLocalReduceGbps = 1150.0;
 
 // NCCL's tuning model: tree bus bandwidth 0.92 of the ring's, and a pipeline
 // of 256 KiB chunks (src/graph/tuning.cc).
@@ -141,6 +150,20 @@ double copy_engine_us(std::size_t bytes, int n, const MachineModel& m) {
   return m.launch_us + 2 * link.hop_us + fill + transfer_us(2.0 * (n - 1) / n * bytes, bw);
 }
 
+// Every rank's copy engines push its whole input into each peer's landing
+// slots, chunk by chunk, with a flag after each; each rank reduces a chunk
+// once every peer's has landed. Only the last chunk's reduce is not hidden
+// behind the copies.
+double copy_push_us(std::size_t bytes, int n, const MachineModel& m) {
+  const LinkCost& link = link_cost(m.intra);
+  const std::vector<std::size_t> chunks =
+      copy_push_chunks(bytes, 1, static_cast<std::size_t>(std::max<std::int64_t>(1, params().ce_slot_bytes)));
+  const double copies = double(chunks.size()) * (n - 1);
+  return m.launch_us + link.hop_us + copies * kCopyUs +
+         transfer_us(double(n - 1) * bytes, link.bandwidth_gbps * kCopyPushEfficiency) +
+         transfer_us(double(chunks.empty() ? 0 : chunks.back()), kLocalReduceGbps);
+}
+
 // NCCL's ring: 2(n-1) steps, of which 2(nodes-1) cross the network; every
 // link carries 2 (n-1)/n * bytes at the slowest link's rate.
 double ring_us(std::size_t bytes, int n, const MachineModel& m) {
@@ -198,6 +221,12 @@ constexpr AlgorithmInfo kAllreduceAlgorithms[] = {
      "double binary tree: reduce up, broadcast down, log2(n) depth, pipelined in 128 KiB chunks over the Simple "
      "protocol's FIFOs on FERRY_CHANNELS thread blocks",
      true, true, 0, false, nullptr, tree_us},
+    {AllreduceAlgorithm::kCopyPush, "cepush",
+     "copy engines push every rank's whole input into each peer's landing slots (FERRY_CE_SLOT_BYTES, two per "
+     "peer) chunk by chunk, each chunk followed by a flag written from the stream; every rank reduces a chunk once "
+     "all of it has landed. No mapping of the application's buffers, no closing exchange, SMs idle but for the "
+     "reduce",
+     true, true, kDirectMaxRanks, true, nullptr, copy_push_us},
 };
 static_assert(sizeof(kAllreduceAlgorithms) / sizeof(kAllreduceAlgorithms[0]) ==
                   static_cast<std::size_t>(AllreduceAlgorithm::kCount),

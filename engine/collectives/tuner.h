@@ -14,7 +14,7 @@
 
 namespace ferry {
 
-enum class AllreduceAlgorithm : int { kOneShot, kTwoShot, kCopyEngine, kOneShotLl, kRing, kTree, kCount };
+enum class AllreduceAlgorithm : int { kOneShot, kTwoShot, kCopyEngine, kOneShotLl, kRing, kTree, kCopyPush, kCount };
 
 // The kinds of link a machine is built of, and what one hop over each costs.
 enum class LinkKind : int { kNvLink, kPcie, kShm, kNet, kCount };

@@ -80,7 +80,29 @@ const VmmDriver* vmm_driver() {
   return driver;
 }
 
-Status from_cu(const VmmDriver* d, CUresult result, const char* what) {
+// The stream memory operations (stream_wait_value, stream_write_value).
+struct MemOpsDriver {
+  PFN_cuGetErrorString_v6000 get_error_string;
+  PFN_cuStreamWaitValue32_v11070 wait_value;
+  PFN_cuStreamWriteValue32_v11070 write_value;
+};
+
+// nullptr when the driver lacks them.
+const MemOpsDriver* memops_driver() {
+  static const MemOpsDriver* driver = [] () -> const MemOpsDriver* {
+    auto* d = new MemOpsDriver{};
+    const bool found = driver_entry_point("cuGetErrorString", reinterpret_cast<void**>(&d->get_error_string)) &&
+                       driver_entry_point("cuStreamWaitValue32", reinterpret_cast<void**>(&d->wait_value)) &&
+                       driver_entry_point("cuStreamWriteValue32", reinterpret_cast<void**>(&d->write_value));
+    if (found) return d;
+    delete d;
+    return nullptr;
+  }();
+  return driver;
+}
+
+template <typename Driver>
+Status from_cu(const Driver* d, CUresult result, const char* what) {
   if (result == CUDA_SUCCESS) return Status::kOk;
   const char* text = nullptr;
   if (d->get_error_string(result, &text) != CUDA_SUCCESS || !text) text = "unknown error";
@@ -198,6 +220,39 @@ class CudaBackend final : public Backend {
   }
   Status stream_synchronize(Stream stream) override {
     return FERRY_CUDA(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
+  }
+  Status stream_done(Stream stream, bool* done) override {
+    const cudaError_t state = cudaStreamQuery(reinterpret_cast<cudaStream_t>(stream));
+    *done = state == cudaSuccess;
+    return state == cudaErrorNotReady ? Status::kOk : FERRY_CUDA(state);
+  }
+  bool stream_memory_ops() const override { return memops_driver() != nullptr; }
+  Status stream_wait_value(Stream stream, const std::uint32_t* word, std::uint32_t value) override {
+    const MemOpsDriver* d = memops_driver();
+    if (!d) return Status::kUnsupported;
+    return FERRY_CU(d, wait_value(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), value,
+                                  CU_STREAM_WAIT_VALUE_GEQ));
+  }
+  Status stream_write_value(Stream stream, std::uint32_t* word, std::uint32_t value) override {
+    const MemOpsDriver* d = memops_driver();
+    if (!d) return Status::kUnsupported;
+    // The default flags fence first: the copies queued before are visible
+    // to whoever sees the value.
+    return FERRY_CU(d, write_value(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), value,
+                                   CU_STREAM_WRITE_VALUE_DEFAULT));
+  }
+  Status write_value_now(std::uint32_t* word, std::uint32_t value) override {
+    const MemOpsDriver* d = memops_driver();
+    if (!d) return Status::kUnsupported;
+    // A non-blocking stream of its own: the engine's streams, and the legacy
+    // stream that waits for them, may be stuck behind a wait on this word.
+    cudaStream_t s = nullptr;
+    FERRY_CHECK(FERRY_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)));
+    Status status = FERRY_CU(d, write_value(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(word), value,
+                                            CU_STREAM_WRITE_VALUE_DEFAULT));
+    if (ok(status)) status = FERRY_CUDA(cudaStreamSynchronize(s));
+    cudaStreamDestroy(s);
+    return status;
   }
   Status event_create(Event* event) override {
     cudaEvent_t e = nullptr;

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -201,6 +202,59 @@ class EmulatedBackend final : public Backend {
     std::unique_lock<std::mutex> lock(stream->mutex);
     stream->idle.wait(lock, [stream] { return stream->tasks.empty() && !stream->busy; });
     return Status::kOk;
+  }
+
+  Status stream_done(Stream stream, bool* done) override {
+    if (!stream) {
+      *done = true;
+      return Status::kOk;
+    }
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    *done = stream->tasks.empty() && !stream->busy;
+    return Status::kOk;
+  }
+
+  // The wait gives up after FERRY_HANDSHAKE_TIMEOUT: the executors run a
+  // kernel on the calling thread once its stream is idle, so a wait that
+  // never ended would hold that thread where no deadline could free it. The
+  // caller's own deadline reports the failure.
+  bool stream_memory_ops() const override { return true; }
+  Status stream_wait_value(Stream stream, const std::uint32_t* word, std::uint32_t value) override {
+    auto* shared = reinterpret_cast<std::atomic<std::uint32_t>*>(translate(word, sizeof(*word)));
+    if (!shared) return Status::kInvalidArgument;
+    const auto limit = std::chrono::seconds(std::max<std::int64_t>(1, params().handshake_timeout));
+    auto wait = [shared, value, limit] {
+      const auto deadline = std::chrono::steady_clock::now() + limit;
+      for (int spins = 0;; ++spins) {
+        if (static_cast<std::int32_t>(shared->load(std::memory_order_acquire) - value) >= 0) return;
+        if (std::chrono::steady_clock::now() > deadline) return;
+        if (spins < 64) {
+          std::this_thread::yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      }
+    };
+    if (stream) {
+      enqueue(stream, wait);
+    } else {
+      wait();
+    }
+    return Status::kOk;
+  }
+  Status stream_write_value(Stream stream, std::uint32_t* word, std::uint32_t value) override {
+    auto* shared = reinterpret_cast<std::atomic<std::uint32_t>*>(translate(word, sizeof(*word)));
+    if (!shared) return Status::kInvalidArgument;
+    auto store = [shared, value] { shared->store(value, std::memory_order_release); };
+    if (stream) {
+      enqueue(stream, store);
+    } else {
+      store();
+    }
+    return Status::kOk;
+  }
+  Status write_value_now(std::uint32_t* word, std::uint32_t value) override {
+    return stream_write_value(nullptr, word, value);
   }
 
   Status event_create(Event* event) override {

@@ -96,6 +96,25 @@ class Backend {
   virtual Status stream_wait_event(Stream stream, Event event) = 0;
   virtual Status event_elapsed_ms(Event start, Event end, float* ms) = 0;
 
+  // Stream memory operations on 32-bit words of device memory (this
+  // device's, or a peer's mapped here), for protocols between processes that
+  // need no kernel: work queued after stream_wait_value waits until
+  // (int32_t)(*word - value) >= 0, a comparison that survives wrap-around;
+  // stream_write_value stores value once the work queued before it is done
+  // and visible to peers. kUnsupported where stream_memory_ops() is false.
+  virtual bool stream_memory_ops() const { return false; }
+  virtual Status stream_wait_value(Stream stream, const std::uint32_t* word, std::uint32_t value) {
+    return Status::kUnsupported;
+  }
+  virtual Status stream_write_value(Stream stream, std::uint32_t* word, std::uint32_t value) {
+    return Status::kUnsupported;
+  }
+  // Stores value at once, past every stream (including ones stuck in a
+  // stream_wait_value): how a caller that gave up on its peers releases them.
+  virtual Status write_value_now(std::uint32_t* word, std::uint32_t value) { return Status::kUnsupported; }
+  // Whether everything queued on stream has finished, without waiting.
+  virtual Status stream_done(Stream stream, bool* done) = 0;
+
   // True when ptr lies in memory this backend manages; fills info.
   virtual bool query_pointer(const void* ptr, PointerInfo* info) = 0;
 

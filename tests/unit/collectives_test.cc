@@ -10,6 +10,8 @@
 #include <type_traits>
 
 #include "engine/collectives/reduce_common.h"
+#include "engine/common/params.h"
+#include "engine/collectives/tuner.h"
 #include "tests/unit/thread_bootstrap.h"
 
 namespace ferry {
@@ -176,6 +178,37 @@ TEST(EngineAllreduce, ManyCallsOnOneCommunicator) {
       device()->device_free(buffer);
     }
   });
+}
+
+// Under FERRY_TUNE forcing one algorithm for every size (the
+// engine_allreduce.tune.* tests, with FERRY_STATS=1), that algorithm ran,
+// rather than a fallback that would pass the checks above just as well.
+TEST(EngineAllreduce, TheForcedAlgorithmRuns) {
+  std::vector<std::string> problems;
+  const std::vector<TuneRule> rules = parse_tune(params().tune, &problems);
+  if (rules.size() != 1 || rules[0].min_bytes != 0 || !params().stats)
+    GTEST_SKIP() << "needs FERRY_TUNE=allreduce:0-:<algorithm> and FERRY_STATS=1";
+  const AllreduceAlgorithm forced = rules[0].algorithm;
+  const std::uint64_t before = allreduce_choice_count(forced);
+  constexpr std::size_t kCount = 4099;
+  run_ranks(3, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
+    std::unique_ptr<Communicator> comm;
+    ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
+    std::vector<std::int32_t> mine(kCount, rank + 1);
+    // Out of place: one-shot runs only so.
+    void* send = device_copy_of(mine.data(), kCount * sizeof(std::int32_t));
+    void* buffer = device_copy_of(mine.data(), kCount * sizeof(std::int32_t));
+    bool ran = false;
+    ASSERT_EQ(allreduce(*comm, send, buffer, kCount, DataType::kInt32, ReduceOp::kSum, true, &ran), Status::kOk);
+    ASSERT_TRUE(ran);
+    const std::vector<char> got = host_copy_of(buffer, kCount * sizeof(std::int32_t));
+    std::int32_t last = 0;
+    std::memcpy(&last, got.data() + (kCount - 1) * sizeof(last), sizeof(last));
+    EXPECT_EQ(last, 6);
+    device()->device_free(send);
+    device()->device_free(buffer);
+  });
+  EXPECT_GE(allreduce_choice_count(forced), before + 3) << algorithm_info(forced).name << " did not run";
 }
 
 TEST(EngineAllreduce, AnIneligibleRankMakesEveryRankFallBack) {

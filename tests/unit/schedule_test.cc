@@ -46,6 +46,31 @@ TEST(DirectSlice, BalancesWork) {
   }
 }
 
+TEST(CopyPushChunks, TileTheBufferWithinASlotAndShrinkAtTheEnd) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  // 512 MiB of floats in 64 MiB slots: whole slots, then halves down to 4 MiB.
+  std::vector<std::size_t> chunks = copy_push_chunks(128 * kMiB, 4, 64 * kMiB);
+  std::vector<std::size_t> expected(7, 16 * kMiB);
+  for (std::size_t mib : {32, 16, 8, 4, 4}) expected.push_back(mib * kMiB / 4);
+  EXPECT_EQ(chunks, expected);
+  for (std::size_t element : {1, 2, 4, 8, 16}) {
+    for (std::size_t slot : {4096, 65536, 1 << 20}) {
+      for (std::size_t count : {1, 3, 4, 17, 4097, 65535, 1000003}) {
+        chunks = copy_push_chunks(count, element, slot);
+        std::size_t total = 0;
+        for (std::size_t i = 0; i < chunks.size(); ++i) {
+          ASSERT_GT(chunks[i], 0u);
+          EXPECT_LE(chunks[i] * element, std::max(slot, element)) << count << " " << element << " " << slot;
+          if (i + 1 < chunks.size()) EXPECT_EQ(chunks[i] * element % 16, 0u) << count << " " << element;
+          if (i > 0) EXPECT_LE(chunks[i], chunks[i - 1]) << "chunks only shrink";
+          total += chunks[i];
+        }
+        EXPECT_EQ(total, count) << count << " " << element << " " << slot;
+      }
+    }
+  }
+}
+
 // Runs every rank's schedule in one process: sends are buffered per
 // (sender, receiver) pair in order; a receive waits for its peer's next send.
 // Fails on a range mismatch or a deadlock, and leaves each rank's buffer.
