@@ -1,10 +1,9 @@
 // Which algorithm runs a collective. Algorithms are self-describing records
 // with an alpha-beta cost function each; the default choice is the fastest
 // implemented algorithm by that model on the machine's constants, and one
-// FERRY_TUNE string overrides it, e.g. "allreduce:0-64K:oneshot,64K-:copyengine".
-// Ring and double binary tree are in the model only (their schedules exist,
-// their kernels do not): the runtime never picks them, ferry-info --model
-// predicts them. engine/collectives/README.md says what the model assumes.
+// FERRY_TUNE string overrides it, e.g. "allreduce:0-64K:oneshot,64K-:cepush".
+// ferry-info --model prints the predictions for 2-4096 ranks;
+// engine/collectives/README.md says what the model assumes.
 #pragma once
 
 #include <cstddef>
