@@ -227,6 +227,18 @@ Status run_direct_reduce(Communicator& comm, const MappedBuffers& buffers, const
   return where.backend->stream_synchronize(stream);
 }
 
+// A reduce of ninputs inputs (the caller fills them in) into output.
+DirectReduceArgs reduce_into_one(int ninputs, std::size_t count, DataType type, ReduceOp op, void* output) {
+  DirectReduceArgs args{};
+  args.ninputs = ninputs;
+  args.noutputs = 1;
+  args.count = count;
+  args.type = type;
+  args.op = op;
+  args.outputs[0] = output;
+  return args;
+}
+
 // Copy-engine two-shot: for each chunk of this rank's slice, the copy engines
 // pull the peers' inputs into scratch, a kernel reduces them with the local
 // input into the local output, and the copy engines push the result into the
@@ -267,14 +279,8 @@ Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, 
 
     // The slot is free once the reduce of chunk c - kSlots has read it.
     if (c >= kSlots) FERRY_CHECK(backend->stream_wait_event(streams[kPull], reduced[slot]));
-    DirectReduceArgs args{};
-    args.ninputs = n;
-    args.noutputs = 1;
-    args.count = elements;
-    args.type = type;
-    args.op = op;
+    DirectReduceArgs args = reduce_into_one(n, elements, type, op, at(buffers.outputs[me], offset));
     args.inputs[0] = at(buffers.inputs[me], offset);
-    args.outputs[0] = at(buffers.outputs[me], offset);
     for (int step = 1; step < n; ++step) {
       const int peer = (me + step) % n;
       void* landing = at(slot_base, (step - 1) * chunk_bytes);
@@ -323,9 +329,9 @@ Status wait_streams_until(gpu::Backend* backend, std::initializer_list<gpu::Stre
 // before it refills that slot two chunks later. Flags carry a sequence
 // number that runs on from call to call, so a call needs no set-up; nothing
 // of the application's is mapped and no rank reads another's buffers, so no
-// closing exchange. A call still unfinished after FERRY_HANDSHAKE_TIMEOUT
-// raises its own flags to free its streams, and the slots are not used
-// again.
+// closing exchange. A call that fails, or is unfinished after
+// FERRY_HANDSHAKE_TIMEOUT, raises its own flags to free its streams, and the
+// slots are not used again.
 Status run_copy_push(Communicator& comm, const Placement& where, const void* input, void* output,
                      std::size_t count, DataType type, ReduceOp op) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
@@ -351,13 +357,7 @@ Status run_copy_push(Communicator& comm, const Placement& where, const void* inp
       const std::uint32_t sequence = ++slots->sequence;
       const int k = static_cast<int>(sequence % 2);
       const std::size_t offset = begin * element;
-      DirectReduceArgs args{};
-      args.ninputs = n;
-      args.noutputs = 1;
-      args.count = elements;
-      args.type = type;
-      args.op = op;
-      args.outputs[0] = at(output, offset);
+      DirectReduceArgs args = reduce_into_one(n, elements, type, op, at(output, offset));
       args.inputs[me] = at(input, offset);
       for (int r = 0; r < n; ++r) {
         if (r == me) continue;
@@ -381,8 +381,8 @@ Status run_copy_push(Communicator& comm, const Placement& where, const void* inp
     }
     return Status::kOk;
   }();
-  Status status = ok(queued) ? wait_streams_until(backend, {push, reduce}, deadline) : queued;
-  if (status == Status::kTimeout) {
+  const Status status = ok(queued) ? wait_streams_until(backend, {push, reduce}, deadline) : queued;
+  if (!ok(status)) {
     // Far enough ahead that every wait queued so far is satisfied.
     const std::uint32_t release = slots->sequence + (1u << 30);
     for (int r = 0; r < n; ++r) {
@@ -392,8 +392,6 @@ Status run_copy_push(Communicator& comm, const Placement& where, const void* inp
     }
     backend->stream_synchronize(push);
     backend->stream_synchronize(reduce);
-  }
-  if (!ok(status)) {
     FERRY_WARN(Coll, "copy-engine push allreduce failed (%s); this communicator's landing slots are not used again",
                status_name(status));
     slots->broken = true;
