@@ -120,5 +120,46 @@ TEST_F(EmulatedDevice, StreamsRunCopiesInOrderAndEventsTimeThem) {
   device->device_free(buffer);
 }
 
+// The stream memory operations cepush builds on: a wait holds back what is
+// queued after it until the word reaches the value (compared modulo 2^32),
+// a write lands after what was queued before it, and write_value_now frees
+// a stream stuck in a wait.
+TEST_F(EmulatedDevice, StreamWaitsAndWritesOrderWorkBetweenStreams) {
+  ASSERT_TRUE(device->stream_memory_ops());
+  void* memory = nullptr;
+  ASSERT_EQ(device->device_alloc(4096 + (1 << 16), &memory), Status::kOk);
+  auto* word = static_cast<std::uint32_t*>(memory);
+  char* data = static_cast<char*>(memory) + 4096;
+  const std::uint32_t start = 0xfffffff0u;  // the next values wrap around
+  ASSERT_EQ(copy(word, &start, sizeof(start)), Status::kOk);
+  Stream producer = nullptr, consumer = nullptr;
+  ASSERT_EQ(device->stream_create(&producer), Status::kOk);
+  ASSERT_EQ(device->stream_create(&consumer), Status::kOk);
+  std::vector<char> sent(1 << 16), got(1 << 16, 0);
+  std::iota(sent.begin(), sent.end(), 1);
+
+  // The consumer queues its wait and its read first: 5 is past 0xfffffff0.
+  ASSERT_EQ(device->stream_wait_value(consumer, word, 5), Status::kOk);
+  ASSERT_EQ(device->copy_async(got.data(), data, got.size(), consumer), Status::kOk);
+  bool done = true;
+  ASSERT_EQ(device->stream_done(consumer, &done), Status::kOk);
+  EXPECT_FALSE(done);
+  ASSERT_EQ(device->copy_async(data, sent.data(), sent.size(), producer), Status::kOk);
+  ASSERT_EQ(device->stream_write_value(producer, word, 5), Status::kOk);
+  ASSERT_EQ(device->stream_synchronize(consumer), Status::kOk);
+  EXPECT_EQ(got, sent);
+  ASSERT_EQ(device->stream_done(consumer, &done), Status::kOk);
+  EXPECT_TRUE(done);
+
+  // A wait nobody will satisfy is freed by a write past every stream.
+  ASSERT_EQ(device->stream_wait_value(consumer, word, 1000), Status::kOk);
+  ASSERT_EQ(device->write_value_now(word, 1000 + (1u << 30)), Status::kOk);
+  ASSERT_EQ(device->stream_synchronize(consumer), Status::kOk);
+
+  device->stream_destroy(producer);
+  device->stream_destroy(consumer);
+  device->device_free(memory);
+}
+
 }  // namespace
 }  // namespace ferry::gpu
