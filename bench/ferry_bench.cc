@@ -61,7 +61,8 @@ constexpr float kUntouched = 1e9f;
 
 constexpr const char* kUsage =
     "usage: mpirun -np N -x LD_PRELOAD=/path/libferry.so ferry-bench [options]\n"
-    "  --ops LIST          allreduce,bcast,alltoallv (default: all three)\n"
+    "  --ops LIST          allreduce,bcast,alltoallv,sendrecv (default: the first three);\n"
+    "                      sendrecv: every rank sends to the next and receives from the previous\n"
     "  --sizes LIST        bytes per rank, e.g. 8,32K,2M,1G (rounded down to whole floats)\n"
     "  --min-size S        first size of the x4 series (default 8)\n"
     "  --max-size S        last size of the x4 series (default 1G; 4M on the emulated device)\n"
@@ -77,14 +78,16 @@ struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-enum class Op { kAllreduce, kBcast, kAlltoallv };
-constexpr std::array<Op, 3> kAllOps{Op::kAllreduce, Op::kBcast, Op::kAlltoallv};
+enum class Op { kAllreduce, kBcast, kAlltoallv, kSendrecv };
+constexpr std::array<Op, 3> kDefaultOps{Op::kAllreduce, Op::kBcast, Op::kAlltoallv};
+constexpr std::array<Op, 4> kKnownOps{Op::kAllreduce, Op::kBcast, Op::kAlltoallv, Op::kSendrecv};
 
 const char* op_name(Op op) {
   switch (op) {
     case Op::kAllreduce: return "allreduce";
     case Op::kBcast: return "bcast";
     case Op::kAlltoallv: return "alltoallv";
+    case Op::kSendrecv: return "sendrecv";
   }
   return "?";
 }
@@ -95,6 +98,7 @@ double busbw_factor(Op op, int nranks) {
     case Op::kAllreduce: return 2.0 * (nranks - 1) / nranks;
     case Op::kBcast: return 1.0;
     case Op::kAlltoallv: return static_cast<double>(nranks - 1) / nranks;
+    case Op::kSendrecv: return 1.0;
   }
   return 0;
 }
@@ -108,7 +112,7 @@ std::string human_bytes(std::size_t bytes) {
 // ---- options -------------------------------------------------------------
 
 struct Options {
-  std::vector<Op> ops{kAllOps.begin(), kAllOps.end()};
+  std::vector<Op> ops{kDefaultOps.begin(), kDefaultOps.end()};
   std::vector<std::size_t> sizes;  // --sizes; empty: the x4 series
   std::size_t min_size = 8;
   std::optional<std::size_t> max_size;
@@ -162,8 +166,9 @@ int parse_count(const std::string& option, const std::string& text, int minimum)
 std::vector<Op> parse_ops(const std::string& list) {
   std::vector<Op> ops;
   for (const std::string& name : split_list(list)) {
-    const auto known = std::find_if(kAllOps.begin(), kAllOps.end(), [&](Op op) { return name == op_name(op); });
-    if (known == kAllOps.end()) throw UsageError("unknown operation '" + name + "' (allreduce, bcast, alltoallv)");
+    const auto known = std::find_if(kKnownOps.begin(), kKnownOps.end(), [&](Op op) { return name == op_name(op); });
+    if (known == kKnownOps.end())
+      throw UsageError("unknown operation '" + name + "' (allreduce, bcast, alltoallv, sendrecv)");
     ops.push_back(*known);
   }
   if (ops.empty()) throw UsageError("--ops names no operation");
@@ -350,7 +355,11 @@ void check_mpi(int result, const char* what) {
   throw std::runtime_error(std::string(what) + " failed: " + text);
 }
 
-// Allreduce and alltoallv from send to recv; bcast in place in send.
+// The ranks a sendrecv sends to and receives from.
+int next_rank(int rank, int nranks) { return (rank + 1) % nranks; }
+int previous_rank(int rank, int nranks) { return (rank + nranks - 1) % nranks; }
+
+// Allreduce, alltoallv and sendrecv from send to recv; bcast in place in send.
 void run_mpi(const Case& c, float* send, float* recv) {
   const int count = static_cast<int>(c.count);
   switch (c.op) {
@@ -363,6 +372,15 @@ void run_mpi(const Case& c, float* send, float* recv) {
                               MPI_FLOAT, MPI_COMM_WORLD),
                 "MPI_Alltoallv");
       break;
+    case Op::kSendrecv: {
+      int rank = 0, nranks = 1;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+      check_mpi(MPI_Sendrecv(send, count, MPI_FLOAT, next_rank(rank, nranks), 0, recv, count, MPI_FLOAT,
+                             previous_rank(rank, nranks), 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                "MPI_Sendrecv");
+      break;
+    }
   }
 }
 
@@ -458,6 +476,16 @@ class NcclMethod final : public Method {
         }
         check(api_.group_end(), "ncclGroupEnd");
         break;
+      case Op::kSendrecv: {
+        int rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        check(api_.group_start(), "ncclGroupStart");
+        check(api_.send(device_.send, c.count, nccl::kFloat32, next_rank(rank, nranks_), comm_, stream_), "ncclSend");
+        check(api_.recv(device_.recv, c.count, nccl::kFloat32, previous_rank(rank, nranks_), comm_, stream_),
+              "ncclRecv");
+        check(api_.group_end(), "ncclGroupEnd");
+        break;
+      }
     }
   }
   void finish() override { cuda::synchronize(stream_); }
@@ -571,6 +599,14 @@ class Harness {
         for (int peer = 0; peer < nranks_; ++peer)
           for (std::size_t k = 0; k < block; ++k)
             expected_[peer * block + k] = input_value(c.seed, peer, rank_ * block + k);
+        break;
+      }
+      case Op::kSendrecv: {
+        const int from = previous_rank(rank_, nranks_);
+        for (std::size_t i = 0; i < c.count; ++i) {
+          input_[i] = input_value(c.seed, rank_, i);
+          expected_[i] = input_value(c.seed, from, i);
+        }
         break;
       }
     }
