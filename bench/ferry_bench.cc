@@ -69,7 +69,8 @@ constexpr const char* kUsage =
     "  --iters N           timed iterations up to 4M; fewer above, at least 5 (default 100)\n"
     "  --warmup N          untimed iterations up to 4M; fewer above (default 10)\n"
     "  --nccl PATH         libnccl.so.2 to use; else libnccl.so.2 on\n"
-    "                      the loader's path (pip's NCCL: <site-packages>/nvidia/nccl/lib/libnccl.so.2)\n"
+    "                      the loader's path (pip's NCCL: <site-packages>/nvidia/nccl/lib/libnccl.so.2);\n"
+    "                      none: no NCCL column, NCCL not loaded\n"
     "  --csv FILE          also write the results as CSV\n"
     "  --no-staged         skip the staged (by hand) column\n"
     "NCCL runs with NCCL_NVLS_ENABLE=0 (NVLink multicast off), set by ferry-bench itself.\n";
@@ -902,7 +903,8 @@ int run(int argc, char** argv, int rank, int nranks) {
 
   std::string nccl_note = use_cuda ? "" : "nccl column skipped: no GPU in use (device backend " + backend + ")";
 #ifdef FERRY_BENCH_HAVE_CUDA
-  if (use_cuda) methods[kNccl] = start_nccl(options, device, rank, nranks, &nccl_note);
+  if (use_cuda && options.nccl_path == "none") nccl_note = "nccl column skipped: --nccl none";
+  if (use_cuda && options.nccl_path != "none") methods[kNccl] = start_nccl(options, device, rank, nranks, &nccl_note);
 #endif
   if (!nccl_note.empty()) notes.push_back(nccl_note);
 

@@ -257,6 +257,11 @@ bool Communicator::ll_possible(gpu::Backend* backend, int device) {
 Status Communicator::map_on_every_rank(gpu::Backend* backend, int device, std::size_t bytes, std::size_t zeroed,
                                        bool ready_here, void** own, void* (&everyone)[kMaxDirectRanks]) {
   const std::vector<char> zeros(zeroed, 0);
+  // Peers' copies into an allocation that is not a whole number of 2 MiB
+  // pages ran at 301 GB/s against 381 (2x H200, copy engines both ways): the
+  // driver maps such an allocation with smaller pages.
+  constexpr std::size_t kLargePage = std::size_t{2} << 20;
+  bytes = (bytes + kLargePage - 1) / kLargePage * kLargePage;
   ExportedBuffer mine{};
   std::int32_t ready = ready_here && ok(backend->set_device(device)) && ok(backend->device_alloc(bytes, own)) &&
                        ok(backend->copy(*own, zeros.data(), zeroed)) && ok(peer_memory_.export_buffer(*own, &mine));
@@ -419,7 +424,8 @@ Status Communicator::copy_push_slots(gpu::Backend* backend, int device, CopyPush
   }
   const std::size_t bytes = kCopyPushControlBytes + 2 * static_cast<std::size_t>(std::max(1, n - 1)) * made.slot_bytes;
   // Flags start at zero; slots need no initial value.
-  if (!ok(map_on_every_rank(backend, device, bytes, kCopyPushControlBytes, true, &copy_push_own_, made.buffers))) {
+  const std::size_t flag_bytes = 2 * kMaxDirectRanks * sizeof(std::uint32_t);
+  if (!ok(map_on_every_rank(backend, device, bytes, flag_bytes, true, &copy_push_own_, made.buffers))) {
     FERRY_WARN(Coll, "copy-engine push slots could not be set up on every rank");
     copy_push_.broken = true;
     return Status::kUnavailable;

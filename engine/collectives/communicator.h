@@ -153,7 +153,8 @@ class Communicator {
     // uses the slots.
     bool broken = false;
   };
-  static constexpr std::size_t kCopyPushControlBytes = 4096;
+  // A whole large page, so the slots start on one (map_on_every_rank).
+  static constexpr std::size_t kCopyPushControlBytes = std::size_t{2} << 20;
   static std::uint32_t* copy_push_arrived(void* buffer, int sender) {
     return static_cast<std::uint32_t*>(buffer) + sender;
   }
@@ -174,7 +175,8 @@ class Communicator {
   explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
 
   // Collective: a buffer of bytes on device of this rank (its first zeroed
-  // bytes zeroed), every rank's mapped here into everyone (pinned). When
+  // bytes zeroed; the size rounded up to whole 2 MiB pages), every rank's
+  // mapped here into everyone (pinned). When
   // any rank failed, or passed ready_here false, kUnavailable on every rank
   // and nothing of this rank's kept.
   Status map_on_every_rank(gpu::Backend* backend, int device, std::size_t bytes, std::size_t zeroed,

@@ -46,11 +46,13 @@ constexpr double kLaunchUs = 13.9 - 0.62;
 constexpr double kCopyEngineEfficiency = 331.0 / 335.0;
 constexpr double kCopyEngineChunkBytes = 1 << 20;
 
-// Copy-engine push (cepush), measured on 2x H200 with both directions busy:
-// one 512 MiB copy a direction moves 389 GB/s where SM loads reach 335; a
-// copy costs ~5 us more than its bytes (512 MiB in 4 MiB copies: 275 GB/s);
-// a kernel adding two local inputs reads 1150 GB/s of each.
-constexpr double kCopyPushEfficiency = 389.0 / 335.0;
+// Copy-engine push (cepush), measured on 2x H200 with both directions busy
+// (bench/RESULTS.md): 353 GB/s bus bandwidth at 512 MiB and 356 at 1 GiB on
+// 128 MiB slots, i.e. ~367 GB/s through the copy engines once the ~5 us of
+// every copy (512 MiB in 4 MiB copies: 275 GB/s, in one copy 389) and the
+// last chunk's reduce are taken out, where SM loads reach 335. A kernel
+// adding two local inputs reads 1150 GB/s of each.
+constexpr double kCopyPushEfficiency = 367.0 / 335.0;
 constexpr double kCopyUs = 5.0;
 constexpr double kLocalReduceGbps = 1150.0;
 

@@ -23,7 +23,7 @@ constexpr auto kCePush = AllreduceAlgorithm::kCopyPush;
 // (no launch, in place too) while its one block's traffic, 2 (n-1) bytes,
 // costs less than a launch. Two ranks as measured on 2x H200
 // (bench/RESULTS.md): one-shot up to ~100 MiB (two-shot in place), then the
-// copy engines' push (cepush, in place too), whose copies run 389 GB/s
+// copy engines' push (cepush, in place too), whose copies move 367 GB/s
 // against SM loads' 335 once they are large enough to hide ~5 us each; the
 // pulling copy-engine two-shot never. More ranks: one-shot only while (n-1) * bytes costs less than
 // two-shot's second flag hop, two-shot above. Past 16 ranks (no direct
@@ -38,9 +38,10 @@ TEST(Tuner, DefaultChoicesForATableOfSizesAndRankCounts) {
   const Row table[] = {
       {2, 8, false, kLl},         {2, 4 * KiB, false, kLl},    {2, 16 * KiB, false, kLl},
       {2, 16 * KiB + 1, false, kLl}, {2, 128 * KiB, false, kLl}, {2, 256 * KiB, false, kOne},
-      {2, 2 * MiB, false, kOne},  {2, 32 * MiB, false, kOne},  {2, 128 * MiB, false, kCePush},
+      {2, 2 * MiB, false, kOne},  {2, 32 * MiB, false, kOne},  {2, 64 * MiB, false, kOne},
       {2, 512 * MiB, false, kCePush}, {2, GiB, false, kCePush}, {2, 8, true, kLl},
       {2, 2 * MiB, true, kTwo},   {2, GiB, true, kCePush},     {3, 8, false, kLl},          {3, 8, true, kLl},
+      {3, GiB, false, kTwo},
       {4, 8, false, kLl},         {4, 16 * KiB, false, kOne},  {4, MiB, false, kTwo},
       {4, 512 * MiB, false, kTwo}, {8, 8, false, kLl},         {8, 4 * KiB, false, kLl},
       {8, 16 * KiB, false, kOne}, {8, 256 * KiB, false, kTwo}, {8, 512 * MiB, true, kTwo},
