@@ -258,8 +258,9 @@ Status Communicator::map_on_every_rank(gpu::Backend* backend, int device, std::s
                                        bool ready_here, void** own, void* (&everyone)[kMaxDirectRanks]) {
   const std::vector<char> zeros(zeroed, 0);
   // Peers' copies into an allocation that is not a whole number of 2 MiB
-  // pages ran at 301 GB/s against 381 (2x H200, copy engines both ways): the
-  // driver maps such an allocation with smaller pages.
+  // pages ran at 301 GB/s against 381 (2x H200, copy engines both ways;
+  // bench/copy-engine-pages), most likely because it is mapped with smaller
+  // pages.
   constexpr std::size_t kLargePage = std::size_t{2} << 20;
   bytes = (bytes + kLargePage - 1) / kLargePage * kLargePage;
   ExportedBuffer mine{};

@@ -214,11 +214,11 @@ class EmulatedBackend final : public Backend {
     return Status::kOk;
   }
 
+  bool stream_memory_ops() const override { return true; }
   // The wait gives up after FERRY_HANDSHAKE_TIMEOUT: the executors run a
   // kernel on the calling thread once its stream is idle, so a wait that
   // never ended would hold that thread where no deadline could free it. The
   // caller's own deadline reports the failure.
-  bool stream_memory_ops() const override { return true; }
   Status stream_wait_value(Stream stream, const std::uint32_t* word, std::uint32_t value) override {
     auto* shared = reinterpret_cast<std::atomic<std::uint32_t>*>(translate(word, sizeof(*word)));
     if (!shared) return Status::kInvalidArgument;
