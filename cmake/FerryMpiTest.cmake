@@ -1,12 +1,14 @@
 # ferry_add_mpi_test(NAME <name> NP <ranks> COMMAND <program> [args...]
-#                    [ENV VAR=VALUE ...] [NO_PRELOAD] [TIMEOUT <seconds>])
+#                    [ENV VAR=VALUE ...] [NO_PRELOAD] [TIMEOUT <seconds>]
+#                    [EXPECT <regex>])
 #
 # Registers a CTest test that runs <program> (a target or a path) on <ranks>
 # MPI ranks under mpirun, with libferry.so (the `ferry` target) preloaded into
 # every rank unless NO_PRELOAD. Each ENV assignment is exported to the ranks;
 # FERRY_DEVICE defaults to FERRY_MPI_TEST_DEVICE. The test passes when mpirun
 # exits 0 and the output holds a line that is exactly "No Errors" (the MPICH
-# test-suite convention).
+# test-suite convention), and also a match of EXPECT's regular expression
+# when given (e.g. a FERRY_STATS line showing that a route was taken).
 #
 # Run with `cmake -P`, this file is also the script that runs such a test and
 # checks both conditions: CTest alone can require a pattern in the output or a
@@ -25,6 +27,9 @@ if(CMAKE_SCRIPT_MODE_FILE)
   endif()
   if(NOT output MATCHES "(^|\n)No Errors\r?\n")
     message(FATAL_ERROR "no \"No Errors\" line in the output of: ${command_line}")
+  endif()
+  if(DEFINED FERRY_MPI_TEST_EXPECT AND NOT output MATCHES "${FERRY_MPI_TEST_EXPECT}")
+    message(FATAL_ERROR "nothing matches \"${FERRY_MPI_TEST_EXPECT}\" in the output of: ${command_line}")
   endif()
   return()
 endif()
@@ -51,7 +56,7 @@ set(FERRY_MPIEXEC_FLAGS
 set(_FERRY_MPI_TEST_SCRIPT "${CMAKE_CURRENT_LIST_FILE}")
 
 function(ferry_add_mpi_test)
-  cmake_parse_arguments(PARSE_ARGV 0 ARG "NO_PRELOAD" "NAME;NP;TIMEOUT" "COMMAND;ENV")
+  cmake_parse_arguments(PARSE_ARGV 0 ARG "NO_PRELOAD" "NAME;NP;TIMEOUT;EXPECT" "COMMAND;ENV")
   if(NOT DEFINED ARG_NAME OR NOT DEFINED ARG_NP OR NOT DEFINED ARG_COMMAND)
     message(FATAL_ERROR "ferry_add_mpi_test needs NAME, NP and COMMAND")
   endif()
@@ -92,8 +97,12 @@ function(ferry_add_mpi_test)
       ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${ARG_NP} ${FERRY_MPIEXEC_FLAGS}
       --timeout ${job_timeout} ${MPIEXEC_PREFLAGS} ${exports}
       ${program} ${MPIEXEC_POSTFLAGS} ${ARG_COMMAND})
+  set(expectation)
+  if(DEFINED ARG_EXPECT)
+    set(expectation "-DFERRY_MPI_TEST_EXPECT=${ARG_EXPECT}")
+  endif()
   add_test(NAME ${ARG_NAME}
-           COMMAND ${CMAKE_COMMAND} "-DFERRY_MPI_TEST_COMMAND=${command}"
+           COMMAND ${CMAKE_COMMAND} "-DFERRY_MPI_TEST_COMMAND=${command}" ${expectation}
                    -P "${_FERRY_MPI_TEST_SCRIPT}")
   set_tests_properties(${ARG_NAME} PROPERTIES
     TIMEOUT ${ARG_TIMEOUT}

@@ -65,7 +65,7 @@ def parse(path):
         if not match:
             sys.exit(f"{path}:{number}: not a signature: {line}")
         policy, ret, name, params = match.groups()
-        if policy not in ("buffers", "always", "lifecycle"):
+        if policy not in ("buffers", "pt2pt", "always", "lifecycle"):
             sys.exit(f"{path}:{number}: unknown policy '{policy}'")
         functions.append(Function(policy, ret, name, params))
     return functions
@@ -121,6 +121,10 @@ def wrappers(functions):
         if f.policy == "buffers":
             fast_path = f"""
   if (!stats_enabled() && !ferry::gpu::device_runtime_active()) return P{f.name}({f.argument_list()});"""
+        elif f.policy == "pt2pt":
+            fast_path = f"""
+  if (!stats_enabled() && !ferry::gpu::device_runtime_active() && !ferry::shim::peer::active())
+    return P{f.name}({f.argument_list()});"""
         bodies.append(f"""extern "C" FERRY_EXPORT int {f.name}({f.parameter_list()}) {{{fast_path}
   try {{
     count_call(FunctionId::k{f.short});
@@ -138,6 +142,7 @@ def wrappers(functions):
 #include "engine/gpu/gpu.h"
 #include "function_ids.h"
 #include "handlers.h"
+#include "mpi_shim/peer_pt2pt.h"
 #include "mpi_shim/wrapper_support.h"
 
 #define FERRY_EXPORT __attribute__((visibility("default")))

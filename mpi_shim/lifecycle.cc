@@ -8,6 +8,8 @@
 #include "ferry/ferry.h"
 #include "handlers.h"
 #include "mpi_shim/engine_route.h"
+#include "mpi_shim/peer_pt2pt.h"
+#include "mpi_shim/requests.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/stats.h"
 #include "mpi_shim/wrapper_support.h"
@@ -20,6 +22,7 @@ void after_init() {
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   set_log_rank(rank);
   for (const std::string& problem : param_problems()) FERRY_WARN(Init, "%s", problem.c_str());
+  peer::start();
   FERRY_INFO(Init, "Ferry %d.%d.%d loaded; FERRY_ROUTE=%s FERRY_DEVICE=%s", FERRY_VERSION_MAJOR,
              FERRY_VERSION_MINOR, FERRY_VERSION_PATCH, params().route.c_str(), params().device.c_str());
 }
@@ -77,6 +80,7 @@ int handle_Finalize() {
     print_stats(rank);
   }
   release_engine_communicators();
+  peer::stop();
   release_staged_requests();
   release_staging_pools();
   return PMPI_Finalize();

@@ -2,6 +2,7 @@
 #include "mpi_shim/point_to_point.h"
 
 #include "handlers.h"
+#include "mpi_shim/requests.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/stats.h"
@@ -21,28 +22,83 @@ int send_like(FunctionId id, const void* buf, int count, MPI_Datatype datatype, 
   return staging.finish(pmpi(send));
 }
 
+// With sends through peer memory on: the send as MPI_Isend would make it
+// (through peer memory, or with its envelope), the receive as MPI_Recv, and
+// the wait. MPI_Sendrecv guarantees no more than that.
+int sendrecv_with_peers(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
+                        void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
+                        MPI_Status* status) {
+  MPI_Request send = MPI_REQUEST_NULL;
+  int result = handle_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &send);
+  if (result != MPI_SUCCESS) return result;
+  const int received = handle_Recv(recvbuf, recvcount, recvtype, source, recvtag, comm, status);
+  result = handle_Wait(&send, MPI_STATUS_IGNORE);
+  return received != MPI_SUCCESS ? received : result;
+}
+
+// The message goes out of a copy of the buffer, so the receive may fill it.
+int sendrecv_replace_with_peers(void* buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source,
+                                int recvtag, MPI_Comm comm, MPI_Status* status) {
+  Extent extent;
+  if (comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent))
+    return PMPI_Sendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, status);
+  const gpu::PointerInfo info = gpu::classify(static_cast<char*>(buf) + extent.lb);
+  if (info.kind != gpu::MemoryKind::kDevice) {
+    const int announced = peer::before_send(count, datatype, dest, sendtag, comm);
+    if (announced != MPI_SUCCESS) return raise_error(comm, announced);
+    MPI_Status local;
+    MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
+    int result = PMPI_Sendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, st);
+    if (result == MPI_SUCCESS && peer::checks_receives(comm))
+      result = peer::after_receive(comm, buf, count, datatype, st);
+    return result == MPI_SUCCESS ? result : raise_error(comm, result);
+  }
+  // A device buffer: the message goes out of a copy of it (through peer
+  // memory, its bounce buffer; else a staged one), then the receive fills it.
+  Staging staging(FunctionId::kSendrecv_replace, comm);
+  MPI_Request send = MPI_REQUEST_NULL;
+  int result = send_through(FunctionId::kSendrecv_replace, peer::Mode::kStandard, buf, count, datatype, dest, sendtag,
+                            comm, &send, [&] {
+                              const void* copy = staging.in(buf, extent);
+                              if (staging.failed()) return staging.raise();
+                              return PMPI_Isend(copy, count, datatype, dest, sendtag, comm, &send);
+                            });
+  if (result != MPI_SUCCESS) return result;
+  const int received = handle_Recv(buf, count, datatype, source, recvtag, comm, status);
+  result = handle_Wait(&send, MPI_STATUS_IGNORE);
+  return received != MPI_SUCCESS ? received : staging.finish(result);
+}
+
 }  // namespace
 
 int handle_Send(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) {
-  return send_like(FunctionId::kSend, buf, count, datatype, comm,
-                   [&](const void* b) { return PMPI_Send(b, count, datatype, dest, tag, comm); });
+  return send_through(FunctionId::kSend, peer::Mode::kStandard, buf, count, datatype, dest, tag, comm, nullptr, [&] {
+    return send_like(FunctionId::kSend, buf, count, datatype, comm,
+                     [&](const void* b) { return PMPI_Send(b, count, datatype, dest, tag, comm); });
+  });
 }
 
 int handle_Ssend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) {
-  return send_like(FunctionId::kSsend, buf, count, datatype, comm,
-                   [&](const void* b) { return PMPI_Ssend(b, count, datatype, dest, tag, comm); });
+  return send_through(FunctionId::kSsend, peer::Mode::kSynchronous, buf, count, datatype, dest, tag, comm, nullptr, [&] {
+    return send_like(FunctionId::kSsend, buf, count, datatype, comm,
+                     [&](const void* b) { return PMPI_Ssend(b, count, datatype, dest, tag, comm); });
+  });
 }
 
 int handle_Bsend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) {
   // The real MPI copies into the attached buffer before returning, so the
   // staging copy can go back to the pool at once.
-  return send_like(FunctionId::kBsend, buf, count, datatype, comm,
-                   [&](const void* b) { return PMPI_Bsend(b, count, datatype, dest, tag, comm); });
+  return send_through(FunctionId::kBsend, peer::Mode::kNone, buf, count, datatype, dest, tag, comm, nullptr, [&] {
+    return send_like(FunctionId::kBsend, buf, count, datatype, comm,
+                     [&](const void* b) { return PMPI_Bsend(b, count, datatype, dest, tag, comm); });
+  });
 }
 
 int handle_Rsend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) {
-  return send_like(FunctionId::kRsend, buf, count, datatype, comm,
-                   [&](const void* b) { return PMPI_Rsend(b, count, datatype, dest, tag, comm); });
+  return send_through(FunctionId::kRsend, peer::Mode::kReady, buf, count, datatype, dest, tag, comm, nullptr, [&] {
+    return send_like(FunctionId::kRsend, buf, count, datatype, comm,
+                     [&](const void* b) { return PMPI_Rsend(b, count, datatype, dest, tag, comm); });
+  });
 }
 
 int handle_Recv(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status* status) {
@@ -54,6 +110,8 @@ int handle_Recv(void* buf, int count, MPI_Datatype datatype, int source, int tag
 int handle_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
                     int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status* status) {
   const FunctionId id = FunctionId::kSendrecv;
+  if (peer::active()) return sendrecv_with_peers(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,
+                                                 recvtype, source, recvtag, comm, status);
   count_bytes(id, sendcount, sendtype);
   auto pmpi = [&](const void* s, void* r, MPI_Status* st) {
     return PMPI_Sendrecv(s, sendcount, sendtype, dest, sendtag, r, recvcount, recvtype, source, recvtag, comm, st);
@@ -77,6 +135,8 @@ int handle_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, i
 int handle_Sendrecv_replace(void* buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source,
                             int recvtag, MPI_Comm comm, MPI_Status* status) {
   const FunctionId id = FunctionId::kSendrecv_replace;
+  if (peer::active()) return sendrecv_replace_with_peers(buf, count, datatype, dest, sendtag, source, recvtag, comm,
+                                                         status);
   count_bytes(id, count, datatype);
   auto pmpi = [&](void* b) {
     return PMPI_Sendrecv_replace(b, count, datatype, dest, sendtag, source, recvtag, comm, status);

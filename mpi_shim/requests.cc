@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "handlers.h"
+#include "mpi_shim/peer_pt2pt.h"
+#include "mpi_shim/point_to_point.h"
 
 namespace ferry::shim {
 namespace {
@@ -24,7 +26,12 @@ struct StagedRequest {
   bool persistent = false;
   bool active = true;       // started and not yet completed
   bool delivered = false;   // outputs already copied back by MPI_Request_get_status
-  std::function<int()> complete;  // instead of staging: track_request
+  std::function<int()> complete;  // instead of staging: track_request, track_send
+  bool uncancellable = false;     // a send with an envelope (track_uncancellable)
+  CheckedReceive checked;         // may receive a marker (peer_pt2pt.h)
+  MPI_Count checked_bytes = 0;    // what MPI_Request_get_status delivered, for the Wait
+  int checked_error = MPI_SUCCESS;
+  std::function<int()> on_start;  // before every MPI_Start (an empty persistent send)
 };
 
 std::mutex requests_mutex;
@@ -54,6 +61,13 @@ bool any_staged(int count, const MPI_Request* requests) {
   return false;
 }
 
+// The bytes a status counts.
+MPI_Count count_of(const MPI_Status& status) {
+  MPI_Count bytes = 0;
+  PMPI_Get_elements_x(&status, MPI_BYTE, &bytes);
+  return bytes;
+}
+
 // Copies the outputs of a request that completed with status to the user's
 // buffers; a cancelled one leaves them alone, since nothing arrived.
 int deliver(Staging& staging, bool receive, const MPI_Status& status) {
@@ -68,18 +82,26 @@ int deliver(Staging& staging, bool receive, const MPI_Status& status) {
 // outputs unless MPI_Request_get_status did, then release the staging, or
 // keep it with an inactive persistent request. An inactive request has
 // nothing to finish. Returns the completion's error class.
-int finish_request(MPI_Request request, const MPI_Status& status) {
+int finish_request(MPI_Request request, MPI_Status& status) {
   std::unique_ptr<Staging> released;
   Staging* staging = nullptr;
   bool receive = false;
+  bool delivered = false;
   std::function<int()> complete;
+  CheckedReceive checked;
+  MPI_Count early_bytes = 0;
+  int early_error = MPI_SUCCESS;
   {
     std::lock_guard<std::mutex> lock(requests_mutex);
     auto it = staged_requests().find(request);
     if (it == staged_requests().end() || !it->second.active) return MPI_SUCCESS;
     StagedRequest& staged = it->second;
-    complete = std::move(staged.complete);
+    complete = staged.persistent ? staged.complete : std::move(staged.complete);
     receive = staged.receive;
+    delivered = staged.delivered;
+    checked = staged.checked;
+    early_bytes = staged.checked_bytes;
+    early_error = staged.checked_error;
     if (!staged.delivered) staging = staged.staging.get();
     if (staged.persistent) {
       staged.active = false;
@@ -90,23 +112,41 @@ int finish_request(MPI_Request request, const MPI_Status& status) {
     }
   }
   if (complete) return complete();
-  return staging ? deliver(*staging, receive, status) : MPI_SUCCESS;
+  int result = staging ? deliver(*staging, receive, status) : MPI_SUCCESS;
+  if (result != MPI_SUCCESS || !checked.on()) return result;
+  if (delivered) {
+    // MPI_Request_get_status received the marker's data already.
+    PMPI_Status_set_elements_x(&status, MPI_BYTE, early_bytes);
+    if (early_error != MPI_SUCCESS) status.MPI_ERROR = early_error;
+    return early_error;
+  }
+  result = peer::after_receive(checked.comm, checked.buf, checked.count, checked.type, &status);
+  return result == MPI_SUCCESS ? result : raise_error(checked.comm, result);
 }
 
 }  // namespace
 
-int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime lifetime, bool receive) {
+int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime lifetime, bool receive,
+               const CheckedReceive& checked) {
   if (!request) return staging.finish(mpi_result);
-  if (mpi_result != MPI_SUCCESS || !staging.staged_any()) return mpi_result;
+  if (mpi_result != MPI_SUCCESS) return mpi_result;
+  if (!staging.staged_any()) {
+    if (checked.on()) track_checked_receive(*request, checked, lifetime);
+    return mpi_result;
+  }
   // Done already, as Open MPI's collectives on one rank are: it hands every
   // such call one shared, completed request, so the outputs go back now.
   int done = 0;
   MPI_Status status;
-  if (lifetime == Lifetime::kOnce && PMPI_Request_get_status(*request, &done, &status) == MPI_SUCCESS && done)
+  // A checked receive is finished at its completion, unless from
+  // MPI_PROC_NULL: Open MPI hands every such receive one shared request.
+  if (lifetime == Lifetime::kOnce && PMPI_Request_get_status(*request, &done, &status) == MPI_SUCCESS && done &&
+      (!checked.on() || status.MPI_SOURCE == MPI_PROC_NULL))
     return deliver(staging, receive, status);
   StagedRequest staged;
   staged.staging = std::make_unique<Staging>(std::move(staging));
   staged.receive = receive;
+  staged.checked = checked;
   staged.persistent = lifetime == Lifetime::kPersistent;
   staged.active = !staged.persistent;
   std::lock_guard<std::mutex> lock(requests_mutex);
@@ -123,32 +163,96 @@ void track_request(MPI_Request request, std::function<int()> complete) {
   outstanding.fetch_add(1, std::memory_order_release);
 }
 
+void track_uncancellable(MPI_Request request) {
+  std::lock_guard<std::mutex> lock(requests_mutex);
+  auto it = staged_requests().find(request);
+  if (it != staged_requests().end()) {
+    it->second.uncancellable = true;
+    return;
+  }
+  StagedRequest tracked;
+  tracked.uncancellable = true;
+  staged_requests()[request] = std::move(tracked);
+  outstanding.fetch_add(1, std::memory_order_release);
+}
+
+void track_checked_receive(MPI_Request request, const CheckedReceive& checked, Lifetime lifetime) {
+  int done = 0;
+  MPI_Status status;
+  // From MPI_PROC_NULL: nothing to check, and the request is shared.
+  if (lifetime == Lifetime::kOnce && PMPI_Request_get_status(request, &done, &status) == MPI_SUCCESS && done &&
+      status.MPI_SOURCE == MPI_PROC_NULL)
+    return;
+  StagedRequest tracked;
+  tracked.receive = true;
+  tracked.checked = checked;
+  tracked.persistent = lifetime == Lifetime::kPersistent;
+  tracked.active = !tracked.persistent;
+  std::lock_guard<std::mutex> lock(requests_mutex);
+  staged_requests()[request] = std::move(tracked);
+  outstanding.fetch_add(1, std::memory_order_release);
+}
+
+void track_empty_persistent_send(MPI_Request request, std::function<int()> on_start) {
+  StagedRequest tracked;
+  tracked.persistent = true;
+  tracked.active = false;
+  tracked.on_start = std::move(on_start);
+  tracked.uncancellable = true;
+  std::lock_guard<std::mutex> lock(requests_mutex);
+  staged_requests()[request] = std::move(tracked);
+  outstanding.fetch_add(1, std::memory_order_release);
+}
+
+namespace {
+
+// A persistent send of an empty message to a peer of this machine sends its
+// envelope at every MPI_Start.
+int announce_at_every_start(int result, MPI_Request* request, int count, MPI_Datatype type, int dest, int tag,
+                            MPI_Comm comm) {
+  if (result != MPI_SUCCESS || !peer::active() || !peer::checks_receives(comm)) return result;
+  int size = 0;
+  if (PMPI_Type_size(type, &size) != MPI_SUCCESS || static_cast<std::int64_t>(count) * size != 0) return result;
+  track_empty_persistent_send(*request, [=] { return peer::before_send(count, type, dest, tag, comm); });
+  return result;
+}
+
+}  // namespace
+
 int handle_Isend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                  MPI_Request* request) {
-  return post_staged(FunctionId::kIsend, const_cast<void*>(buf), count, datatype, comm, request, false,
-                     Lifetime::kOnce,
-                     [&](void* b) { return PMPI_Isend(b, count, datatype, dest, tag, comm, request); });
+  return send_through(FunctionId::kIsend, peer::Mode::kStandard, buf, count, datatype, dest, tag, comm, request, [&] {
+    return post_staged(FunctionId::kIsend, const_cast<void*>(buf), count, datatype, comm, request, false,
+                       Lifetime::kOnce,
+                       [&](void* b) { return PMPI_Isend(b, count, datatype, dest, tag, comm, request); });
+  });
 }
 
 int handle_Issend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                   MPI_Request* request) {
-  return post_staged(FunctionId::kIssend, const_cast<void*>(buf), count, datatype, comm, request, false,
-                     Lifetime::kOnce,
-                     [&](void* b) { return PMPI_Issend(b, count, datatype, dest, tag, comm, request); });
+  return send_through(FunctionId::kIssend, peer::Mode::kSynchronous, buf, count, datatype, dest, tag, comm, request, [&] {
+    return post_staged(FunctionId::kIssend, const_cast<void*>(buf), count, datatype, comm, request, false,
+                       Lifetime::kOnce,
+                       [&](void* b) { return PMPI_Issend(b, count, datatype, dest, tag, comm, request); });
+  });
 }
 
 int handle_Ibsend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                   MPI_Request* request) {
-  return post_staged(FunctionId::kIbsend, const_cast<void*>(buf), count, datatype, comm, request, false,
-                     Lifetime::kOnce,
-                     [&](void* b) { return PMPI_Ibsend(b, count, datatype, dest, tag, comm, request); });
+  return send_through(FunctionId::kIbsend, peer::Mode::kNone, buf, count, datatype, dest, tag, comm, request, [&] {
+    return post_staged(FunctionId::kIbsend, const_cast<void*>(buf), count, datatype, comm, request, false,
+                       Lifetime::kOnce,
+                       [&](void* b) { return PMPI_Ibsend(b, count, datatype, dest, tag, comm, request); });
+  });
 }
 
 int handle_Irsend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                   MPI_Request* request) {
-  return post_staged(FunctionId::kIrsend, const_cast<void*>(buf), count, datatype, comm, request, false,
-                     Lifetime::kOnce,
-                     [&](void* b) { return PMPI_Irsend(b, count, datatype, dest, tag, comm, request); });
+  return send_through(FunctionId::kIrsend, peer::Mode::kReady, buf, count, datatype, dest, tag, comm, request, [&] {
+    return post_staged(FunctionId::kIrsend, const_cast<void*>(buf), count, datatype, comm, request, false,
+                       Lifetime::kOnce,
+                       [&](void* b) { return PMPI_Irsend(b, count, datatype, dest, tag, comm, request); });
+  });
 }
 
 int handle_Irecv(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
@@ -159,30 +263,38 @@ int handle_Irecv(void* buf, int count, MPI_Datatype datatype, int source, int ta
 
 int handle_Send_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                      MPI_Request* request) {
-  return post_staged(FunctionId::kSend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
-                     Lifetime::kPersistent,
-                     [&](void* b) { return PMPI_Send_init(b, count, datatype, dest, tag, comm, request); });
+  const int result =
+      post_staged(FunctionId::kSend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
+                  Lifetime::kPersistent,
+                  [&](void* b) { return PMPI_Send_init(b, count, datatype, dest, tag, comm, request); });
+  return announce_at_every_start(result, request, count, datatype, dest, tag, comm);
 }
 
 int handle_Ssend_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                       MPI_Request* request) {
-  return post_staged(FunctionId::kSsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
-                     Lifetime::kPersistent,
-                     [&](void* b) { return PMPI_Ssend_init(b, count, datatype, dest, tag, comm, request); });
+  const int result =
+      post_staged(FunctionId::kSsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
+                  Lifetime::kPersistent,
+                  [&](void* b) { return PMPI_Ssend_init(b, count, datatype, dest, tag, comm, request); });
+  return announce_at_every_start(result, request, count, datatype, dest, tag, comm);
 }
 
 int handle_Bsend_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                       MPI_Request* request) {
-  return post_staged(FunctionId::kBsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
-                     Lifetime::kPersistent,
-                     [&](void* b) { return PMPI_Bsend_init(b, count, datatype, dest, tag, comm, request); });
+  const int result =
+      post_staged(FunctionId::kBsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
+                  Lifetime::kPersistent,
+                  [&](void* b) { return PMPI_Bsend_init(b, count, datatype, dest, tag, comm, request); });
+  return announce_at_every_start(result, request, count, datatype, dest, tag, comm);
 }
 
 int handle_Rsend_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                       MPI_Request* request) {
-  return post_staged(FunctionId::kRsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
-                     Lifetime::kPersistent,
-                     [&](void* b) { return PMPI_Rsend_init(b, count, datatype, dest, tag, comm, request); });
+  const int result =
+      post_staged(FunctionId::kRsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
+                  Lifetime::kPersistent,
+                  [&](void* b) { return PMPI_Rsend_init(b, count, datatype, dest, tag, comm, request); });
+  return announce_at_every_start(result, request, count, datatype, dest, tag, comm);
 }
 
 int handle_Recv_init(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
@@ -199,13 +311,15 @@ namespace {
 int restart_staged(int count, const MPI_Request* requests, std::vector<int>* restarted) {
   for (int i = 0; i < count; ++i) {
     Staging* staging = nullptr;
+    std::function<int()> on_start;
     {
       std::lock_guard<std::mutex> lock(requests_mutex);
       auto it = staged_requests().find(requests[i]);
       if (it == staged_requests().end() || it->second.active) continue;
       staging = it->second.staging.get();
+      on_start = it->second.on_start;
     }
-    const int result = staging->restart();
+    const int result = staging ? staging->restart() : on_start ? on_start() : MPI_SUCCESS;
     if (result != MPI_SUCCESS) return result;
     restarted->push_back(i);
   }
@@ -407,6 +521,7 @@ int handle_Request_get_status(MPI_Request request, int* flag, MPI_Status* status
   Staging* staging = nullptr;
   bool receive = false;
   std::function<int()> complete;
+  CheckedReceive checked;
   {
     std::lock_guard<std::mutex> lock(requests_mutex);
     auto it = staged_requests().find(request);
@@ -415,10 +530,35 @@ int handle_Request_get_status(MPI_Request request, int* flag, MPI_Status* status
     complete = it->second.complete;
     staging = it->second.staging.get();
     receive = it->second.receive;
+    checked = it->second.checked;
   }
   if (complete) return complete();
-  return deliver(*staging, receive, *st);
+  int delivered = staging ? deliver(*staging, receive, *st) : MPI_SUCCESS;
+  if (delivered != MPI_SUCCESS || !checked.on()) return delivered;
+  delivered = peer::after_receive(checked.comm, checked.buf, checked.count, checked.type, st);
+  {
+    std::lock_guard<std::mutex> lock(requests_mutex);
+    auto it = staged_requests().find(request);
+    if (it != staged_requests().end()) {
+      it->second.checked_bytes = count_of(*st);
+      it->second.checked_error = delivered;
+    }
+  }
+  return delivered == MPI_SUCCESS ? delivered : raise_error(checked.comm, delivered);
 }
+
+// A send with an envelope is past cancelling once it is posted (the
+// envelope would be left over for a later message): MPI lets a cancel of a
+// send fail, and the send then completes as usual.
+int handle_Cancel(MPI_Request* request) {
+  if (request && is_staged(*request)) {
+    std::lock_guard<std::mutex> lock(requests_mutex);
+    auto it = staged_requests().find(*request);
+    if (it != staged_requests().end() && it->second.uncancellable) return MPI_SUCCESS;
+  }
+  return PMPI_Cancel(request);
+}
+
 
 void release_staged_requests() {
   std::lock_guard<std::mutex> lock(requests_mutex);

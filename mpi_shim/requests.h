@@ -8,6 +8,7 @@
 
 #include <functional>
 
+#include "mpi_shim/peer_pt2pt.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/stats.h"
@@ -19,14 +20,31 @@ enum class Lifetime {
   kPersistent,  // made inactive; restarted by MPI_Start, released by MPI_Request_free
 };
 
+// A receive that may match a marker of a send through peer memory
+// (peer_pt2pt.h): checked when it completes. comm == MPI_COMM_NULL: none.
+struct CheckedReceive {
+  MPI_Comm comm = MPI_COMM_NULL;
+  void* buf = nullptr;
+  int count = 0;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  // MPI_COMM_NULL is not a null pointer in every MPI.
+  bool on() const { return comm != MPI_COMM_NULL; }
+};
+
+inline CheckedReceive checked_receive(MPI_Comm comm, void* buf, int count, MPI_Datatype type) {
+  if (!peer::checks_receives(comm)) return {};
+  return CheckedReceive{comm, buf, count, type};
+}
+
 // How a staged call ends once the real MPI call returned mpi_result. With no
 // request (a blocking call), or a request the real MPI completed at once,
 // the outputs are copied back now. Otherwise the staging goes with *request
 // when anything was staged and the call succeeded; a persistent request
 // starts inactive. A point-to-point receive copies back only what arrived
 // (Staging::received).
+// A checked receive is tracked even when nothing was staged.
 int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime lifetime = Lifetime::kOnce,
-               bool receive = false);
+               bool receive = false, const CheckedReceive& checked = {});
 
 // A request whose outputs are delivered elsewhere too: an RMA R-call on the
 // real MPI's window (rma.cc), whose results are due at the request's
@@ -35,21 +53,39 @@ int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime 
 // MPI_Request_get_status when it reports completion); it must be idempotent.
 void track_request(MPI_Request request, std::function<int()> complete);
 
+// A send whose message has an envelope (peer_pt2pt.h): MPI_Cancel of it
+// does nothing.
+void track_uncancellable(MPI_Request request);
+
+// A receive into a buffer that was not staged, checked when it completes.
+void track_checked_receive(MPI_Request request, const CheckedReceive& checked, Lifetime lifetime);
+
+// A persistent send of an empty message: on_start() runs before every
+// MPI_Start of it (its envelope); not cancellable.
+void track_empty_persistent_send(MPI_Request request, std::function<int()> on_start);
+
 // A point-to-point call with one buffer that returns a request: Isend and
 // Irecv and their kin, the persistent inits, Imrecv. pmpi(buffer) makes the
 // real call on the buffer to use.
 template <typename PmpiCall>
 int post_staged(FunctionId id, void* buf, int count, MPI_Datatype datatype, MPI_Comm comm, MPI_Request* request,
-                bool receive, Lifetime lifetime, PmpiCall pmpi) {
+                bool receive, Lifetime lifetime, PmpiCall pmpi, bool check_markers = true) {
   count_bytes(id, count, datatype);
-  if (route_call(id, {buf}).route == Route::kPmpi) return pmpi(buf);
+  const CheckedReceive checked =
+      receive && check_markers ? checked_receive(comm, buf, count, datatype) : CheckedReceive{};
+  auto unstaged = [&] {
+    const int result = pmpi(buf);
+    if (result == MPI_SUCCESS && checked.on() && request) track_checked_receive(*request, checked, lifetime);
+    return result;
+  };
+  if (route_call(id, {buf}).route == Route::kPmpi) return unstaged();
   Extent extent;
-  if (comm == MPI_COMM_NULL || !request || !extent_of(count, datatype, &extent)) return pmpi(buf);
+  if (comm == MPI_COMM_NULL || !request || !extent_of(count, datatype, &extent)) return unstaged();
   Staging staging(id, comm);
   // A persistent send copies here and again at every MPI_Start.
   void* staged = receive ? staging.receive(buf, extent, datatype) : const_cast<void*>(staging.in(buf, extent));
   if (staging.failed()) return staging.raise();
-  return end_staged(staging, pmpi(staged), request, lifetime, receive);
+  return end_staged(staging, pmpi(staged), request, lifetime, receive, checked);
 }
 
 }  // namespace ferry::shim

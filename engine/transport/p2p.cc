@@ -149,7 +149,7 @@ Status PeerMemory::import_locked(const ExportedBuffer* buffers, std::size_t coun
   for (std::size_t i = 0; i < count; ++i) {
     const ImportKey key{buffers[i].pid, buffers[i].allocation_id};
     wanted.insert(key);
-    if (imports_.find(key) == imports_.end()) owners_with_misses.insert(key.pid);
+    if (!keep_on_miss_ && imports_.find(key) == imports_.end()) owners_with_misses.insert(key.pid);
   }
   for (auto it = imports_.begin(); it != imports_.end();) {
     auto next = std::next(it);

@@ -33,6 +33,11 @@ class PeerMemory {
   static constexpr std::size_t kMaxImports = 256;
 
   PeerMemory() = default;
+  // keep_on_miss: a miss closes nothing but the least recently used mapping
+  // past kMaxImports (point-to-point, where a program may alternate between
+  // many buffers of one peer); a freed allocation's mapping then lives until
+  // evicted, or until its addresses are mapped again.
+  explicit PeerMemory(bool keep_on_miss) : keep_on_miss_(keep_on_miss) {}
   ~PeerMemory();
   PeerMemory(const PeerMemory&) = delete;
   PeerMemory& operator=(const PeerMemory&) = delete;
@@ -81,6 +86,7 @@ class PeerMemory {
   Status import_locked(const ExportedBuffer* buffers, std::size_t count, void** mapped);
   void close_import(std::map<ImportKey, Import>::iterator it);
 
+  bool keep_on_miss_ = false;
   std::mutex mutex_;
   std::map<ExportKey, gpu::IpcHandle> exports_;
   std::map<ImportKey, Import> imports_;

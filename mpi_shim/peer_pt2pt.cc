@@ -1,0 +1,613 @@
+#include "mpi_shim/peer_pt2pt.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <climits>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/collectives/communicator.h"
+#include "engine/common/log.h"
+#include "engine/common/params.h"
+#include "engine/transport/p2p.h"
+#include "handlers.h"
+#include "mpi_shim/requests.h"
+#include "mpi_shim/route.h"
+#include "mpi_shim/staging.h"
+#include "mpi_shim/wrapper_support.h"
+
+namespace ferry::shim::peer {
+
+std::atomic<bool> g_active{false};
+
+namespace {
+
+// Tags on the control communicator: envelopes, then one reply tag per send
+// in flight (the acknowledgement comes back on it, and the data goes out on
+// it when the receive asks for it).
+constexpr int kEnvelopeTag = 1;
+constexpr int kFirstReplyTag = 2;
+
+enum class EnvelopeKind : std::int32_t { kEmpty = 1, kPeerMemory = 2 };
+enum Reply : std::int32_t { kCopied = 1 };
+
+struct Envelope {
+  std::uint64_t comm_id;
+  std::int32_t tag;
+  EnvelopeKind kind;
+  std::uint64_t bytes;
+  std::int32_t reply_tag;
+  std::int32_t reserved;
+  ExportedBuffer buffer;  // kPeerMemory only
+};
+static_assert(sizeof(Envelope) == 144, "Envelope travels between processes; keep its layout fixed");
+
+struct CommEntry {
+  std::uint64_t id = 0;
+  std::vector<int> world;       // by rank in the communicator
+  std::vector<char> on_host;    // another process of this machine
+  bool any_on_host = false;
+  std::uint64_t constructions = 0;
+  std::map<std::pair<std::uint64_t, int>, std::uint64_t> group_constructions;  // (group, tag)
+};
+
+// What a call needs to know about one rank of a communicator.
+struct PeerRank {
+  std::uint64_t comm_id;
+  int world;
+};
+
+// Device memory a send's data is copied to, so the send completes at once
+// (the receive copies it out whenever it completes, as MPI's progress rule
+// needs) and the user may reuse the buffer.
+struct Bounce {
+  void* ptr;
+  std::size_t bytes;
+  gpu::Backend* backend;
+  int device;
+  bool busy;
+  std::int32_t reply = 0;  // the acknowledgement lands here
+};
+
+// A send whose receive has not acknowledged it yet.
+struct SendInFlight {
+  MPI_Request reply;
+  Bounce* bounce;
+};
+
+struct State {
+  MPI_Comm control = MPI_COMM_NULL;
+  int tag_ub = 32767;
+  std::atomic<std::uint32_t> replies{0};
+  std::mutex comms_mutex;
+  std::unordered_map<MPI_Comm, CommEntry> comms;
+  std::vector<std::uint64_t> host_of;  // by world rank
+  int world_rank = 0;
+  std::mutex envelopes_mutex;
+  std::unordered_map<int, std::deque<Envelope>> envelopes;  // by world rank of the sender
+  PeerMemory memory{true};
+  std::mutex bounce_mutex;
+  std::vector<std::unique_ptr<Bounce>> bounces;
+  std::vector<SendInFlight> in_flight;
+  std::uint64_t bounce_in_use = 0;
+};
+
+State& state() {
+  static auto* s = new State;
+  return *s;
+}
+
+std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t z = a ^ (b + 0x9e3779b97f4a7c15ULL + (a << 6) + (a >> 2));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+std::uint64_t host_hash() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const char* c = name; *c; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ULL;
+  return h;
+}
+
+bool wanted_here() {
+  if (params().pt2pt != "peer" || params().route != "auto") return false;
+  std::vector<std::string> unknown;
+  return allowed_transports(params().transports, params().p2p_disable, params().shm_disable, &unknown).p2p;
+}
+
+// Registers comm under id; call with comms_mutex held.
+void register_locked(MPI_Comm comm, std::uint64_t id) {
+  State& s = state();
+  MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+  int size = 0;
+  if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || PMPI_Comm_group(comm, &group) != MPI_SUCCESS) return;
+  PMPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  CommEntry entry;
+  entry.id = id;
+  std::vector<int> ranks(size);
+  for (int r = 0; r < size; ++r) ranks[r] = r;
+  entry.world.assign(size, MPI_UNDEFINED);
+  PMPI_Group_translate_ranks(group, size, ranks.data(), world_group, entry.world.data());
+  PMPI_Group_free(&group);
+  PMPI_Group_free(&world_group);
+  entry.on_host.assign(size, 0);
+  for (int r = 0; r < size; ++r) {
+    const int w = entry.world[r];
+    // A rank outside MPI_COMM_WORLD (a spawned process) is never a peer.
+    if (w == MPI_UNDEFINED || w == s.world_rank) continue;
+    entry.on_host[r] = s.host_of[w] == s.host_of[s.world_rank];
+    entry.any_on_host = entry.any_on_host || entry.on_host[r];
+  }
+  s.comms[comm] = std::move(entry);
+}
+
+// rank of comm when it is a known communicator and rank another process of
+// this machine.
+bool peer_rank(MPI_Comm comm, int rank, PeerRank* out) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.comms_mutex);
+  auto it = s.comms.find(comm);
+  if (it == s.comms.end() || rank < 0 || rank >= static_cast<int>(it->second.world.size()) ||
+      !it->second.on_host[rank])
+    return false;
+  *out = PeerRank{it->second.id, it->second.world[rank]};
+  return true;
+}
+
+std::int64_t message_bytes(int count, MPI_Datatype type) {
+  int size = 0;
+  if (count < 0 || PMPI_Type_size(type, &size) != MPI_SUCCESS) return -1;
+  return static_cast<std::int64_t>(count) * size;
+}
+
+bool valid_tag(int tag) { return tag >= 0 && tag <= state().tag_ub; }
+
+// Whether count × type lies in memory exactly as its packed bytes do: a
+// predefined type, or contiguous ones of it, without gaps or reordering.
+bool packed_layout(MPI_Datatype type) {
+  int integers = 0, addresses = 0, types = 0, combiner = MPI_UNDEFINED;
+  if (PMPI_Type_get_envelope(type, &integers, &addresses, &types, &combiner) != MPI_SUCCESS) return false;
+  if (combiner == MPI_COMBINER_NAMED) return true;
+  if ((combiner != MPI_COMBINER_CONTIGUOUS && combiner != MPI_COMBINER_DUP) || types != 1) return false;
+  std::vector<int> ints(integers);
+  std::vector<MPI_Aint> addrs(addresses);
+  MPI_Datatype inner = MPI_DATATYPE_NULL;
+  if (PMPI_Type_get_contents(type, integers, addresses, types, ints.data(), addrs.data(), &inner) != MPI_SUCCESS)
+    return false;
+  const bool packed = packed_layout(inner);
+  int named = 0, i2 = 0, a2 = 0, c2 = 0;
+  PMPI_Type_get_envelope(inner, &i2, &a2, &named, &c2);
+  if (c2 != MPI_COMBINER_NAMED) PMPI_Type_free(&inner);
+  if (!packed) return false;
+  MPI_Aint lb = 0, extent = 0;
+  int size = 0;
+  PMPI_Type_get_extent(type, &lb, &extent);
+  PMPI_Type_size(type, &size);
+  return lb == 0 && extent == size;
+}
+
+// The envelope the sender sent with the message of (comm_id, tag) that the
+// real MPI matched: the first one queued, receiving more from the sender
+// until it is there (it was sent before the message). peek leaves it queued.
+int find_envelope(int world, std::uint64_t comm_id, int tag, bool peek, Envelope* out) {
+  State& s = state();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(s.envelopes_mutex);
+      std::deque<Envelope>& queue = s.envelopes[world];
+      for (auto it = queue.begin(); it != queue.end(); ++it) {
+        if (it->comm_id != comm_id || it->tag != tag) continue;
+        *out = *it;
+        if (!peek) queue.erase(it);
+        return MPI_SUCCESS;
+      }
+    }
+    Envelope next;
+    const int rc = PMPI_Recv(&next, sizeof(next), MPI_BYTE, world, kEnvelopeTag, s.control, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return rc;
+    std::lock_guard<std::mutex> lock(s.envelopes_mutex);
+    s.envelopes[world].push_back(next);
+  }
+}
+
+int next_reply_tag() {
+  State& s = state();
+  const std::uint32_t span = static_cast<std::uint32_t>(s.tag_ub - kFirstReplyTag + 1);
+  return kFirstReplyTag + static_cast<int>(s.replies.fetch_add(1, std::memory_order_relaxed) % span);
+}
+
+gpu::Backend* backend_of(gpu::BackendKind kind) {
+  return gpu::owner_backend({gpu::MemoryKind::kDevice, kind});
+}
+
+// A message whose envelope says kPeerMemory: copies it out of the sender's
+// bounce buffer, straight into buf when buf is one dense range, else
+// through host memory and MPI_Unpack; acknowledges it (the sender then
+// reuses the bounce buffer) and sets status.
+int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, int count, MPI_Datatype type,
+                    MPI_Status* status) {
+  State& s = state();
+  Extent extent;
+  const std::int64_t capacity = message_bytes(count, type);
+  const bool described = capacity >= 0 && extent_of(count, type, &extent);
+  const bool dense = described && extent.dense && extent.bytes == static_cast<std::size_t>(capacity) &&
+                     packed_layout(type);
+  const std::int64_t delivered = std::min<std::int64_t>(std::max<std::int64_t>(capacity, 0), env.bytes);
+  gpu::Backend* backend = backend_of(env.buffer.handle.owner);
+  void* source = nullptr;
+  Status copied = backend ? s.memory.pin_buffer(env.buffer, &source) : Status::kUnavailable;
+  int error = MPI_SUCCESS;
+  if (ok(copied) && delivered > 0 && dense) {
+    copied = backend->copy(static_cast<char*>(buf) + extent.lb, source, delivered);
+  } else if (ok(copied) && delivered > 0) {
+    // A type with holes or reordering: the bytes in order on the host, then
+    // unpacked into buf (a staged image of it when buf is device memory). The
+    // packed form starts as buf's own contents, so a last element that
+    // arrived in part keeps the rest of its bytes.
+    Staging staging(FunctionId::kRecv, comm);
+    void* image = staging.receive(buf, extent, type);
+    std::vector<char> packed(static_cast<std::size_t>(capacity));
+    int position = 0;
+    if (staging.failed()) {
+      error = staging.raise();
+    } else {
+      error = PMPI_Pack(image, count, type, packed.data(), static_cast<int>(capacity), &position, MPI_COMM_SELF);
+      if (error == MPI_SUCCESS) copied = backend->copy(packed.data(), source, delivered);
+      position = 0;
+      if (error == MPI_SUCCESS && ok(copied))
+        error = PMPI_Unpack(packed.data(), static_cast<int>(capacity), &position, image, count, type, MPI_COMM_SELF);
+      MPI_Status unpacked{};
+      PMPI_Status_set_elements_x(&unpacked, MPI_BYTE, delivered);
+      if (error == MPI_SUCCESS && ok(copied)) staging.received(unpacked);
+      error = staging.finish(error);
+    }
+  }
+  if (ok(copied) || backend) s.memory.unpin_buffer(env.buffer);
+  // Acknowledged in every case, so the sender's bounce buffer is not held.
+  const std::int32_t reply = kCopied;
+  const int replied = PMPI_Send(&reply, 1, MPI_INT32_T, world, env.reply_tag, s.control);
+  if (!ok(copied)) {
+    FERRY_WARN(Shim, "copying a %llu-byte message out of peer memory failed: %s",
+               static_cast<unsigned long long>(env.bytes), status_name(copied));
+    error = MPI_ERR_OTHER;
+  } else if (error == MPI_SUCCESS && replied != MPI_SUCCESS) {
+    error = replied;
+  } else if (error == MPI_SUCCESS && static_cast<std::int64_t>(env.bytes) > capacity) {
+    error = MPI_ERR_TRUNCATE;
+  }
+  PMPI_Status_set_elements_x(status, MPI_BYTE, ok(copied) ? delivered : 0);
+  if (error != MPI_SUCCESS) status->MPI_ERROR = error;
+  return error;
+}
+
+// Whether a completed receive's status is an empty message from another
+// process of this machine on a known communicator: then it has an envelope.
+bool empty_from_peer(MPI_Comm comm, const MPI_Status* status, PeerRank* from) {
+  if (!active() || status->MPI_SOURCE < 0) return false;
+  int cancelled = 0;
+  PMPI_Test_cancelled(status, &cancelled);
+  int bytes = -1;
+  if (cancelled || PMPI_Get_count(status, MPI_BYTE, &bytes) != MPI_SUCCESS || bytes != 0) return false;
+  return peer_rank(comm, status->MPI_SOURCE, from);
+}
+
+// Finishes the sends whose receives acknowledged them: their bounce buffers
+// are free again. Call with bounce_mutex held.
+void reap_locked(State& s) {
+  if (s.in_flight.empty()) return;
+  std::vector<MPI_Request> replies;
+  replies.reserve(s.in_flight.size());
+  for (const SendInFlight& send : s.in_flight) replies.push_back(send.reply);
+  std::vector<int> done(replies.size());
+  int outcount = 0;
+  if (PMPI_Testsome(static_cast<int>(replies.size()), replies.data(), &outcount, done.data(),
+                    MPI_STATUSES_IGNORE) != MPI_SUCCESS ||
+      outcount == MPI_UNDEFINED)
+    return;
+  std::vector<bool> finished(replies.size(), false);
+  for (int k = 0; k < outcount; ++k) finished[done[k]] = true;
+  std::vector<SendInFlight> still;
+  for (std::size_t i = 0; i < s.in_flight.size(); ++i) {
+    if (finished[i]) {
+      s.in_flight[i].bounce->busy = false;
+      s.bounce_in_use -= s.in_flight[i].bounce->bytes;
+    } else {
+      still.push_back(s.in_flight[i]);
+    }
+  }
+  s.in_flight.swap(still);
+}
+
+// A free bounce buffer of at least bytes on device, from the pool or new;
+// nullptr when FERRY_PT2PT_BOUNCE_BYTES would be exceeded or allocation
+// fails. Call with bounce_mutex held.
+Bounce* take_bounce_locked(State& s, gpu::Backend* backend, int device, std::size_t bytes) {
+  const std::uint64_t limit = static_cast<std::uint64_t>(std::max<std::int64_t>(params().pt2pt_bounce_bytes, 0));
+  Bounce* best = nullptr;
+  for (const auto& b : s.bounces)
+    if (!b->busy && b->backend == backend && b->device == device && b->bytes >= bytes &&
+        (!best || b->bytes < best->bytes))
+      best = b.get();
+  if (!best) {
+    // Whole 2 MiB pages, and a power of two above that, so buffers are
+    // reused by messages of nearby sizes (and the receivers' mappings with
+    // them).
+    std::size_t rounded = std::size_t{2} << 20;
+    while (rounded < bytes) rounded *= 2;
+    std::uint64_t held = 0;
+    for (const auto& b : s.bounces) held += b->bytes;
+    if (held + rounded > limit) {
+      // Make room from idle buffers, largest first.
+      std::sort(s.bounces.begin(), s.bounces.end(),
+                [](const std::unique_ptr<Bounce>& a, const std::unique_ptr<Bounce>& b) { return a->bytes > b->bytes; });
+      for (auto it = s.bounces.begin(); it != s.bounces.end() && held + rounded > limit;) {
+        if ((*it)->busy) {
+          ++it;
+          continue;
+        }
+        held -= (*it)->bytes;
+        (*it)->backend->device_free((*it)->ptr);
+        it = s.bounces.erase(it);
+      }
+      if (held + rounded > limit) return nullptr;
+    }
+    void* ptr = nullptr;
+    if (!ok(backend->set_device(device)) || !ok(backend->device_alloc(rounded, &ptr))) return nullptr;
+    s.bounces.push_back(std::make_unique<Bounce>(Bounce{ptr, rounded, backend, device, false}));
+    best = s.bounces.back().get();
+  }
+  best->busy = true;
+  s.bounce_in_use += best->bytes;
+  return best;
+}
+}  // namespace
+
+void start() {
+  State& s = state();
+  int size = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &s.world_rank);
+  PMPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (!wanted_here()) return;
+  const std::uint64_t mine[2] = {host_hash(), 1};
+  std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(size));
+  if (PMPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD) != MPI_SUCCESS) return;
+  s.host_of.resize(size);
+  for (int r = 0; r < size; ++r) s.host_of[r] = all[2 * r];
+  if (PMPI_Comm_dup(MPI_COMM_WORLD, &s.control) != MPI_SUCCESS) return;
+  PMPI_Comm_set_errhandler(s.control, MPI_ERRORS_RETURN);
+  void* tag_ub = nullptr;
+  int found = 0;
+  if (PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found) == MPI_SUCCESS && found)
+    s.tag_ub = *static_cast<int*>(tag_ub);
+  {
+    std::lock_guard<std::mutex> lock(s.comms_mutex);
+    register_locked(MPI_COMM_WORLD, mix(0x46657272795f5750ULL, 1));
+  }
+  g_active.store(true, std::memory_order_release);
+  FERRY_INFO(Init, "point-to-point on device buffers through peer memory (from %lld bytes)",
+             static_cast<long long>(params().pt2pt_min_bytes));
+}
+
+void stop() {
+  if (!active()) return;
+  State& s = state();
+  {
+    // Receives complete before MPI_Finalize in a correct program, so their
+    // acknowledgements are here or on the way; a receive never made is
+    // given up on after FERRY_HANDSHAKE_TIMEOUT.
+    std::lock_guard<std::mutex> lock(s.bounce_mutex);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
+    while (!s.in_flight.empty() && std::chrono::steady_clock::now() < deadline) {
+      reap_locked(s);
+      if (!s.in_flight.empty()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    for (SendInFlight& send : s.in_flight) {
+      PMPI_Cancel(&send.reply);
+      PMPI_Request_free(&send.reply);
+    }
+    if (!s.in_flight.empty())
+      FERRY_WARN(Shim, "%zu device messages were never received; their bounce buffers stay mapped",
+                 s.in_flight.size());
+    s.in_flight.clear();
+    for (auto& b : s.bounces)
+      if (!b->busy) b->backend->device_free(b->ptr);
+    s.bounces.clear();
+  }
+  g_active.store(false, std::memory_order_release);
+  PMPI_Comm_free(&s.control);
+  std::lock_guard<std::mutex> lock(s.comms_mutex);
+  s.comms.clear();
+}
+
+void derived(MPI_Comm parent, MPI_Comm child, std::uint64_t salt) {
+  if (!active()) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.comms_mutex);
+  auto it = s.comms.find(parent);
+  if (it == s.comms.end()) return;
+  // Every member of parent counts the call, including those left out of it.
+  const std::uint64_t id = mix(mix(it->second.id, ++it->second.constructions), salt);
+  int inter = 0;
+  if (child == MPI_COMM_NULL || PMPI_Comm_test_inter(child, &inter) != MPI_SUCCESS || inter) return;
+  register_locked(child, id);
+}
+
+void derived_from_group(MPI_Comm parent, MPI_Comm child, int tag) {
+  if (!active() || child == MPI_COMM_NULL) return;
+  State& s = state();
+  MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+  int size = 0;
+  PMPI_Comm_group(child, &group);
+  PMPI_Group_size(group, &size);
+  PMPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  std::vector<int> ranks(size), world(size);
+  for (int r = 0; r < size; ++r) ranks[r] = r;
+  PMPI_Group_translate_ranks(group, size, ranks.data(), world_group, world.data());
+  PMPI_Group_free(&group);
+  PMPI_Group_free(&world_group);
+  std::uint64_t members = 0x67726f7570ULL;
+  for (int w : world) members = mix(members, static_cast<std::uint64_t>(w));
+  std::lock_guard<std::mutex> lock(s.comms_mutex);
+  auto it = s.comms.find(parent);
+  if (it == s.comms.end()) return;
+  // Only the group's members take part, so they count among themselves.
+  const std::uint64_t n = ++it->second.group_constructions[{members, tag}];
+  register_locked(child, mix(mix(mix(it->second.id, members), static_cast<std::uint64_t>(tag)), n));
+}
+
+void forget(MPI_Comm comm) {
+  if (!active()) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.comms_mutex);
+  s.comms.erase(comm);
+}
+
+bool checks_receives(MPI_Comm comm) {
+  if (!active()) return false;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.comms_mutex);
+  auto it = s.comms.find(comm);
+  return it != s.comms.end() && it->second.any_on_host;
+}
+
+int before_send(int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool* announced) {
+  if (announced) *announced = false;
+  if (!active() || message_bytes(count, type) != 0 || !valid_tag(tag)) return MPI_SUCCESS;
+  PeerRank to;
+  if (!peer_rank(comm, dest, &to)) return MPI_SUCCESS;
+  if (announced) *announced = true;
+  Envelope env{};
+  env.comm_id = to.comm_id;
+  env.tag = tag;
+  env.kind = EnvelopeKind::kEmpty;
+  return PMPI_Send(&env, sizeof(env), MPI_BYTE, to.world, kEnvelopeTag, state().control);
+}
+
+int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+         MPI_Request* request, bool* handled) {
+  *handled = false;
+  if (!active() || mode == Mode::kNone || !valid_tag(tag)) return MPI_SUCCESS;
+  const std::int64_t bytes = message_bytes(count, type);
+  if (bytes <= 0 || bytes < params().pt2pt_min_bytes) return MPI_SUCCESS;
+  Extent extent;
+  if (!extent_of(count, type, &extent) || !extent.dense || extent.bytes != static_cast<std::size_t>(bytes) ||
+      !packed_layout(type))
+    return MPI_SUCCESS;
+  const void* data = static_cast<const char*>(buf) + extent.lb;
+  const gpu::PointerInfo info = gpu::classify(data);
+  gpu::Backend* backend = gpu::owner_backend(info);
+  if (info.kind != gpu::MemoryKind::kDevice || !backend) return MPI_SUCCESS;
+  PeerRank to;
+  if (!peer_rank(comm, dest, &to)) return MPI_SUCCESS;
+  State& s = state();
+
+  std::lock_guard<std::mutex> lock(s.bounce_mutex);
+  reap_locked(s);
+  Bounce* bounce = take_bounce_locked(s, backend, info.device, static_cast<std::size_t>(bytes));
+  if (!bounce) return MPI_SUCCESS;  // over FERRY_PT2PT_BOUNCE_BYTES: staged
+  auto give_back = [&] {
+    bounce->busy = false;
+    s.bounce_in_use -= bounce->bytes;
+  };
+  Envelope env{};
+  env.comm_id = to.comm_id;
+  env.tag = tag;
+  env.kind = EnvelopeKind::kPeerMemory;
+  env.bytes = static_cast<std::uint64_t>(bytes);
+  env.reply_tag = next_reply_tag();
+  if (!ok(backend->copy(bounce->ptr, data, static_cast<std::size_t>(bytes))) ||
+      !ok(s.memory.export_buffer(bounce->ptr, &env.buffer))) {
+    give_back();
+    return MPI_SUCCESS;
+  }
+  // The reply's receive first, so the reply never waits unexpected.
+  MPI_Request reply = MPI_REQUEST_NULL;
+  if (PMPI_Irecv(&bounce->reply, 1, MPI_INT32_T, to.world, env.reply_tag, s.control, &reply) != MPI_SUCCESS) {
+    give_back();
+    return MPI_SUCCESS;
+  }
+  if (PMPI_Send(&env, sizeof(env), MPI_BYTE, to.world, kEnvelopeTag, s.control) != MPI_SUCCESS) {
+    PMPI_Cancel(&reply);
+    PMPI_Request_free(&reply);
+    give_back();
+    return MPI_SUCCESS;
+  }
+  s.in_flight.push_back(SendInFlight{reply, bounce});
+  *handled = true;
+  record_route(id, RouteDecision{Route::kEngine, "peer memory"});
+  // The marker: an empty message the real MPI matches like the user's own.
+  int rc = MPI_SUCCESS;
+  switch (mode) {
+    case Mode::kSynchronous:
+      rc = request ? PMPI_Issend(nullptr, 0, MPI_BYTE, dest, tag, comm, request)
+                   : PMPI_Ssend(nullptr, 0, MPI_BYTE, dest, tag, comm);
+      break;
+    case Mode::kReady:
+      rc = request ? PMPI_Irsend(nullptr, 0, MPI_BYTE, dest, tag, comm, request)
+                   : PMPI_Rsend(nullptr, 0, MPI_BYTE, dest, tag, comm);
+      break;
+    default:
+      rc = request ? PMPI_Isend(nullptr, 0, MPI_BYTE, dest, tag, comm, request)
+                   : PMPI_Send(nullptr, 0, MPI_BYTE, dest, tag, comm);
+  }
+  return rc == MPI_SUCCESS ? rc : raise_error(comm, rc);
+}
+
+int after_receive(MPI_Comm comm, void* buf, int count, MPI_Datatype type, MPI_Status* status) {
+  PeerRank from;
+  if (!empty_from_peer(comm, status, &from)) return MPI_SUCCESS;
+  Envelope env;
+  const int rc = find_envelope(from.world, from.comm_id, status->MPI_TAG, false, &env);
+  if (rc != MPI_SUCCESS) return rc;
+  if (env.kind == EnvelopeKind::kEmpty) return MPI_SUCCESS;
+  return receive_message(comm, env, from.world, buf, count, type, status);
+}
+
+int after_probe(MPI_Comm comm, MPI_Status* status) {
+  PeerRank from;
+  if (!empty_from_peer(comm, status, &from)) return MPI_SUCCESS;
+  Envelope env;
+  const int rc = find_envelope(from.world, from.comm_id, status->MPI_TAG, true, &env);
+  if (rc != MPI_SUCCESS) return rc;
+  if (env.kind == EnvelopeKind::kPeerMemory)
+    PMPI_Status_set_elements_x(status, MPI_BYTE, static_cast<MPI_Count>(env.bytes));
+  return MPI_SUCCESS;
+}
+
+struct TakenEnvelope {
+  Envelope env;
+  int world;
+};
+
+int after_matched_probe(MPI_Comm comm, MPI_Status* status, TakenEnvelope** taken) {
+  *taken = nullptr;
+  PeerRank from;
+  if (!empty_from_peer(comm, status, &from)) return MPI_SUCCESS;
+  Envelope env;
+  const int rc = find_envelope(from.world, from.comm_id, status->MPI_TAG, false, &env);
+  if (rc != MPI_SUCCESS) return rc;
+  if (env.kind == EnvelopeKind::kEmpty) return MPI_SUCCESS;
+  *taken = new TakenEnvelope{env, from.world};
+  PMPI_Status_set_elements_x(status, MPI_BYTE, static_cast<MPI_Count>(env.bytes));
+  return MPI_SUCCESS;
+}
+
+int receive_taken(MPI_Comm comm, TakenEnvelope* taken, void* buf, int count, MPI_Datatype type,
+                  MPI_Status* status) {
+  std::unique_ptr<TakenEnvelope> owned(taken);
+  return receive_message(comm, owned->env, owned->world, buf, count, type, status);
+}
+
+}  // namespace ferry::shim::peer

@@ -1,0 +1,88 @@
+// Point-to-point messages between device buffers of one machine, through
+// mapped peer memory. The real MPI still matches every message: a device
+// send of FERRY_PT2PT_MIN_BYTES or more to a rank of this machine goes to
+// the real MPI as an empty "marker" message with the user's tag, on the
+// user's communicator, so MPI's matching and ordering rules hold unchanged
+// (wildcards, probes, cancel of receives). Before it, an envelope on a
+// control communicator of Ferry's own names the send buffer (an IPC handle
+// and offset). Whichever receive matches the marker -- a device or a host
+// buffer -- finds the envelope, copies the data straight out of the
+// sender's bounce buffer (one copy-engine copy over NVLink where the GPUs
+// have it) and answers with an acknowledgement, which frees that buffer for
+// the sender's next message.
+//
+// Empty messages are the only ones a receive must look twice at: every
+// empty message a rank sends to another of its machine carries an envelope
+// too, saying that it is really empty. Communicators are told apart by an
+// identity every member computes alike without communicating (from the
+// parent's identity and how many communicators were made from it); one
+// Ferry does not know (an intercommunicator, one made by a call Ferry does
+// not intercept) never carries markers. Everything here is off unless all
+// ranks of MPI_COMM_WORLD agreed at MPI_Init (FERRY_PT2PT=peer everywhere).
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "function_ids.h"
+
+namespace ferry::shim::peer {
+
+extern std::atomic<bool> g_active;
+// True once MPI_Init agreed: from then on every rank checks its receives.
+inline bool active() { return g_active.load(std::memory_order_relaxed); }
+
+// After PMPI_Init: agrees with every rank, sets up the control communicator.
+void start();
+// Before PMPI_Finalize: finishes sends the user freed early.
+void stop();
+
+// A communicator made from parent by a collective call of every member of
+// parent (child is MPI_COMM_NULL on ranks not in it). salt tells apart the
+// communicators one call makes (the color of MPI_Comm_split).
+void derived(MPI_Comm parent, MPI_Comm child, std::uint64_t salt);
+// MPI_Comm_create_group: collective over group only, told apart by the tag.
+void derived_from_group(MPI_Comm parent, MPI_Comm child, int tag);
+void forget(MPI_Comm comm);
+
+// How a send's marker goes: as the user's send would (MPI_Ssend's
+// completes once the receive matched it, MPI_Rsend's needs it posted).
+enum class Mode { kNone, kStandard, kSynchronous, kReady };
+
+// Sends count × type from a device buffer to dest through peer memory when
+// it can: *handled says whether it did (false: send it another way). The
+// data is copied to a bounce buffer of device memory first, so the send
+// completes without waiting for its receive (MPI's progress rule), and
+// *request is the marker's.
+int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+         MPI_Request* request, bool* handled);
+
+// To call before sending count × type to dest: an empty message gets its
+// envelope (*announced). Returns an MPI error class.
+int before_send(int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool* announced = nullptr);
+
+// Whether receives on comm must be checked: it is known and has a peer on
+// this machine.
+bool checks_receives(MPI_Comm comm);
+
+// After a receive into count × type at buf completed with *status: if it
+// received a marker, moves the message's data into buf (any memory) and
+// sets *status's count. Returns an MPI error class (MPI_ERR_TRUNCATE when
+// the message was longer), already in status->MPI_ERROR when not success.
+int after_receive(MPI_Comm comm, void* buf, int count, MPI_Datatype type, MPI_Status* status);
+
+// After MPI_Probe or MPI_Iprobe found a message: a marker's status gets the
+// count of the data it stands for. Returns an MPI error class.
+int after_probe(MPI_Comm comm, MPI_Status* status);
+
+// A matched probe took a message off the queue: the message's envelope is
+// taken too, and kept with the message for MPI_Mrecv/MPI_Imrecv.
+struct TakenEnvelope;
+int after_matched_probe(MPI_Comm comm, MPI_Status* status, TakenEnvelope** taken);
+// Receives the data of a message a matched probe took (after the real
+// MPI_Mrecv of the marker); frees taken.
+int receive_taken(MPI_Comm comm, TakenEnvelope* taken, void* buf, int count, MPI_Datatype type, MPI_Status* status);
+
+}  // namespace ferry::shim::peer
