@@ -61,8 +61,9 @@ constexpr float kUntouched = 1e9f;
 
 constexpr const char* kUsage =
     "usage: mpirun -np N -x LD_PRELOAD=/path/libferry.so ferry-bench [options]\n"
-    "  --ops LIST          allreduce,bcast,alltoallv,sendrecv (default: the first three);\n"
-    "                      sendrecv: every rank sends to the next and receives from the previous\n"
+    "  --ops LIST          allreduce,bcast,alltoallv,sendrecv,send (default: the first three);\n"
+    "                      sendrecv: every rank sends to the next and receives from the previous;\n"
+    "                      send: each even rank sends to the odd rank after it (MPI_Send, MPI_Recv)\n"
     "  --sizes LIST        bytes per rank, e.g. 8,32K,2M,1G (rounded down to whole floats)\n"
     "  --min-size S        first size of the x4 series (default 8)\n"
     "  --max-size S        last size of the x4 series (default 1G; 4M on the emulated device)\n"
@@ -79,9 +80,9 @@ struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-enum class Op { kAllreduce, kBcast, kAlltoallv, kSendrecv };
+enum class Op { kAllreduce, kBcast, kAlltoallv, kSendrecv, kSend };
 constexpr std::array<Op, 3> kDefaultOps{Op::kAllreduce, Op::kBcast, Op::kAlltoallv};
-constexpr std::array<Op, 4> kKnownOps{Op::kAllreduce, Op::kBcast, Op::kAlltoallv, Op::kSendrecv};
+constexpr std::array<Op, 5> kKnownOps{Op::kAllreduce, Op::kBcast, Op::kAlltoallv, Op::kSendrecv, Op::kSend};
 
 const char* op_name(Op op) {
   switch (op) {
@@ -89,6 +90,7 @@ const char* op_name(Op op) {
     case Op::kBcast: return "bcast";
     case Op::kAlltoallv: return "alltoallv";
     case Op::kSendrecv: return "sendrecv";
+    case Op::kSend: return "send";
   }
   return "?";
 }
@@ -100,6 +102,7 @@ double busbw_factor(Op op, int nranks) {
     case Op::kBcast: return 1.0;
     case Op::kAlltoallv: return static_cast<double>(nranks - 1) / nranks;
     case Op::kSendrecv: return 1.0;
+    case Op::kSend: return 1.0;
   }
   return 0;
 }
@@ -169,7 +172,7 @@ std::vector<Op> parse_ops(const std::string& list) {
   for (const std::string& name : split_list(list)) {
     const auto known = std::find_if(kKnownOps.begin(), kKnownOps.end(), [&](Op op) { return name == op_name(op); });
     if (known == kKnownOps.end())
-      throw UsageError("unknown operation '" + name + "' (allreduce, bcast, alltoallv, sendrecv)");
+      throw UsageError("unknown operation '" + name + "' (allreduce, bcast, alltoallv, sendrecv, send)");
     ops.push_back(*known);
   }
   if (ops.empty()) throw UsageError("--ops names no operation");
@@ -359,6 +362,12 @@ void check_mpi(int result, const char* what) {
 // The ranks a sendrecv sends to and receives from.
 int next_rank(int rank, int nranks) { return (rank + 1) % nranks; }
 int previous_rank(int rank, int nranks) { return (rank + nranks - 1) % nranks; }
+// A send's partner: the odd rank after an even one, and back; none for the
+// last rank of an odd count.
+int send_partner(int rank, int nranks) {
+  const int partner = rank % 2 ? rank - 1 : rank + 1;
+  return partner < nranks ? partner : MPI_PROC_NULL;
+}
 
 // Allreduce, alltoallv and sendrecv from send to recv; bcast in place in send.
 void run_mpi(const Case& c, float* send, float* recv) {
@@ -380,6 +389,18 @@ void run_mpi(const Case& c, float* send, float* recv) {
       check_mpi(MPI_Sendrecv(send, count, MPI_FLOAT, next_rank(rank, nranks), 0, recv, count, MPI_FLOAT,
                              previous_rank(rank, nranks), 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
                 "MPI_Sendrecv");
+      break;
+    }
+    case Op::kSend: {
+      int rank = 0, nranks = 1;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+      if (rank % 2 == 0) {
+        check_mpi(MPI_Send(send, count, MPI_FLOAT, send_partner(rank, nranks), 0, MPI_COMM_WORLD), "MPI_Send");
+      } else {
+        check_mpi(MPI_Recv(recv, count, MPI_FLOAT, send_partner(rank, nranks), 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                  "MPI_Recv");
+      }
       break;
     }
   }
@@ -431,6 +452,13 @@ class StagedMethod final : public Method {
       if (rank_ == kRoot) copy_or_throw(copy_, host_.send, device_.send, bytes);
       run_mpi(c, host_.send, host_.recv);
       if (rank_ != kRoot) copy_or_throw(copy_, device_.send, host_.send, bytes);
+      return;
+    }
+    if (c.op == Op::kSend) {
+      const bool sends = rank_ % 2 == 0;
+      if (sends) copy_or_throw(copy_, host_.send, device_.send, bytes);
+      run_mpi(c, host_.send, host_.recv);
+      if (!sends) copy_or_throw(copy_, device_.recv, host_.recv, bytes);
       return;
     }
     copy_or_throw(copy_, host_.send, device_.send, bytes);
@@ -485,6 +513,18 @@ class NcclMethod final : public Method {
         check(api_.recv(device_.recv, c.count, nccl::kFloat32, previous_rank(rank, nranks_), comm_, stream_),
               "ncclRecv");
         check(api_.group_end(), "ncclGroupEnd");
+        break;
+      }
+      case Op::kSend: {
+        int rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        const int partner = send_partner(rank, nranks_);
+        if (partner == MPI_PROC_NULL) break;
+        if (rank % 2 == 0) {
+          check(api_.send(device_.send, c.count, nccl::kFloat32, partner, comm_, stream_), "ncclSend");
+        } else {
+          check(api_.recv(device_.recv, c.count, nccl::kFloat32, partner, comm_, stream_), "ncclRecv");
+        }
         break;
       }
     }
@@ -607,6 +647,16 @@ class Harness {
         for (std::size_t i = 0; i < c.count; ++i) {
           input_[i] = input_value(c.seed, rank_, i);
           expected_[i] = input_value(c.seed, from, i);
+        }
+        break;
+      }
+      case Op::kSend: {
+        // Senders' receive buffers stay as they were.
+        const int from = send_partner(rank_, nranks_);
+        const bool receives = rank_ % 2 == 1;
+        for (std::size_t i = 0; i < c.count; ++i) {
+          input_[i] = input_value(c.seed, rank_, i);
+          expected_[i] = receives ? input_value(c.seed, from, i) : kUntouched;
         }
         break;
       }

@@ -38,7 +38,7 @@ constexpr int kEnvelopeTag = 1;
 constexpr int kFirstReplyTag = 2;
 
 enum class EnvelopeKind : std::int32_t { kEmpty = 1, kPeerMemory = 2 };
-enum Reply : std::int32_t { kCopied = 1 };
+enum Reply : std::int32_t { kCopied = 1, kFailed = 2 };
 
 struct Envelope {
   std::uint64_t comm_id;
@@ -46,10 +46,17 @@ struct Envelope {
   EnvelopeKind kind;
   std::uint64_t bytes;
   std::int32_t reply_tag;
-  std::int32_t reserved;
-  ExportedBuffer buffer;  // kPeerMemory only
+  // The bounce buffer is filled chunk by chunk: chunk k is there once the
+  // word at its start reads first_chunk + k or later. 0: filled already.
+  std::uint32_t first_chunk;
+  std::uint64_t chunk_bytes;
+  ExportedBuffer buffer;  // kPeerMemory only: the bounce buffer
 };
-static_assert(sizeof(Envelope) == 144, "Envelope travels between processes; keep its layout fixed");
+static_assert(sizeof(Envelope) == 152, "Envelope travels between processes; keep its layout fixed");
+
+// A bounce buffer: a page for the word that says how far it is filled,
+// then the data (whole 2 MiB pages, which copy engines fill fastest).
+constexpr std::size_t kBounceHeader = std::size_t{2} << 20;
 
 struct CommEntry {
   std::uint64_t id = 0;
@@ -70,12 +77,18 @@ struct PeerRank {
 // (the receive copies it out whenever it completes, as MPI's progress rule
 // needs) and the user may reuse the buffer.
 struct Bounce {
-  void* ptr;
-  std::size_t bytes;
+  void* ptr;  // the header page; data after kBounceHeader
+  std::size_t bytes;  // of data
   gpu::Backend* backend;
   int device;
   bool busy;
-  std::int32_t reply = 0;  // the acknowledgement lands here
+  std::int32_t reply = 0;       // the acknowledgement lands here
+  std::uint32_t chunks = 0;     // the header word's last value
+  gpu::Event filled = nullptr;  // recorded after the last copy into it
+  bool retired = false;         // a receive gave up waiting on it: not reused
+
+  std::uint32_t* word() const { return static_cast<std::uint32_t*>(ptr); }
+  void* data() const { return static_cast<char*>(ptr) + kBounceHeader; }
 };
 
 // A send whose receive has not acknowledged it yet.
@@ -99,11 +112,26 @@ struct State {
   std::vector<std::unique_ptr<Bounce>> bounces;
   std::vector<SendInFlight> in_flight;
   std::uint64_t bounce_in_use = 0;
+  // Streams of the sends' copies into bounce buffers and of the receives'
+  // copies out of them, by backend and device (-1: a host receive buffer).
+  std::mutex streams_mutex;
+  std::map<std::pair<gpu::Backend*, int>, gpu::Stream> send_streams, receive_streams;
 };
+
 
 State& state() {
   static auto* s = new State;
   return *s;
+}
+
+// The stream of this kind for backend and device, made at first use.
+gpu::Stream stream_for(std::map<std::pair<gpu::Backend*, int>, gpu::Stream>& streams, gpu::Backend* backend,
+                       int device) {
+  std::lock_guard<std::mutex> lock(state().streams_mutex);
+  gpu::Stream& stream = streams[{backend, device}];
+  if (!stream && (device < 0 || ok(backend->set_device(device))) && !ok(backend->stream_create(&stream)))
+    stream = nullptr;
+  return stream;
 }
 
 std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
@@ -232,6 +260,40 @@ gpu::Backend* backend_of(gpu::BackendKind kind) {
   return gpu::owner_backend({gpu::MemoryKind::kDevice, kind});
 }
 
+// Copies the first length bytes of a message out of its bounce buffer,
+// mapped at bounce, to dst (any memory): chunk by chunk on a stream that
+// waits for the sender's copies. Bounded by FERRY_HANDSHAKE_TIMEOUT: then
+// the bounce buffer's word is raised past every chunk, so the stream
+// drains, and the sender retires the buffer (kFailed).
+Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* dst, std::size_t length) {
+  const char* data = static_cast<const char*>(bounce) + kBounceHeader;
+  if (env.first_chunk == 0) return backend->copy(dst, data, length);
+  const gpu::PointerInfo where = gpu::classify(dst);
+  gpu::Stream stream =
+      stream_for(state().receive_streams, backend, where.kind == gpu::MemoryKind::kDevice ? where.device : -1);
+  if (!stream) return Status::kUnavailable;
+  auto* word = static_cast<std::uint32_t*>(bounce);
+  std::uint32_t chunk = env.first_chunk;
+  for (std::size_t offset = 0; offset < length; offset += env.chunk_bytes, ++chunk) {
+    FERRY_CHECK(backend->stream_wait_value(stream, word, chunk));
+    FERRY_CHECK(backend->copy_async(static_cast<char*>(dst) + offset, data + offset,
+                                    std::min<std::size_t>(env.chunk_bytes, length - offset), stream));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
+  for (int polls = 0;; ++polls) {
+    bool done = false;
+    FERRY_CHECK(backend->stream_done(stream, &done));
+    if (done) return Status::kOk;
+    if (params().handshake_timeout > 0 && std::chrono::steady_clock::now() > deadline) break;
+    if (polls > 4096) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  FERRY_WARN(Shim, "a %llu-byte message's sender did not fill its bounce buffer within FERRY_HANDSHAKE_TIMEOUT",
+             static_cast<unsigned long long>(env.bytes));
+  backend->write_value_now(word, chunk + (1u << 30));
+  backend->stream_synchronize(stream);
+  return Status::kTimeout;
+}
+
 // A message whose envelope says kPeerMemory: copies it out of the sender's
 // bounce buffer, straight into buf when buf is one dense range, else
 // through host memory and MPI_Unpack; acknowledges it (the sender then
@@ -250,7 +312,7 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
   Status copied = backend ? s.memory.pin_buffer(env.buffer, &source) : Status::kUnavailable;
   int error = MPI_SUCCESS;
   if (ok(copied) && delivered > 0 && dense) {
-    copied = backend->copy(static_cast<char*>(buf) + extent.lb, source, delivered);
+    copied = copy_out(backend, env, source, static_cast<char*>(buf) + extent.lb, delivered);
   } else if (ok(copied) && delivered > 0) {
     // A type with holes or reordering: the bytes in order on the host, then
     // unpacked into buf (a staged image of it when buf is device memory). The
@@ -264,7 +326,7 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
       error = staging.raise();
     } else {
       error = PMPI_Pack(image, count, type, packed.data(), static_cast<int>(capacity), &position, MPI_COMM_SELF);
-      if (error == MPI_SUCCESS) copied = backend->copy(packed.data(), source, delivered);
+      if (error == MPI_SUCCESS) copied = copy_out(backend, env, source, packed.data(), delivered);
       position = 0;
       if (error == MPI_SUCCESS && ok(copied))
         error = PMPI_Unpack(packed.data(), static_cast<int>(capacity), &position, image, count, type, MPI_COMM_SELF);
@@ -276,7 +338,7 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
   }
   if (ok(copied) || backend) s.memory.unpin_buffer(env.buffer);
   // Acknowledged in every case, so the sender's bounce buffer is not held.
-  const std::int32_t reply = kCopied;
+  const std::int32_t reply = copied == Status::kTimeout ? kFailed : kCopied;
   const int replied = PMPI_Send(&reply, 1, MPI_INT32_T, world, env.reply_tag, s.control);
   if (!ok(copied)) {
     FERRY_WARN(Shim, "copying a %llu-byte message out of peer memory failed: %s",
@@ -303,6 +365,39 @@ bool empty_from_peer(MPI_Comm comm, const MPI_Status* status, PeerRank* from) {
   return peer_rank(comm, status->MPI_SOURCE, from);
 }
 
+// Queues the copies of bytes at data into the bounce buffer, chunk by chunk,
+// each followed by the header word a receive waits for; or, where streams
+// cannot write such words, copies it all now. Fills in env's chunk fields.
+Status fill_bounce(Bounce& bounce, const void* data, Envelope* env) {
+  gpu::Backend* backend = bounce.backend;
+  const std::size_t bytes = env->bytes;
+  if (!backend->stream_memory_ops()) {
+    FERRY_CHECK(backend->copy(bounce.data(), data, bytes));
+    env->first_chunk = 0;
+    env->chunk_bytes = bytes;
+    return backend->event_record(bounce.filled, nullptr);
+  }
+  gpu::Stream stream = stream_for(state().send_streams, backend, bounce.device);
+  if (!stream) return Status::kUnavailable;
+  const std::int64_t asked = params().pt2pt_chunk_bytes;
+  const std::size_t chunk =
+      asked > 0 ? std::max<std::size_t>(static_cast<std::size_t>(asked), 4096) : std::max<std::size_t>(bytes, 1);
+  env->first_chunk = bounce.chunks + 1;
+  env->chunk_bytes = chunk;
+  for (std::size_t offset = 0; offset < bytes; offset += chunk) {
+    const std::size_t length = std::min(chunk, bytes - offset);
+    FERRY_CHECK(backend->copy_async(static_cast<char*>(bounce.data()) + offset,
+                                    static_cast<const char*>(data) + offset, length, stream));
+    FERRY_CHECK(backend->stream_write_value(stream, bounce.word(), ++bounce.chunks));
+  }
+  return backend->event_record(bounce.filled, stream);
+}
+
+void free_bounce(Bounce& bounce) {
+  if (bounce.filled) bounce.backend->event_destroy(bounce.filled);
+  bounce.backend->device_free(bounce.ptr);
+}
+
 // Finishes the sends whose receives acknowledged them: their bounce buffers
 // are free again. Call with bounce_mutex held.
 void reap_locked(State& s) {
@@ -321,8 +416,11 @@ void reap_locked(State& s) {
   std::vector<SendInFlight> still;
   for (std::size_t i = 0; i < s.in_flight.size(); ++i) {
     if (finished[i]) {
-      s.in_flight[i].bounce->busy = false;
-      s.bounce_in_use -= s.in_flight[i].bounce->bytes;
+      Bounce* bounce = s.in_flight[i].bounce;
+      bounce->busy = false;
+      // Its word was raised past the chunks to come: never used again.
+      bounce->retired = bounce->reply == kFailed;
+      s.bounce_in_use -= bounce->bytes;
     } else {
       still.push_back(s.in_flight[i]);
     }
@@ -337,15 +435,17 @@ Bounce* take_bounce_locked(State& s, gpu::Backend* backend, int device, std::siz
   const std::uint64_t limit = static_cast<std::uint64_t>(std::max<std::int64_t>(params().pt2pt_bounce_bytes, 0));
   Bounce* best = nullptr;
   for (const auto& b : s.bounces)
-    if (!b->busy && b->backend == backend && b->device == device && b->bytes >= bytes &&
+    if (!b->busy && !b->retired && b->backend == backend && b->device == device && b->bytes >= bytes &&
         (!best || b->bytes < best->bytes))
       best = b.get();
   if (!best) {
-    // Whole 2 MiB pages, and a power of two above that, so buffers are
-    // reused by messages of nearby sizes (and the receivers' mappings with
-    // them).
+    // Whole 2 MiB pages: a power of two up to 64 MiB, whole 64 MiB above, so
+    // buffers are reused by messages of nearby sizes (and the receivers'
+    // mappings with them).
+    constexpr std::size_t kStep = std::size_t{64} << 20;
     std::size_t rounded = std::size_t{2} << 20;
-    while (rounded < bytes) rounded *= 2;
+    while (rounded < bytes && rounded < kStep) rounded *= 2;
+    if (rounded < bytes) rounded = (bytes + kStep - 1) / kStep * kStep;
     std::uint64_t held = 0;
     for (const auto& b : s.bounces) held += b->bytes;
     if (held + rounded > limit) {
@@ -358,15 +458,22 @@ Bounce* take_bounce_locked(State& s, gpu::Backend* backend, int device, std::siz
           continue;
         }
         held -= (*it)->bytes;
-        (*it)->backend->device_free((*it)->ptr);
+        free_bounce(**it);
         it = s.bounces.erase(it);
       }
       if (held + rounded > limit) return nullptr;
     }
     void* ptr = nullptr;
-    if (!ok(backend->set_device(device)) || !ok(backend->device_alloc(rounded, &ptr))) return nullptr;
+    gpu::Event filled = nullptr;
+    if (!ok(backend->set_device(device)) || !ok(backend->device_alloc(kBounceHeader + rounded, &ptr))) return nullptr;
+    const std::uint32_t zero = 0;
+    if (!ok(backend->copy(ptr, &zero, sizeof(zero))) || !ok(backend->event_create(&filled))) {
+      backend->device_free(ptr);
+      return nullptr;
+    }
     s.bounces.push_back(std::make_unique<Bounce>(Bounce{ptr, rounded, backend, device, false}));
     best = s.bounces.back().get();
+    best->filled = filled;
   }
   best->busy = true;
   s.bounce_in_use += best->bytes;
@@ -422,7 +529,7 @@ void stop() {
                  s.in_flight.size());
     s.in_flight.clear();
     for (auto& b : s.bounces)
-      if (!b->busy) b->backend->device_free(b->ptr);
+      if (!b->busy) free_bounce(*b);
     s.bounces.clear();
   }
   g_active.store(false, std::memory_order_release);
@@ -495,22 +602,50 @@ int before_send(int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, 
   return PMPI_Send(&env, sizeof(env), MPI_BYTE, to.world, kEnvelopeTag, state().control);
 }
 
-int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
-         MPI_Request* request, bool* handled) {
-  *handled = false;
-  if (!active() || mode == Mode::kNone || !valid_tag(tag)) return MPI_SUCCESS;
+namespace {
+
+// A send that may go through peer memory, and what send() needs of it.
+struct Eligible {
+  std::int64_t bytes;
+  const void* data;
+  gpu::PointerInfo info;
+  gpu::Backend* backend;
+  PeerRank to;
+};
+
+bool eligible(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, Eligible* out) {
+  if (!active() || !valid_tag(tag)) return false;
   const std::int64_t bytes = message_bytes(count, type);
-  if (bytes <= 0 || bytes < params().pt2pt_min_bytes) return MPI_SUCCESS;
+  if (bytes <= 0 || bytes < params().pt2pt_min_bytes) return false;
   Extent extent;
   if (!extent_of(count, type, &extent) || !extent.dense || extent.bytes != static_cast<std::size_t>(bytes) ||
       !packed_layout(type))
-    return MPI_SUCCESS;
-  const void* data = static_cast<const char*>(buf) + extent.lb;
-  const gpu::PointerInfo info = gpu::classify(data);
-  gpu::Backend* backend = gpu::owner_backend(info);
-  if (info.kind != gpu::MemoryKind::kDevice || !backend) return MPI_SUCCESS;
-  PeerRank to;
-  if (!peer_rank(comm, dest, &to)) return MPI_SUCCESS;
+    return false;
+  out->bytes = bytes;
+  out->data = static_cast<const char*>(buf) + extent.lb;
+  out->info = gpu::classify(out->data);
+  out->backend = gpu::owner_backend(out->info);
+  if (out->info.kind != gpu::MemoryKind::kDevice || !out->backend) return false;
+  return peer_rank(comm, dest, &out->to);
+}
+
+}  // namespace
+
+bool takes(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  Eligible e;
+  return eligible(buf, count, type, dest, tag, comm, &e);
+}
+
+int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+         MPI_Request* request, bool* handled) {
+  *handled = false;
+  Eligible e;
+  if (mode == Mode::kNone || !eligible(buf, count, type, dest, tag, comm, &e)) return MPI_SUCCESS;
+  const std::int64_t bytes = e.bytes;
+  const void* data = e.data;
+  const gpu::PointerInfo& info = e.info;
+  gpu::Backend* backend = e.backend;
+  const PeerRank& to = e.to;
   State& s = state();
 
   std::lock_guard<std::mutex> lock(s.bounce_mutex);
@@ -527,8 +662,7 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
   env.kind = EnvelopeKind::kPeerMemory;
   env.bytes = static_cast<std::uint64_t>(bytes);
   env.reply_tag = next_reply_tag();
-  if (!ok(backend->copy(bounce->ptr, data, static_cast<std::size_t>(bytes))) ||
-      !ok(s.memory.export_buffer(bounce->ptr, &env.buffer))) {
+  if (!ok(s.memory.export_buffer(bounce->ptr, &env.buffer)) || !ok(fill_bounce(*bounce, data, &env))) {
     give_back();
     return MPI_SUCCESS;
   }
@@ -562,7 +696,17 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
       rc = request ? PMPI_Isend(nullptr, 0, MPI_BYTE, dest, tag, comm, request)
                    : PMPI_Send(nullptr, 0, MPI_BYTE, dest, tag, comm);
   }
-  return rc == MPI_SUCCESS ? rc : raise_error(comm, rc);
+  if (rc != MPI_SUCCESS) return raise_error(comm, rc);
+  // The user may reuse the buffer once the copies out of it are done: now
+  // for a blocking send, in the call that completes the request otherwise.
+  gpu::Event filled = bounce->filled;
+  auto copied_out = [backend, filled, comm] {
+    const Status status = backend->event_synchronize(filled);
+    return ok(status) ? MPI_SUCCESS : raise_error(comm, MPI_ERR_OTHER);
+  };
+  if (!request) return copied_out();
+  track_request(*request, copied_out);
+  return MPI_SUCCESS;
 }
 
 int after_receive(MPI_Comm comm, void* buf, int count, MPI_Datatype type, MPI_Status* status) {

@@ -59,6 +59,10 @@ enum class Mode { kNone, kStandard, kSynchronous, kReady };
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
          MPI_Request* request, bool* handled);
 
+// Whether send() would take a send of count × type at buf to dest (unless
+// its bounce buffers are all in use).
+bool takes(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm);
+
 // To call before sending count × type to dest: an empty message gets its
 // envelope (*announced). Returns an MPI error class.
 int before_send(int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool* announced = nullptr);

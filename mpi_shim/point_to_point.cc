@@ -1,6 +1,8 @@
 // Blocking point-to-point on the staged route.
 #include "mpi_shim/point_to_point.h"
 
+#include <algorithm>
+
 #include "handlers.h"
 #include "mpi_shim/requests.h"
 #include "mpi_shim/route.h"
@@ -22,14 +24,14 @@ int send_like(FunctionId id, const void* buf, int count, MPI_Datatype datatype, 
   return staging.finish(pmpi(send));
 }
 
-// With sends through peer memory on: the send as MPI_Isend would make it
-// (through peer memory, or with its envelope), the receive as MPI_Recv, and
-// the wait. MPI_Sendrecv guarantees no more than that.
+// A send through peer memory: the send as MPI_Isend would make it, the
+// receive as MPI_Recv, and the wait. MPI_Sendrecv guarantees no more.
 int sendrecv_with_peers(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
                         void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
                         MPI_Status* status) {
   MPI_Request send = MPI_REQUEST_NULL;
-  int result = handle_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &send);
+  int result = send_through(FunctionId::kSendrecv, peer::Mode::kStandard, sendbuf, sendcount, sendtype, dest, sendtag,
+                            comm, &send, [&] { return handle_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &send); });
   if (result != MPI_SUCCESS) return result;
   const int received = handle_Recv(recvbuf, recvcount, recvtype, source, recvtag, comm, status);
   result = handle_Wait(&send, MPI_STATUS_IGNORE);
@@ -64,8 +66,12 @@ int sendrecv_replace_with_peers(void* buf, int count, MPI_Datatype datatype, int
                               return PMPI_Isend(copy, count, datatype, dest, sendtag, comm, &send);
                             });
   if (result != MPI_SUCCESS) return result;
+  // Through peer memory the send completes without its receive, once the
+  // copy out of buf is done, which must come before the receive fills buf.
+  const bool staged = staging.staged_any();
+  if (!staged) result = handle_Wait(&send, MPI_STATUS_IGNORE);
   const int received = handle_Recv(buf, count, datatype, source, recvtag, comm, status);
-  result = handle_Wait(&send, MPI_STATUS_IGNORE);
+  if (staged) result = handle_Wait(&send, MPI_STATUS_IGNORE);
   return received != MPI_SUCCESS ? received : staging.finish(result);
 }
 
@@ -102,6 +108,34 @@ int handle_Rsend(const void* buf, int count, MPI_Datatype datatype, int dest, in
 }
 
 int handle_Recv(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status* status) {
+  // A device buffer on a communicator with peers: the message is matched
+  // first, so a marker's data goes straight into buf and only a message
+  // that carries its data is staged, at its own size. (Invalid arguments go
+  // to the real MPI as they are, for its error.)
+  Extent extent;
+  if (peer::checks_receives(comm) && extent_of(count, datatype, &extent) &&
+      gpu::classify(buf).kind == gpu::MemoryKind::kDevice) {
+    MPI_Status local;
+    MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    int result = PMPI_Mprobe(source, tag, comm, &message, st);
+    peer::TakenEnvelope* taken = nullptr;
+    if (result == MPI_SUCCESS && message != MPI_MESSAGE_NO_PROC) result = peer::after_matched_probe(comm, st, &taken);
+    if (result != MPI_SUCCESS) return raise_error(comm, result);
+    if (taken) {
+      count_bytes(FunctionId::kRecv, count, datatype);
+      record_route(FunctionId::kRecv, RouteDecision{Route::kEngine, "peer memory"});
+      result = PMPI_Mrecv(nullptr, 0, MPI_BYTE, &message, st);
+      if (result == MPI_SUCCESS) result = peer::receive_taken(comm, taken, buf, count, datatype, st);
+      return result == MPI_SUCCESS ? result : raise_error(comm, result);
+    }
+    int received = 0;
+    PMPI_Get_count(st, datatype, &received);
+    const int size = received == MPI_UNDEFINED ? count : std::min(count, received + 1);
+    return receive_staged(
+        FunctionId::kRecv, buf, size, datatype, comm, status,
+        [&](void* b, MPI_Status* s) { return PMPI_Mrecv(b, size, datatype, &message, s); }, false);
+  }
   return receive_staged(FunctionId::kRecv, buf, count, datatype, comm, status, [&](void* b, MPI_Status* st) {
     return PMPI_Recv(b, count, datatype, source, tag, comm, st);
   });
@@ -110,26 +144,37 @@ int handle_Recv(void* buf, int count, MPI_Datatype datatype, int source, int tag
 int handle_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
                     int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status* status) {
   const FunctionId id = FunctionId::kSendrecv;
-  if (peer::active()) return sendrecv_with_peers(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,
-                                                 recvtype, source, recvtag, comm, status);
+  if (peer::takes(sendbuf, sendcount, sendtype, dest, sendtag, comm))
+    return sendrecv_with_peers(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
+                               recvtag, comm, status);
+  const int announced = peer::before_send(sendcount, sendtype, dest, sendtag, comm);
+  if (announced != MPI_SUCCESS) return raise_error(comm, announced);
   count_bytes(id, sendcount, sendtype);
   auto pmpi = [&](const void* s, void* r, MPI_Status* st) {
     return PMPI_Sendrecv(s, sendcount, sendtype, dest, sendtag, r, recvcount, recvtype, source, recvtag, comm, st);
   };
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf, status);
+  // A receive that matched a marker gets its data.
+  const bool checked = peer::checks_receives(comm);
+  MPI_Status local;
+  MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
+  auto check = [&](int result) {
+    if (result != MPI_SUCCESS || !checked) return result;
+    const int received = peer::after_receive(comm, recvbuf, recvcount, recvtype, st);
+    return received == MPI_SUCCESS ? received : raise_error(comm, received);
+  };
+  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi)
+    return check(pmpi(sendbuf, recvbuf, checked ? st : status));
   Extent send_extent, recv_extent;
   if (comm == MPI_COMM_NULL || !extent_of(sendcount, sendtype, &send_extent) ||
       !extent_of(recvcount, recvtype, &recv_extent))
-    return pmpi(sendbuf, recvbuf, status);
+    return check(pmpi(sendbuf, recvbuf, checked ? st : status));
   Staging staging(id, comm);
   const void* send = staging.in(sendbuf, send_extent);
   void* recv = staging.receive(recvbuf, recv_extent, recvtype);
   if (staging.failed()) return staging.raise();
-  MPI_Status local;
-  MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
   const int result = pmpi(send, recv, st);
   if (result == MPI_SUCCESS) staging.received(*st);
-  return staging.finish(result);
+  return check(staging.finish(result));
 }
 
 int handle_Sendrecv_replace(void* buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source,
