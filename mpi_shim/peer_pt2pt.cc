@@ -1,5 +1,7 @@
 #include "mpi_shim/peer_pt2pt.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -50,9 +53,25 @@ struct Envelope {
   // word at its start reads first_chunk + k or later. 0: filled already.
   std::uint32_t first_chunk;
   std::uint64_t chunk_bytes;
-  ExportedBuffer buffer;  // kPeerMemory only: the bounce buffer
+  // An offer of the send buffer itself (buffer names it, not a bounce
+  // buffer): the receive that claims the word at claim_slot of the sender's
+  // claims segment copies straight from it; if the sender withdrew first,
+  // an envelope of a bounce buffer follows on reply_tag. -1: no offer.
+  std::int32_t claim_slot;
+  std::int32_t claim_pid;
+  std::uint64_t claim_nonce;
+  std::uint64_t claim_ticket;  // this offer's, in the word's upper half
+  ExportedBuffer buffer;       // kPeerMemory only
 };
-static_assert(sizeof(Envelope) == 152, "Envelope travels between processes; keep its layout fixed");
+static_assert(sizeof(Envelope) == 176, "Envelope travels between processes; keep its layout fixed");
+
+// A claim word (host shared memory, one per offer in flight): the offer's
+// ticket, so a late receive cannot take a later offer in the same word,
+// and its state.
+enum Claim : std::uint64_t { kOffered = 1, kClaimed = 2, kClaimDone = 3, kWithdrawn = 4 };
+constexpr int kClaimSlots = 4096;
+constexpr std::size_t kClaimsBytes = kClaimSlots * sizeof(std::uint64_t);
+constexpr std::uint64_t claim_word(std::uint64_t ticket, Claim state) { return ticket << 8 | state; }
 
 // A bounce buffer: a page for the word that says how far it is filled,
 // then the data (whole 2 MiB pages, which copy engines fill fastest).
@@ -116,6 +135,16 @@ struct State {
   // copies out of them, by backend and device (-1: a host receive buffer).
   std::mutex streams_mutex;
   std::map<std::pair<gpu::Backend*, int>, gpu::Stream> send_streams, receive_streams;
+  // Offers: this process's claims segment and its free words, and the
+  // peers' segments mapped here, by (process, nonce).
+  std::mutex claims_mutex;
+  std::atomic<std::uint64_t>* claims = nullptr;
+  std::uint64_t tickets = 0;
+  bool claims_failed = false;
+  std::string claims_name;
+  std::uint64_t claims_nonce = 0;
+  std::vector<int> free_claims;
+  std::map<std::pair<int, std::uint64_t>, std::atomic<std::uint64_t>*> peer_claims;
 };
 
 
@@ -179,6 +208,58 @@ void register_locked(MPI_Comm comm, std::uint64_t id) {
     entry.any_on_host = entry.any_on_host || entry.on_host[r];
   }
   s.comms[comm] = std::move(entry);
+}
+
+std::string claims_segment_name(int pid, std::uint64_t nonce) {
+  return "/ferry-claims-" + std::to_string(pid) + "-" + std::to_string(nonce);
+}
+
+std::atomic<std::uint64_t>* map_claims(const std::string& name, bool create) {
+  const int fd = shm_open(name.c_str(), create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
+  if (fd < 0) return nullptr;
+  if (create && ftruncate(fd, kClaimsBytes) != 0) {
+    close(fd);
+    shm_unlink(name.c_str());
+    return nullptr;
+  }
+  void* view = mmap(nullptr, kClaimsBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  return view == MAP_FAILED ? nullptr : static_cast<std::atomic<std::uint64_t>*>(view);
+}
+
+// A free word of this process's claims segment (made at first use), or -1,
+// and a new ticket.
+int take_claim(std::uint64_t* ticket) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.claims_mutex);
+  if (!s.claims && !s.claims_failed) {
+    s.claims_nonce = mix(static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()),
+                         static_cast<std::uint64_t>(s.world_rank));
+    s.claims_name = claims_segment_name(getpid(), s.claims_nonce);
+    s.claims = map_claims(s.claims_name, true);
+    s.claims_failed = s.claims == nullptr;
+    for (int slot = kClaimSlots - 1; s.claims && slot >= 0; --slot) s.free_claims.push_back(slot);
+  }
+  if (s.free_claims.empty()) return -1;
+  *ticket = ++s.tickets;
+  const int slot = s.free_claims.back();
+  s.free_claims.pop_back();
+  return slot;
+}
+
+void give_claim(int slot) {
+  std::lock_guard<std::mutex> lock(state().claims_mutex);
+  state().free_claims.push_back(slot);
+}
+
+// The word of an offer from another process, its segment mapped at first
+// use; nullptr if it cannot be.
+std::atomic<std::uint64_t>* peer_claim(const Envelope& env) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.claims_mutex);
+  auto& words = s.peer_claims[{env.claim_pid, env.claim_nonce}];
+  if (!words) words = map_claims(claims_segment_name(env.claim_pid, env.claim_nonce), false);
+  return words && env.claim_slot >= 0 && env.claim_slot < kClaimSlots ? words + env.claim_slot : nullptr;
 }
 
 // rank of comm when it is a known communicator and rank another process of
@@ -266,7 +347,8 @@ gpu::Backend* backend_of(gpu::BackendKind kind) {
 // the bounce buffer's word is raised past every chunk, so the stream
 // drains, and the sender retires the buffer (kFailed).
 Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* dst, std::size_t length) {
-  const char* data = static_cast<const char*>(bounce) + kBounceHeader;
+  // An offered send buffer has no header.
+  const char* data = static_cast<const char*>(bounce) + (env.claim_slot >= 0 ? 0 : kBounceHeader);
   if (env.first_chunk == 0) return backend->copy(dst, data, length);
   const gpu::PointerInfo where = gpu::classify(dst);
   gpu::Stream stream =
@@ -301,6 +383,21 @@ Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* 
 int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, int count, MPI_Datatype type,
                     MPI_Status* status) {
   State& s = state();
+  std::atomic<std::uint64_t>* claim = nullptr;
+  if (env.claim_slot >= 0) {
+    // An offer: claimed, the send buffer is copied from and the word says
+    // when that is done; withdrawn (the sender waited long enough), a
+    // bounce buffer's envelope follows.
+    claim = peer_claim(env);
+    std::uint64_t offered = claim_word(env.claim_ticket, kOffered);
+    if (!claim ||
+        !claim->compare_exchange_strong(offered, claim_word(env.claim_ticket, kClaimed), std::memory_order_acq_rel)) {
+      Envelope bounced;
+      const int rc = PMPI_Recv(&bounced, sizeof(bounced), MPI_BYTE, world, env.reply_tag, s.control, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return rc;
+      return receive_message(comm, bounced, world, buf, count, type, status);
+    }
+  }
   Extent extent;
   const std::int64_t capacity = message_bytes(count, type);
   const bool described = capacity >= 0 && extent_of(count, type, &extent);
@@ -337,9 +434,14 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
     }
   }
   if (ok(copied) || backend) s.memory.unpin_buffer(env.buffer);
-  // Acknowledged in every case, so the sender's bounce buffer is not held.
-  const std::int32_t reply = copied == Status::kTimeout ? kFailed : kCopied;
-  const int replied = PMPI_Send(&reply, 1, MPI_INT32_T, world, env.reply_tag, s.control);
+  // Acknowledged in every case, so the sender's buffer is not held.
+  int replied = MPI_SUCCESS;
+  if (claim) {
+    claim->store(claim_word(env.claim_ticket, kClaimDone), std::memory_order_release);
+  } else {
+    const std::int32_t reply = copied == Status::kTimeout ? kFailed : kCopied;
+    replied = PMPI_Send(&reply, 1, MPI_INT32_T, world, env.reply_tag, s.control);
+  }
   if (!ok(copied)) {
     FERRY_WARN(Shim, "copying a %llu-byte message out of peer memory failed: %s",
                static_cast<unsigned long long>(env.bytes), status_name(copied));
@@ -532,6 +634,17 @@ void stop() {
       if (!b->busy) free_bounce(*b);
     s.bounces.clear();
   }
+  {
+    std::lock_guard<std::mutex> lock(s.claims_mutex);
+    for (auto& [owner, words] : s.peer_claims)
+      if (words) munmap(words, kClaimsBytes);
+    s.peer_claims.clear();
+    if (s.claims) {
+      munmap(s.claims, kClaimsBytes);
+      shm_unlink(s.claims_name.c_str());
+      s.claims = nullptr;
+    }
+  }
   g_active.store(false, std::memory_order_release);
   PMPI_Comm_free(&s.control);
   std::lock_guard<std::mutex> lock(s.comms_mutex);
@@ -636,11 +749,129 @@ bool takes(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI
   return eligible(buf, count, type, dest, tag, comm, &e);
 }
 
+namespace {
+
+// The marker: an empty message the real MPI matches like the user's own.
+int send_marker(Mode mode, int dest, int tag, MPI_Comm comm, MPI_Request* request) {
+  switch (mode) {
+    case Mode::kSynchronous:
+      return request ? PMPI_Issend(nullptr, 0, MPI_BYTE, dest, tag, comm, request)
+                     : PMPI_Ssend(nullptr, 0, MPI_BYTE, dest, tag, comm);
+    case Mode::kReady:
+      return request ? PMPI_Irsend(nullptr, 0, MPI_BYTE, dest, tag, comm, request)
+                     : PMPI_Rsend(nullptr, 0, MPI_BYTE, dest, tag, comm);
+    default:
+      return request ? PMPI_Isend(nullptr, 0, MPI_BYTE, dest, tag, comm, request)
+                     : PMPI_Send(nullptr, 0, MPI_BYTE, dest, tag, comm);
+  }
+}
+
+// A blocking send that offers its own buffer: if the receive claims the
+// offer within FERRY_PT2PT_CLAIM_US it copies straight from the buffer (one
+// copy, no bounce), and the send returns when that is done. Otherwise the
+// send withdraws the offer, fills the bounce buffer it reserved and sends
+// its envelope, and returns without waiting for the receive, as MPI's
+// progress rule needs. False in *handled when no offer could be made.
+int send_offer(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, MPI_Comm comm, bool* handled) {
+  State& s = state();
+  Bounce* bounce = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.bounce_mutex);
+    reap_locked(s);
+    bounce = take_bounce_locked(s, e.backend, e.info.device, static_cast<std::size_t>(e.bytes));
+  }
+  if (!bounce) return MPI_SUCCESS;
+  auto give_back = [&] {
+    std::lock_guard<std::mutex> lock(s.bounce_mutex);
+    bounce->busy = false;
+    s.bounce_in_use -= bounce->bytes;
+  };
+  std::uint64_t ticket = 0;
+  const int slot = take_claim(&ticket);
+  Envelope env{};
+  env.comm_id = e.to.comm_id;
+  env.tag = tag;
+  env.kind = EnvelopeKind::kPeerMemory;
+  env.bytes = static_cast<std::uint64_t>(e.bytes);
+  env.reply_tag = next_reply_tag();
+  env.claim_slot = slot;
+  env.claim_pid = static_cast<std::int32_t>(getpid());
+  env.claim_nonce = s.claims_nonce;
+  env.claim_ticket = ticket;
+  env.chunk_bytes = env.bytes;
+  if (slot < 0 || !ok(s.memory.export_buffer(e.data, e.info, &env.buffer))) {
+    if (slot >= 0) give_claim(slot);
+    give_back();
+    return MPI_SUCCESS;
+  }
+  std::atomic<std::uint64_t>& claim = s.claims[slot];
+  claim.store(claim_word(ticket, kOffered), std::memory_order_release);
+  if (PMPI_Send(&env, sizeof(env), MPI_BYTE, e.to.world, kEnvelopeTag, s.control) != MPI_SUCCESS) {
+    give_claim(slot);
+    give_back();
+    return MPI_SUCCESS;
+  }
+  *handled = true;
+  record_route(id, RouteDecision{Route::kEngine, "peer memory"});
+  int rc = send_marker(mode, dest, tag, comm, nullptr);
+  if (rc != MPI_SUCCESS) return raise_error(comm, rc);
+
+  const auto start = std::chrono::steady_clock::now();
+  const auto offer_ends = start + std::chrono::microseconds(params().pt2pt_claim_us);
+  const auto gives_up = start + std::chrono::seconds(params().handshake_timeout);
+  bool withdrawn = false;
+  for (int polls = 0;; ++polls) {
+    std::uint64_t word = claim.load(std::memory_order_acquire);
+    if (word == claim_word(ticket, kClaimDone)) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (word == claim_word(ticket, kOffered) && now > offer_ends &&
+        claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
+      withdrawn = true;
+      break;
+    }
+    if (word == claim_word(ticket, kClaimed) && params().handshake_timeout > 0 && now > gives_up) {
+      // The receive claimed the buffer and never finished copying it.
+      FERRY_WARN(Shim, "a receive claimed a %lld-byte message and did not finish within FERRY_HANDSHAKE_TIMEOUT",
+                 static_cast<long long>(e.bytes));
+      give_back();
+      return raise_error(comm, MPI_ERR_OTHER);
+    }
+    if (polls > 1024) std::this_thread::yield();
+  }
+  give_claim(slot);
+  if (!withdrawn) {
+    give_back();
+    return MPI_SUCCESS;
+  }
+  // The bounce buffer's envelope, on the reply tag the receive listens to.
+  Envelope bounced = env;
+  bounced.claim_slot = -1;
+  MPI_Request reply = MPI_REQUEST_NULL;
+  if (!ok(s.memory.export_buffer(bounce->ptr, &bounced.buffer)) || !ok(fill_bounce(*bounce, e.data, &bounced))) {
+    give_back();
+    return raise_error(comm, MPI_ERR_OTHER);
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.bounce_mutex);
+    rc = PMPI_Irecv(&bounce->reply, 1, MPI_INT32_T, e.to.world, env.reply_tag, s.control, &reply);
+    if (rc == MPI_SUCCESS) s.in_flight.push_back(SendInFlight{reply, bounce});
+  }
+  if (rc == MPI_SUCCESS) rc = PMPI_Send(&bounced, sizeof(bounced), MPI_BYTE, e.to.world, env.reply_tag, s.control);
+  if (rc != MPI_SUCCESS) return raise_error(comm, rc);
+  return ok(e.backend->event_synchronize(bounce->filled)) ? MPI_SUCCESS : raise_error(comm, MPI_ERR_OTHER);
+}
+
+}  // namespace
+
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
          MPI_Request* request, bool* handled) {
   *handled = false;
   Eligible e;
   if (mode == Mode::kNone || !eligible(buf, count, type, dest, tag, comm, &e)) return MPI_SUCCESS;
+  if (!request && params().pt2pt_claim_us > 0) {
+    const int rc = send_offer(id, mode, e, dest, tag, comm, handled);
+    if (*handled) return rc;
+  }
   const std::int64_t bytes = e.bytes;
   const void* data = e.data;
   const gpu::PointerInfo& info = e.info;
@@ -662,6 +893,7 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
   env.kind = EnvelopeKind::kPeerMemory;
   env.bytes = static_cast<std::uint64_t>(bytes);
   env.reply_tag = next_reply_tag();
+  env.claim_slot = -1;
   if (!ok(s.memory.export_buffer(bounce->ptr, &env.buffer)) || !ok(fill_bounce(*bounce, data, &env))) {
     give_back();
     return MPI_SUCCESS;
@@ -681,21 +913,7 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
   s.in_flight.push_back(SendInFlight{reply, bounce});
   *handled = true;
   record_route(id, RouteDecision{Route::kEngine, "peer memory"});
-  // The marker: an empty message the real MPI matches like the user's own.
-  int rc = MPI_SUCCESS;
-  switch (mode) {
-    case Mode::kSynchronous:
-      rc = request ? PMPI_Issend(nullptr, 0, MPI_BYTE, dest, tag, comm, request)
-                   : PMPI_Ssend(nullptr, 0, MPI_BYTE, dest, tag, comm);
-      break;
-    case Mode::kReady:
-      rc = request ? PMPI_Irsend(nullptr, 0, MPI_BYTE, dest, tag, comm, request)
-                   : PMPI_Rsend(nullptr, 0, MPI_BYTE, dest, tag, comm);
-      break;
-    default:
-      rc = request ? PMPI_Isend(nullptr, 0, MPI_BYTE, dest, tag, comm, request)
-                   : PMPI_Send(nullptr, 0, MPI_BYTE, dest, tag, comm);
-  }
+  const int rc = send_marker(mode, dest, tag, comm, request);
   if (rc != MPI_SUCCESS) return raise_error(comm, rc);
   // The user may reuse the buffer once the copies out of it are done: now
   // for a blocking send, in the call that completes the request otherwise.

@@ -359,6 +359,34 @@ void test_sendrecv() {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// A blocking device send to a receive that is already waiting (it may copy
+// straight from the send buffer) and to one that comes 20 ms late: both
+// deliver, and the sender may overwrite its buffer as soon as MPI_Send
+// returns.
+void test_early_and_late_receive() {
+  const uint64_t id = next_case_id();
+  const int rank = world_rank();
+  const Case what{"MPI_Send to an early and a late MPI_Recv", "MPI_DOUBLE", "", kLarge, "device", ""};
+  for (int late = 0; late < 2; ++late) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+      Buffer data = make_buffer(random_values<double>(kLarge, id + late, rank), Memory::device);
+      check_mpi(MPI_Send(data.data(), int(kLarge), MPI_DOUBLE, 1, kTag, MPI_COMM_WORLD), what);
+      data.write(poisoned<double>(kLarge).data(), kLarge * sizeof(double));
+    } else if (rank == 1) {
+      const Buffer into = make_buffer(poisoned<double>(kLarge), late ? Memory::host : Memory::device);
+      if (late) {
+        const double until = MPI_Wtime() + 0.02;
+        while (MPI_Wtime() < until) {
+        }
+      }
+      check_mpi(MPI_Recv(into.data(), int(kLarge), MPI_DOUBLE, 0, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), what);
+      expect_values(what, into, random_values<double>(kLarge, id + late, 0), late ? "late" : "early");
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // Persistent requests, started three times: an empty send and a device one
 // on one tag, received by a persistent host receive and a device one.
 void test_persistent() {
@@ -420,6 +448,7 @@ int main(int argc, char** argv) {
   test_free_and_cancel();
   test_communicators();
   test_sendrecv();
+  test_early_and_late_receive();
   test_persistent();
   return suite::finish();
 }
