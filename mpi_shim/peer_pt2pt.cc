@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -766,13 +767,29 @@ int send_marker(Mode mode, int dest, int tag, MPI_Comm comm, MPI_Request* reques
   }
 }
 
-// A blocking send that offers its own buffer: if the receive claims the
-// offer within FERRY_PT2PT_CLAIM_US it copies straight from the buffer (one
-// copy, no bounce), and the send returns when that is done. Otherwise the
-// send withdraws the offer, fills the bounce buffer it reserved and sends
-// its envelope, and returns without waiting for the receive, as MPI's
-// progress rule needs. False in *handled when no offer could be made.
-int send_offer(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, MPI_Comm comm, bool* handled) {
+// An offer in flight: what offer_finish needs.
+struct Offer {
+  Eligible e;
+  Bounce* bounce;
+  int slot;
+  std::uint64_t ticket;
+  Envelope env;
+  MPI_Comm comm;
+};
+
+void give_back_bounce(Bounce* bounce) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.bounce_mutex);
+  bounce->busy = false;
+  s.bounce_in_use -= bounce->bytes;
+}
+
+// Starts a blocking send that offers its own buffer: reserves a bounce
+// buffer for the case the offer is withdrawn, sends the envelope and the
+// marker. False in *handled when no offer could be made (nothing sent).
+int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, MPI_Comm comm, Offer* offer,
+                bool* handled) {
+  *handled = false;
   State& s = state();
   Bounce* bounce = nullptr;
   {
@@ -781,11 +798,6 @@ int send_offer(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, M
     bounce = take_bounce_locked(s, e.backend, e.info.device, static_cast<std::size_t>(e.bytes));
   }
   if (!bounce) return MPI_SUCCESS;
-  auto give_back = [&] {
-    std::lock_guard<std::mutex> lock(s.bounce_mutex);
-    bounce->busy = false;
-    s.bounce_in_use -= bounce->bytes;
-  };
   std::uint64_t ticket = 0;
   const int slot = take_claim(&ticket);
   Envelope env{};
@@ -801,21 +813,31 @@ int send_offer(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, M
   env.chunk_bytes = env.bytes;
   if (slot < 0 || !ok(s.memory.export_buffer(e.data, e.info, &env.buffer))) {
     if (slot >= 0) give_claim(slot);
-    give_back();
+    give_back_bounce(bounce);
     return MPI_SUCCESS;
   }
-  std::atomic<std::uint64_t>& claim = s.claims[slot];
-  claim.store(claim_word(ticket, kOffered), std::memory_order_release);
+  s.claims[slot].store(claim_word(ticket, kOffered), std::memory_order_release);
   if (PMPI_Send(&env, sizeof(env), MPI_BYTE, e.to.world, kEnvelopeTag, s.control) != MPI_SUCCESS) {
     give_claim(slot);
-    give_back();
+    give_back_bounce(bounce);
     return MPI_SUCCESS;
   }
   *handled = true;
+  *offer = Offer{e, bounce, slot, ticket, env, comm};
   record_route(id, RouteDecision{Route::kEngine, "peer memory"});
-  int rc = send_marker(mode, dest, tag, comm, nullptr);
-  if (rc != MPI_SUCCESS) return raise_error(comm, rc);
+  const int rc = send_marker(mode, dest, tag, comm, nullptr);
+  return rc == MPI_SUCCESS ? rc : raise_error(comm, rc);
+}
 
+// Finishes an offer: returns once the receive that claimed it has copied
+// the buffer, or, when nothing claimed it within FERRY_PT2PT_CLAIM_US (from
+// now), withdraws it, fills the bounce buffer and sends its envelope (on
+// the reply tag the receive then listens to), without waiting for the
+// receive, as MPI's progress rule needs.
+int offer_finish(Offer& offer) {
+  State& s = state();
+  std::atomic<std::uint64_t>& claim = s.claims[offer.slot];
+  const std::uint64_t ticket = offer.ticket;
   const auto start = std::chrono::steady_clock::now();
   const auto offer_ends = start + std::chrono::microseconds(params().pt2pt_claim_us);
   const auto gives_up = start + std::chrono::seconds(params().handshake_timeout);
@@ -832,33 +854,35 @@ int send_offer(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, M
     if (word == claim_word(ticket, kClaimed) && params().handshake_timeout > 0 && now > gives_up) {
       // The receive claimed the buffer and never finished copying it.
       FERRY_WARN(Shim, "a receive claimed a %lld-byte message and did not finish within FERRY_HANDSHAKE_TIMEOUT",
-                 static_cast<long long>(e.bytes));
-      give_back();
-      return raise_error(comm, MPI_ERR_OTHER);
+                 static_cast<long long>(offer.e.bytes));
+      give_back_bounce(offer.bounce);
+      return raise_error(offer.comm, MPI_ERR_OTHER);
     }
     if (polls > 1024) std::this_thread::yield();
   }
-  give_claim(slot);
+  give_claim(offer.slot);
+  Bounce* bounce = offer.bounce;
   if (!withdrawn) {
-    give_back();
+    give_back_bounce(bounce);
     return MPI_SUCCESS;
   }
-  // The bounce buffer's envelope, on the reply tag the receive listens to.
-  Envelope bounced = env;
+  Envelope bounced = offer.env;
   bounced.claim_slot = -1;
-  MPI_Request reply = MPI_REQUEST_NULL;
-  if (!ok(s.memory.export_buffer(bounce->ptr, &bounced.buffer)) || !ok(fill_bounce(*bounce, e.data, &bounced))) {
-    give_back();
-    return raise_error(comm, MPI_ERR_OTHER);
+  if (!ok(s.memory.export_buffer(bounce->ptr, &bounced.buffer)) || !ok(fill_bounce(*bounce, offer.e.data, &bounced))) {
+    give_back_bounce(bounce);
+    return raise_error(offer.comm, MPI_ERR_OTHER);
   }
+  int rc = MPI_SUCCESS;
   {
     std::lock_guard<std::mutex> lock(s.bounce_mutex);
-    rc = PMPI_Irecv(&bounce->reply, 1, MPI_INT32_T, e.to.world, env.reply_tag, s.control, &reply);
+    MPI_Request reply = MPI_REQUEST_NULL;
+    rc = PMPI_Irecv(&bounce->reply, 1, MPI_INT32_T, offer.e.to.world, bounced.reply_tag, s.control, &reply);
     if (rc == MPI_SUCCESS) s.in_flight.push_back(SendInFlight{reply, bounce});
   }
-  if (rc == MPI_SUCCESS) rc = PMPI_Send(&bounced, sizeof(bounced), MPI_BYTE, e.to.world, env.reply_tag, s.control);
-  if (rc != MPI_SUCCESS) return raise_error(comm, rc);
-  return ok(e.backend->event_synchronize(bounce->filled)) ? MPI_SUCCESS : raise_error(comm, MPI_ERR_OTHER);
+  if (rc == MPI_SUCCESS)
+    rc = PMPI_Send(&bounced, sizeof(bounced), MPI_BYTE, offer.e.to.world, bounced.reply_tag, s.control);
+  if (rc != MPI_SUCCESS) return raise_error(offer.comm, rc);
+  return ok(offer.e.backend->event_synchronize(bounce->filled)) ? MPI_SUCCESS : raise_error(offer.comm, MPI_ERR_OTHER);
 }
 
 }  // namespace
@@ -869,8 +893,9 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
   Eligible e;
   if (mode == Mode::kNone || !eligible(buf, count, type, dest, tag, comm, &e)) return MPI_SUCCESS;
   if (!request && params().pt2pt_claim_us > 0) {
-    const int rc = send_offer(id, mode, e, dest, tag, comm, handled);
-    if (*handled) return rc;
+    Offer offer;
+    const int rc = offer_start(id, mode, e, dest, tag, comm, &offer, handled);
+    if (*handled) return rc == MPI_SUCCESS ? offer_finish(offer) : rc;
   }
   const std::int64_t bytes = e.bytes;
   const void* data = e.data;
@@ -925,6 +950,22 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
   if (!request) return copied_out();
   track_request(*request, copied_out);
   return MPI_SUCCESS;
+}
+
+int sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
+             const std::function<int()>& receive, MPI_Comm comm, bool* handled) {
+  *handled = false;
+  Eligible e;
+  if (params().pt2pt_claim_us <= 0 || !eligible(sendbuf, sendcount, sendtype, dest, sendtag, comm, &e))
+    return MPI_SUCCESS;
+  Offer offer;
+  int rc = offer_start(FunctionId::kSendrecv, Mode::kStandard, e, dest, sendtag, comm, &offer, handled);
+  if (!*handled) return MPI_SUCCESS;
+  count_bytes(FunctionId::kSendrecv, sendcount, sendtype);
+  // The receive runs while the offer stands (its peer may be claiming it).
+  const int received = rc == MPI_SUCCESS ? receive() : rc;
+  rc = offer_finish(offer);
+  return received != MPI_SUCCESS ? received : rc;
 }
 
 int after_receive(MPI_Comm comm, void* buf, int count, MPI_Datatype type, MPI_Status* status) {

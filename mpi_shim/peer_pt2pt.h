@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 
 #include "function_ids.h"
 
@@ -58,6 +59,13 @@ enum class Mode { kNone, kStandard, kSynchronous, kReady };
 // *request is the marker's.
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
          MPI_Request* request, bool* handled);
+
+// MPI_Sendrecv whose send offers its buffer (as a blocking send()):
+// receive() makes the receive while the offer stands, so two ranks that
+// exchange copy straight out of each other's buffers. *handled false:
+// nothing was sent (send and receive another way).
+int sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
+             const std::function<int()>& receive, MPI_Comm comm, bool* handled);
 
 // Whether send() would take a send of count × type at buf to dest (unless
 // its bounce buffers are all in use).

@@ -29,6 +29,11 @@ int send_like(FunctionId id, const void* buf, int count, MPI_Datatype datatype, 
 int sendrecv_with_peers(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
                         void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
                         MPI_Status* status) {
+  bool offered = false;
+  const int exchanged = peer::sendrecv(
+      sendbuf, sendcount, sendtype, dest, sendtag,
+      [&] { return handle_Recv(recvbuf, recvcount, recvtype, source, recvtag, comm, status); }, comm, &offered);
+  if (offered) return exchanged;
   MPI_Request send = MPI_REQUEST_NULL;
   int result = send_through(FunctionId::kSendrecv, peer::Mode::kStandard, sendbuf, sendcount, sendtype, dest, sendtag,
                             comm, &send, [&] { return handle_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &send); });
