@@ -156,6 +156,19 @@ int main(int argc, char** argv) {
   std::vector<double> send(kMediumCount, 1.0 + rank);
   std::vector<double> receive(kMediumCount, 0.0);
 
+  int ranks = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const int right = (rank + 1) % ranks, left = (rank + ranks - 1) % ranks;
+  // Point-to-point: with sends through peer memory on (FERRY_PT2PT=peer),
+  // Ferry checks every receive on a communicator with peers on the machine.
+  auto exchange = [&](bool through_pmpi) {
+    MPI_Request requests[2];
+    auto irecv = through_pmpi ? PMPI_Irecv : MPI_Irecv;
+    auto isend = through_pmpi ? PMPI_Isend : MPI_Isend;
+    irecv(receive.data(), kSmallCount, MPI_DOUBLE, left, 1, MPI_COMM_WORLD, &requests[0]);
+    isend(send.data(), kSmallCount, MPI_DOUBLE, right, 1, MPI_COMM_WORLD, &requests[1]);
+    (through_pmpi ? PMPI_Waitall : MPI_Waitall)(2, requests, MPI_STATUSES_IGNORE);
+  };
   const std::vector<Case> cases = {
       {"allreduce_sum_double", kSmallCount * sizeof(double),
        [&] { MPI_Allreduce(send.data(), receive.data(), kSmallCount, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); },
@@ -166,11 +179,19 @@ int main(int argc, char** argv) {
       {"allreduce_sum_double", kMediumCount * sizeof(double),
        [&] { MPI_Allreduce(send.data(), receive.data(), kMediumCount, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); },
        [&] { PMPI_Allreduce(send.data(), receive.data(), kMediumCount, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }},
+      {"sendrecv", kSmallCount * sizeof(double),
+       [&] {
+         MPI_Sendrecv(send.data(), kSmallCount, MPI_DOUBLE, right, 0, receive.data(), kSmallCount, MPI_DOUBLE, left, 0,
+                      MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+       },
+       [&] {
+         PMPI_Sendrecv(send.data(), kSmallCount, MPI_DOUBLE, right, 0, receive.data(), kSmallCount, MPI_DOUBLE, left,
+                       0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+       }},
+      {"irecv_isend_waitall", kSmallCount * sizeof(double), [&] { exchange(false); }, [&] { exchange(true); }},
   };
 
   if (rank == 0) {
-    int ranks = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     std::printf("preload %s\n", ferry_is_loaded() ? "ferry" : "none");
     std::printf("ranks %d iterations %d warmup %d\n", ranks, options.iterations, options.warmup);
   }

@@ -728,7 +728,8 @@ struct Eligible {
 };
 
 bool eligible(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, Eligible* out) {
-  if (!active() || !valid_tag(tag)) return false;
+  // Cheapest first: host buffers, most of what a program sends, stop here.
+  if (!active() || !valid_tag(tag) || !buf || gpu::classify(buf).kind != gpu::MemoryKind::kDevice) return false;
   const std::int64_t bytes = message_bytes(count, type);
   if (bytes <= 0 || bytes < params().pt2pt_min_bytes) return false;
   Extent extent;

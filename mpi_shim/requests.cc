@@ -138,10 +138,10 @@ int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime 
   // such call one shared, completed request, so the outputs go back now.
   int done = 0;
   MPI_Status status;
-  // A checked receive is finished at its completion, unless from
-  // MPI_PROC_NULL: Open MPI hands every such receive one shared request.
-  if (lifetime == Lifetime::kOnce && PMPI_Request_get_status(*request, &done, &status) == MPI_SUCCESS && done &&
-      (!checked.on() || status.MPI_SOURCE == MPI_PROC_NULL))
+  // A checked receive is finished at its completion (never one from
+  // MPI_PROC_NULL, whose request Open MPI shares among all such receives).
+  if (lifetime == Lifetime::kOnce && !checked.on() &&
+      PMPI_Request_get_status(*request, &done, &status) == MPI_SUCCESS && done)
     return deliver(staging, receive, status);
   StagedRequest staged;
   staged.staging = std::make_unique<Staging>(std::move(staging));
@@ -177,12 +177,6 @@ void track_uncancellable(MPI_Request request) {
 }
 
 void track_checked_receive(MPI_Request request, const CheckedReceive& checked, Lifetime lifetime) {
-  int done = 0;
-  MPI_Status status;
-  // From MPI_PROC_NULL: nothing to check, and the request is shared.
-  if (lifetime == Lifetime::kOnce && PMPI_Request_get_status(request, &done, &status) == MPI_SUCCESS && done &&
-      status.MPI_SOURCE == MPI_PROC_NULL)
-    return;
   StagedRequest tracked;
   tracked.receive = true;
   tracked.checked = checked;
@@ -257,8 +251,9 @@ int handle_Irsend(const void* buf, int count, MPI_Datatype datatype, int dest, i
 
 int handle_Irecv(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
                  MPI_Request* request) {
-  return post_staged(FunctionId::kIrecv, buf, count, datatype, comm, request, true, Lifetime::kOnce,
-                     [&](void* b) { return PMPI_Irecv(b, count, datatype, source, tag, comm, request); });
+  return post_staged(
+      FunctionId::kIrecv, buf, count, datatype, comm, request, true, Lifetime::kOnce,
+      [&](void* b) { return PMPI_Irecv(b, count, datatype, source, tag, comm, request); }, source != MPI_PROC_NULL);
 }
 
 int handle_Send_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
@@ -299,8 +294,10 @@ int handle_Rsend_init(const void* buf, int count, MPI_Datatype datatype, int des
 
 int handle_Recv_init(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
                      MPI_Request* request) {
-  return post_staged(FunctionId::kRecv_init, buf, count, datatype, comm, request, true, Lifetime::kPersistent,
-                     [&](void* b) { return PMPI_Recv_init(b, count, datatype, source, tag, comm, request); });
+  return post_staged(
+      FunctionId::kRecv_init, buf, count, datatype, comm, request, true, Lifetime::kPersistent,
+      [&](void* b) { return PMPI_Recv_init(b, count, datatype, source, tag, comm, request); },
+      source != MPI_PROC_NULL);
 }
 
 namespace {

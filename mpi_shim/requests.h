@@ -57,7 +57,9 @@ void track_request(MPI_Request request, std::function<int()> complete);
 // does nothing.
 void track_uncancellable(MPI_Request request);
 
-// A receive into a buffer that was not staged, checked when it completes.
+// A receive into a buffer that was not staged, checked when it completes
+// (never one from MPI_PROC_NULL: Open MPI shares the request of every such
+// receive).
 void track_checked_receive(MPI_Request request, const CheckedReceive& checked, Lifetime lifetime);
 
 // A persistent send of an empty message: on_start() runs before every
