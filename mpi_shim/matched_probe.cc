@@ -56,7 +56,8 @@ int after_probe(MPI_Comm comm, MPI_Message* message, MPI_Status* status) {
   return MPI_SUCCESS;
 }
 
-// Receives a marker's data once the real MPI received the marker.
+// A request that is complete already and reports status: MPI_Imrecv of a
+// marker, whose data is received before the call returns.
 int marker_status_request(const MPI_Status& status, MPI_Request* request) {
   auto* copy = new MPI_Status(status);
   copy->MPI_ERROR = MPI_SUCCESS;

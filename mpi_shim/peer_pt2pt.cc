@@ -6,16 +6,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
-#include <climits>
-#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -36,8 +34,8 @@ std::atomic<bool> g_active{false};
 namespace {
 
 // Tags on the control communicator: envelopes, then one reply tag per send
-// in flight (the acknowledgement comes back on it, and the data goes out on
-// it when the receive asks for it).
+// in flight (a bounce buffer's acknowledgement comes back on it; a
+// withdrawn offer's bounce envelope goes out on it).
 constexpr int kEnvelopeTag = 1;
 constexpr int kFirstReplyTag = 2;
 
@@ -131,7 +129,6 @@ struct State {
   std::mutex bounce_mutex;
   std::vector<std::unique_ptr<Bounce>> bounces;
   std::vector<SendInFlight> in_flight;
-  std::uint64_t bounce_in_use = 0;
   // Streams of the sends' copies into bounce buffers and of the receives'
   // copies out of them, by backend and device (-1: a host receive buffer).
   std::mutex streams_mutex;
@@ -147,7 +144,6 @@ struct State {
   std::vector<int> free_claims;
   std::map<std::pair<int, std::uint64_t>, std::atomic<std::uint64_t>*> peer_claims;
 };
-
 
 State& state() {
   static auto* s = new State;
@@ -297,9 +293,10 @@ bool packed_layout(MPI_Datatype type) {
   if (PMPI_Type_get_contents(type, integers, addresses, types, ints.data(), addrs.data(), &inner) != MPI_SUCCESS)
     return false;
   const bool packed = packed_layout(inner);
-  int named = 0, i2 = 0, a2 = 0, c2 = 0;
-  PMPI_Type_get_envelope(inner, &i2, &a2, &named, &c2);
-  if (c2 != MPI_COMBINER_NAMED) PMPI_Type_free(&inner);
+  // A derived type that get_contents returns is the caller's to free.
+  int inner_integers = 0, inner_addresses = 0, inner_types = 0, inner_combiner = MPI_UNDEFINED;
+  PMPI_Type_get_envelope(inner, &inner_integers, &inner_addresses, &inner_types, &inner_combiner);
+  if (inner_combiner != MPI_COMBINER_NAMED) PMPI_Type_free(&inner);
   if (!packed) return false;
   MPI_Aint lb = 0, extent = 0;
   int size = 0;
@@ -377,10 +374,11 @@ Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* 
   return Status::kTimeout;
 }
 
-// A message whose envelope says kPeerMemory: copies it out of the sender's
-// bounce buffer, straight into buf when buf is one dense range, else
-// through host memory and MPI_Unpack; acknowledges it (the sender then
-// reuses the bounce buffer) and sets status.
+// A message whose envelope says kPeerMemory: claims it if it is an offer,
+// then copies it out of the sender's buffer (or bounce buffer), straight
+// into buf when buf is one range in packed order, else through host memory
+// and MPI_Pack/MPI_Unpack; tells the sender it is done (the claim word, or
+// an acknowledgement that frees the bounce buffer) and sets status.
 int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, int count, MPI_Datatype type,
                     MPI_Status* status) {
   State& s = state();
@@ -408,6 +406,7 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
   gpu::Backend* backend = backend_of(env.buffer.handle.owner);
   void* source = nullptr;
   Status copied = backend ? s.memory.pin_buffer(env.buffer, &source) : Status::kUnavailable;
+  const bool pinned = ok(copied);
   int error = MPI_SUCCESS;
   if (ok(copied) && delivered > 0 && dense) {
     copied = copy_out(backend, env, source, static_cast<char*>(buf) + extent.lb, delivered);
@@ -434,7 +433,7 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
       error = staging.finish(error);
     }
   }
-  if (ok(copied) || backend) s.memory.unpin_buffer(env.buffer);
+  if (pinned) s.memory.unpin_buffer(env.buffer);
   // Acknowledged in every case, so the sender's buffer is not held.
   int replied = MPI_SUCCESS;
   if (claim) {
@@ -523,7 +522,6 @@ void reap_locked(State& s) {
       bounce->busy = false;
       // Its word was raised past the chunks to come: never used again.
       bounce->retired = bounce->reply == kFailed;
-      s.bounce_in_use -= bounce->bytes;
     } else {
       still.push_back(s.in_flight[i]);
     }
@@ -579,7 +577,6 @@ Bounce* take_bounce_locked(State& s, gpu::Backend* backend, int device, std::siz
     best->filled = filled;
   }
   best->busy = true;
-  s.bounce_in_use += best->bytes;
   return best;
 }
 }  // namespace
@@ -782,7 +779,6 @@ void give_back_bounce(Bounce* bounce) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.bounce_mutex);
   bounce->busy = false;
-  s.bounce_in_use -= bounce->bytes;
 }
 
 // Starts a blocking send that offers its own buffer: reserves a bounce
@@ -909,10 +905,7 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
   reap_locked(s);
   Bounce* bounce = take_bounce_locked(s, backend, info.device, static_cast<std::size_t>(bytes));
   if (!bounce) return MPI_SUCCESS;  // over FERRY_PT2PT_BOUNCE_BYTES: staged
-  auto give_back = [&] {
-    bounce->busy = false;
-    s.bounce_in_use -= bounce->bytes;
-  };
+  auto give_back = [&] { bounce->busy = false; };
   Envelope env{};
   env.comm_id = to.comm_id;
   env.tag = tag;
@@ -969,25 +962,38 @@ int sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest
   return received != MPI_SUCCESS ? received : rc;
 }
 
-int after_receive(MPI_Comm comm, void* buf, int count, MPI_Datatype type, MPI_Status* status) {
+namespace {
+
+// The envelope of the message a receive or probe found, when that message
+// is a marker (*marker): taken from the sender's queue, or left there with
+// peek.
+int marker_envelope(MPI_Comm comm, const MPI_Status* status, bool peek, Envelope* env, int* world, bool* marker) {
+  *marker = false;
   PeerRank from;
   if (!empty_from_peer(comm, status, &from)) return MPI_SUCCESS;
+  const int rc = find_envelope(from.world, from.comm_id, status->MPI_TAG, peek, env);
+  *world = from.world;
+  *marker = rc == MPI_SUCCESS && env->kind == EnvelopeKind::kPeerMemory;
+  return rc;
+}
+
+}  // namespace
+
+int after_receive(MPI_Comm comm, void* buf, int count, MPI_Datatype type, MPI_Status* status) {
   Envelope env;
-  const int rc = find_envelope(from.world, from.comm_id, status->MPI_TAG, false, &env);
-  if (rc != MPI_SUCCESS) return rc;
-  if (env.kind == EnvelopeKind::kEmpty) return MPI_SUCCESS;
-  return receive_message(comm, env, from.world, buf, count, type, status);
+  int world = 0;
+  bool marker = false;
+  const int rc = marker_envelope(comm, status, false, &env, &world, &marker);
+  return marker ? receive_message(comm, env, world, buf, count, type, status) : rc;
 }
 
 int after_probe(MPI_Comm comm, MPI_Status* status) {
-  PeerRank from;
-  if (!empty_from_peer(comm, status, &from)) return MPI_SUCCESS;
   Envelope env;
-  const int rc = find_envelope(from.world, from.comm_id, status->MPI_TAG, true, &env);
-  if (rc != MPI_SUCCESS) return rc;
-  if (env.kind == EnvelopeKind::kPeerMemory)
-    PMPI_Status_set_elements_x(status, MPI_BYTE, static_cast<MPI_Count>(env.bytes));
-  return MPI_SUCCESS;
+  int world = 0;
+  bool marker = false;
+  const int rc = marker_envelope(comm, status, true, &env, &world, &marker);
+  if (marker) PMPI_Status_set_elements_x(status, MPI_BYTE, static_cast<MPI_Count>(env.bytes));
+  return rc;
 }
 
 struct TakenEnvelope {
@@ -997,13 +1003,12 @@ struct TakenEnvelope {
 
 int after_matched_probe(MPI_Comm comm, MPI_Status* status, TakenEnvelope** taken) {
   *taken = nullptr;
-  PeerRank from;
-  if (!empty_from_peer(comm, status, &from)) return MPI_SUCCESS;
   Envelope env;
-  const int rc = find_envelope(from.world, from.comm_id, status->MPI_TAG, false, &env);
-  if (rc != MPI_SUCCESS) return rc;
-  if (env.kind == EnvelopeKind::kEmpty) return MPI_SUCCESS;
-  *taken = new TakenEnvelope{env, from.world};
+  int world = 0;
+  bool marker = false;
+  const int rc = marker_envelope(comm, status, false, &env, &world, &marker);
+  if (!marker) return rc;
+  *taken = new TakenEnvelope{env, world};
   PMPI_Status_set_elements_x(status, MPI_BYTE, static_cast<MPI_Count>(env.bytes));
   return MPI_SUCCESS;
 }

@@ -26,7 +26,7 @@ struct StagedRequest {
   bool persistent = false;
   bool active = true;       // started and not yet completed
   bool delivered = false;   // outputs already copied back by MPI_Request_get_status
-  std::function<int()> complete;  // instead of staging: track_request, track_send
+  std::function<int()> complete;  // instead of staging: track_request
   bool uncancellable = false;     // a send with an envelope (track_uncancellable)
   CheckedReceive checked;         // may receive a marker (peer_pt2pt.h)
   MPI_Count checked_bytes = 0;    // what MPI_Request_get_status delivered, for the Wait
