@@ -121,6 +121,8 @@ struct State {
   std::atomic<std::uint32_t> replies{0};
   std::mutex comms_mutex;
   std::unordered_map<MPI_Comm, CommEntry> comms;
+  // Changes whenever comms does, so a thread may keep its last answer.
+  std::atomic<std::uint64_t> comms_generation{0};
   std::vector<std::uint64_t> host_of;  // by world rank
   int world_rank = 0;
   std::mutex envelopes_mutex;
@@ -205,6 +207,7 @@ void register_locked(MPI_Comm comm, std::uint64_t id) {
     entry.any_on_host = entry.any_on_host || entry.on_host[r];
   }
   s.comms[comm] = std::move(entry);
+  s.comms_generation.fetch_add(1, std::memory_order_release);
 }
 
 std::string claims_segment_name(int pid, std::uint64_t nonce) {
@@ -690,14 +693,25 @@ void forget(MPI_Comm comm) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.comms_mutex);
   s.comms.erase(comm);
+  s.comms_generation.fetch_add(1, std::memory_order_release);
 }
 
 bool checks_receives(MPI_Comm comm) {
   if (!active()) return false;
   State& s = state();
+  // Asked on every receive, most often about the communicator asked last.
+  struct LastAnswer {
+    MPI_Comm comm = MPI_COMM_NULL;
+    std::uint64_t generation = ~std::uint64_t{0};
+    bool checks = false;
+  };
+  thread_local LastAnswer last;
+  const std::uint64_t generation = s.comms_generation.load(std::memory_order_acquire);
+  if (last.comm == comm && last.generation == generation) return last.checks;
   std::lock_guard<std::mutex> lock(s.comms_mutex);
   auto it = s.comms.find(comm);
-  return it != s.comms.end() && it->second.any_on_host;
+  last = LastAnswer{comm, generation, it != s.comms.end() && it->second.any_on_host};
+  return last.checks;
 }
 
 int before_send(int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool* announced) {

@@ -7,6 +7,7 @@
 // Host buffers and requests Ferry did not stage go to the real MPI as they are.
 #include "mpi_shim/requests.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -386,21 +387,38 @@ int handle_Test(MPI_Request* request, int* flag, MPI_Status* status) {
 
 namespace {
 
+// count elements, on the stack up to kInline (the usual few requests of a
+// halo exchange), else on the heap: completion calls run on every exchange.
+template <typename T>
+class CallArray {
+ public:
+  static constexpr int kInline = 16;
+  explicit CallArray(int count) {
+    if (count > kInline) heap_.resize(count);
+    data_ = count > kInline ? heap_.data() : inline_;
+  }
+  CallArray(const CallArray&) = delete;
+  CallArray& operator=(const CallArray&) = delete;
+  T* data() { return data_; }
+  T& operator[](int i) { return data_[i]; }
+
+ private:
+  T inline_[kInline];
+  std::vector<T> heap_;
+  T* data_;
+};
+
 // The array completion calls: keep the handles and real statuses, call the
 // real MPI, then finish each staged request it reports complete.
 struct CompletionArrays {
-  std::vector<MPI_Request> handles;
-  std::vector<MPI_Status> local_statuses;
+  CallArray<MPI_Request> handles;
+  CallArray<MPI_Status> local_statuses;
   MPI_Status* statuses;
 
   CompletionArrays(int count, const MPI_Request* requests, MPI_Status* user_statuses)
-      : handles(requests, requests + count) {
-    if (user_statuses == MPI_STATUSES_IGNORE) {
-      local_statuses.resize(count);
-      statuses = local_statuses.data();
-    } else {
-      statuses = user_statuses;
-    }
+      : handles(count), local_statuses(user_statuses == MPI_STATUSES_IGNORE ? count : 0) {
+    std::copy(requests, requests + count, handles.data());
+    statuses = user_statuses == MPI_STATUSES_IGNORE ? local_statuses.data() : user_statuses;
   }
 
   int finish(int index) { return finish_request(handles[index], statuses[index]); }
@@ -435,7 +453,8 @@ int handle_Testall(int count, MPI_Request* requests, int* flag, MPI_Status* stat
 
 int handle_Waitany(int count, MPI_Request* requests, int* index, MPI_Status* status) {
   if (!any_staged(count, requests)) return PMPI_Waitany(count, requests, index, status);
-  const std::vector<MPI_Request> handles(requests, requests + count);
+  CallArray<MPI_Request> handles(count);
+  std::copy(requests, requests + count, handles.data());
   MPI_Status local;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
   const int result = PMPI_Waitany(count, requests, index, st);
@@ -445,7 +464,8 @@ int handle_Waitany(int count, MPI_Request* requests, int* index, MPI_Status* sta
 
 int handle_Testany(int count, MPI_Request* requests, int* index, int* flag, MPI_Status* status) {
   if (!any_staged(count, requests)) return PMPI_Testany(count, requests, index, flag, status);
-  const std::vector<MPI_Request> handles(requests, requests + count);
+  CallArray<MPI_Request> handles(count);
+  std::copy(requests, requests + count, handles.data());
   MPI_Status local;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
   const int result = PMPI_Testany(count, requests, index, flag, st);
@@ -458,9 +478,10 @@ namespace {
 template <typename PmpiCall>
 int some_like(int incount, MPI_Request* requests, int* outcount, int* indices, MPI_Status* statuses,
               PmpiCall pmpi) {
-  const std::vector<MPI_Request> handles(requests, requests + incount);
+  CallArray<MPI_Request> handles(incount);
+  std::copy(requests, requests + incount, handles.data());
   // Statuses are filled for the completed requests only, in completion order.
-  std::vector<MPI_Status> local(statuses == MPI_STATUSES_IGNORE ? incount : 0);
+  CallArray<MPI_Status> local(statuses == MPI_STATUSES_IGNORE ? incount : 0);
   MPI_Status* st = statuses == MPI_STATUSES_IGNORE ? local.data() : statuses;
   const int result = pmpi(st);
   if ((result != MPI_SUCCESS && result != MPI_ERR_IN_STATUS) || *outcount == MPI_UNDEFINED) return result;
