@@ -764,6 +764,19 @@ bool takes(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI
 
 namespace {
 
+// The envelope of a message with data, a bounce buffer's unless an offer
+// fills in its claim; its buffer still to name.
+Envelope data_envelope(const Eligible& e, int tag) {
+  Envelope env{};
+  env.comm_id = e.to.comm_id;
+  env.tag = tag;
+  env.kind = EnvelopeKind::kPeerMemory;
+  env.bytes = static_cast<std::uint64_t>(e.bytes);
+  env.reply_tag = next_reply_tag();
+  env.claim_slot = -1;
+  return env;
+}
+
 // The marker: an empty message the real MPI matches like the user's own.
 int send_marker(Mode mode, int dest, int tag, MPI_Comm comm, MPI_Request* request) {
   switch (mode) {
@@ -811,12 +824,7 @@ int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, 
   if (!bounce) return MPI_SUCCESS;
   std::uint64_t ticket = 0;
   const int slot = take_claim(&ticket);
-  Envelope env{};
-  env.comm_id = e.to.comm_id;
-  env.tag = tag;
-  env.kind = EnvelopeKind::kPeerMemory;
-  env.bytes = static_cast<std::uint64_t>(e.bytes);
-  env.reply_tag = next_reply_tag();
+  Envelope env = data_envelope(e, tag);
   env.claim_slot = slot;
   env.claim_pid = static_cast<std::int32_t>(getpid());
   env.claim_nonce = s.claims_nonce;
@@ -920,13 +928,7 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
   Bounce* bounce = take_bounce_locked(s, backend, info.device, static_cast<std::size_t>(bytes));
   if (!bounce) return MPI_SUCCESS;  // over FERRY_PT2PT_BOUNCE_BYTES: staged
   auto give_back = [&] { bounce->busy = false; };
-  Envelope env{};
-  env.comm_id = to.comm_id;
-  env.tag = tag;
-  env.kind = EnvelopeKind::kPeerMemory;
-  env.bytes = static_cast<std::uint64_t>(bytes);
-  env.reply_tag = next_reply_tag();
-  env.claim_slot = -1;
+  Envelope env = data_envelope(e, tag);
   if (!ok(s.memory.export_buffer(bounce->ptr, &env.buffer)) || !ok(fill_bounce(*bounce, data, &env))) {
     give_back();
     return MPI_SUCCESS;

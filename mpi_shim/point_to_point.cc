@@ -35,8 +35,12 @@ int sendrecv_with_peers(const void* sendbuf, int sendcount, MPI_Datatype sendtyp
       [&] { return handle_Recv(recvbuf, recvcount, recvtype, source, recvtag, comm, status); }, comm, &offered);
   if (offered) return exchanged;
   MPI_Request send = MPI_REQUEST_NULL;
-  int result = send_through(FunctionId::kSendrecv, peer::Mode::kStandard, sendbuf, sendcount, sendtype, dest, sendtag,
-                            comm, &send, [&] { return handle_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &send); });
+  int result = send_through(
+      FunctionId::kSendrecv, peer::Mode::kStandard, sendbuf, sendcount, sendtype, dest, sendtag, comm, &send, [&] {
+        return post_staged(FunctionId::kIsend, const_cast<void*>(sendbuf), sendcount, sendtype, comm, &send, false,
+                           Lifetime::kOnce,
+                           [&](void* b) { return PMPI_Isend(b, sendcount, sendtype, dest, sendtag, comm, &send); });
+      });
   if (result != MPI_SUCCESS) return result;
   const int received = handle_Recv(recvbuf, recvcount, recvtype, source, recvtag, comm, status);
   result = handle_Wait(&send, MPI_STATUS_IGNORE);
