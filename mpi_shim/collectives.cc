@@ -8,6 +8,7 @@
 #include "handlers.h"
 #include "mpi_shim/collective_staging.h"
 #include "mpi_shim/engine_route.h"
+#include "mpi_shim/nonblocking_engine.h"
 #include "mpi_shim/translate.h"
 
 namespace ferry::shim {
@@ -54,6 +55,7 @@ int handle_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype
         reduction_defined(type, reduce_op)))
     route = {Route::kStaged, "the engine does not reduce this type, op or count"};
   int result = MPI_SUCCESS;
+  nbc::issue_all(comm);
   if (run_on_engine(id, comm, &route,
                     [&](Communicator& engine, bool eligible, bool* ran) {
                       return allreduce(engine, sendbuf == MPI_IN_PLACE ? nullptr : sendbuf, recvbuf, count, type,

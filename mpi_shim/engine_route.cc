@@ -5,6 +5,7 @@
 
 #include "engine/bootstrap/mpi_bootstrap.h"
 #include "engine/common/params.h"
+#include "mpi_shim/nonblocking_engine.h"
 #include "mpi_shim/wrapper_support.h"
 
 namespace ferry::shim {
@@ -22,6 +23,7 @@ std::map<MPI_Comm, Communicator*>& engines() {
 Communicator* const kEngineOff = reinterpret_cast<Communicator*>(1);
 
 int delete_engine(MPI_Comm comm, int, void* value, void*) {
+  nbc::forget(comm);
   std::lock_guard<std::mutex> lock(engines_mutex);
   engines().erase(comm);
   if (value != kEngineOff) delete static_cast<Communicator*>(value);

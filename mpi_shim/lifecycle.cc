@@ -8,6 +8,7 @@
 #include "ferry/ferry.h"
 #include "handlers.h"
 #include "mpi_shim/engine_route.h"
+#include "mpi_shim/nonblocking_engine.h"
 #include "mpi_shim/peer_pt2pt.h"
 #include "mpi_shim/requests.h"
 #include "mpi_shim/staging.h"
@@ -79,6 +80,7 @@ int handle_Finalize() {
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     print_stats(rank);
   }
+  nbc::finalize();
   release_engine_communicators();
   peer::stop();
   release_staged_requests();

@@ -1,4 +1,5 @@
-// Nonblocking collectives on the staged route: device inputs are copied to
+// Nonblocking collectives on the staged route (MPI_Iallreduce goes to the
+// engine where it can: nonblocking_engine.h): device inputs are copied to
 // host memory when the call is made, and the request returned is the real
 // MPI's, made on the host copies, so it mixes freely with other requests in
 // any completion call; that call copies the device outputs back.
@@ -7,11 +8,14 @@
 // mpi-ext.h, and are not intercepted either.)
 #include "handlers.h"
 #include "mpi_shim/collective_staging.h"
+#include "mpi_shim/nonblocking_engine.h"
 
 namespace ferry::shim {
 
 int handle_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                       MPI_Comm comm, MPI_Request* request) {
+  int result = MPI_SUCCESS;
+  if (nbc::start_allreduce(sendbuf, recvbuf, count, datatype, op, comm, request, &result)) return result;
   return reduce_like(FunctionId::kIallreduce, sendbuf, recvbuf, count, datatype, op, comm, request, false,
                      [&](const void* s, void* r) { return PMPI_Iallreduce(s, r, count, datatype, op, comm, request); });
 }

@@ -11,10 +11,12 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "handlers.h"
+#include "mpi_shim/nonblocking_engine.h"
 #include "mpi_shim/peer_pt2pt.h"
 #include "mpi_shim/point_to_point.h"
 
@@ -367,7 +369,15 @@ int handle_Startall(int count, MPI_Request* requests) {
   return start_staged(count, requests, [&] { return PMPI_Startall(count, requests); });
 }
 
+// The nonblocking allreduces on the engine (nonblocking_engine.h) hold
+// generalized requests, which the real MPI completes only once Ferry has
+// called MPI_Grequest_complete: each completion call settles them first.
 int handle_Wait(MPI_Request* request, MPI_Status* status) {
+  nbc::progress();
+  if (request && nbc::owns(*request)) {
+    nbc::settle(1, request, true);
+    return PMPI_Wait(request, status);
+  }
   if (!request || !is_staged(*request)) return PMPI_Wait(request, status);
   const MPI_Request staged = *request;
   MPI_Status local;
@@ -377,6 +387,11 @@ int handle_Wait(MPI_Request* request, MPI_Status* status) {
 }
 
 int handle_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+  nbc::progress();
+  if (request && nbc::owns(*request)) {
+    nbc::settle(1, request, false);
+    return PMPI_Test(request, flag, status);
+  }
   if (!request || !is_staged(*request)) return PMPI_Test(request, flag, status);
   const MPI_Request staged = *request;
   MPI_Status local;
@@ -439,12 +454,16 @@ int finish_all(CompletionArrays& arrays, int count, int result) {
 }  // namespace
 
 int handle_Waitall(int count, MPI_Request* requests, MPI_Status* statuses) {
+  nbc::progress();
+  if (nbc::owns_any(count, requests)) nbc::settle(count, requests, true);
   if (!any_staged(count, requests)) return PMPI_Waitall(count, requests, statuses);
   CompletionArrays arrays(count, requests, statuses);
   return finish_all(arrays, count, PMPI_Waitall(count, requests, arrays.statuses));
 }
 
 int handle_Testall(int count, MPI_Request* requests, int* flag, MPI_Status* statuses) {
+  nbc::progress();
+  if (nbc::owns_any(count, requests)) nbc::settle(count, requests, false);
   if (!any_staged(count, requests)) return PMPI_Testall(count, requests, flag, statuses);
   CompletionArrays arrays(count, requests, statuses);
   const int result = PMPI_Testall(count, requests, flag, arrays.statuses);
@@ -452,6 +471,15 @@ int handle_Testall(int count, MPI_Request* requests, int* flag, MPI_Status* stat
 }
 
 int handle_Waitany(int count, MPI_Request* requests, int* index, MPI_Status* status) {
+  nbc::progress();
+  // With work of Ferry's among them, whichever finishes first: by testing.
+  if (nbc::owns_any(count, requests)) {
+    for (int flag = 0;;) {
+      const int result = handle_Testany(count, requests, index, &flag, status);
+      if (result != MPI_SUCCESS || flag) return result;
+      std::this_thread::yield();
+    }
+  }
   if (!any_staged(count, requests)) return PMPI_Waitany(count, requests, index, status);
   CallArray<MPI_Request> handles(count);
   std::copy(requests, requests + count, handles.data());
@@ -463,6 +491,8 @@ int handle_Waitany(int count, MPI_Request* requests, int* index, MPI_Status* sta
 }
 
 int handle_Testany(int count, MPI_Request* requests, int* index, int* flag, MPI_Status* status) {
+  nbc::progress();
+  if (nbc::owns_any(count, requests)) nbc::settle(count, requests, false);
   if (!any_staged(count, requests)) return PMPI_Testany(count, requests, index, flag, status);
   CallArray<MPI_Request> handles(count);
   std::copy(requests, requests + count, handles.data());
@@ -497,18 +527,29 @@ int some_like(int incount, MPI_Request* requests, int* outcount, int* indices, M
 }  // namespace
 
 int handle_Waitsome(int incount, MPI_Request* requests, int* outcount, int* indices, MPI_Status* statuses) {
+  nbc::progress();
+  if (nbc::owns_any(incount, requests)) {
+    for (;;) {
+      const int result = handle_Testsome(incount, requests, outcount, indices, statuses);
+      if (result != MPI_SUCCESS || *outcount != 0) return result;
+      std::this_thread::yield();
+    }
+  }
   if (!any_staged(incount, requests)) return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
   return some_like(incount, requests, outcount, indices, statuses,
                    [&](MPI_Status* st) { return PMPI_Waitsome(incount, requests, outcount, indices, st); });
 }
 
 int handle_Testsome(int incount, MPI_Request* requests, int* outcount, int* indices, MPI_Status* statuses) {
+  nbc::progress();
+  if (nbc::owns_any(incount, requests)) nbc::settle(incount, requests, false);
   if (!any_staged(incount, requests)) return PMPI_Testsome(incount, requests, outcount, indices, statuses);
   return some_like(incount, requests, outcount, indices, statuses,
                    [&](MPI_Status* st) { return PMPI_Testsome(incount, requests, outcount, indices, st); });
 }
 
 int handle_Request_free(MPI_Request* request) {
+  if (request && nbc::owns(*request)) return nbc::refuse_free(*request);
   if (!request || !is_staged(*request)) return PMPI_Request_free(request);
   const MPI_Request handle = *request;
   const int result = PMPI_Request_free(request);
@@ -531,6 +572,10 @@ int handle_Request_free(MPI_Request* request) {
 // outputs are delivered now, once: a program may read them before it calls
 // the Wait or Test that frees the request.
 int handle_Request_get_status(MPI_Request request, int* flag, MPI_Status* status) {
+  if (nbc::owns(request)) {
+    nbc::settle(1, &request, false);
+    return PMPI_Request_get_status(request, flag, status);
+  }
   if (!is_staged(request)) return PMPI_Request_get_status(request, flag, status);
   MPI_Status local;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;

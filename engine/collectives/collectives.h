@@ -11,6 +11,7 @@
 
 #include "engine/collectives/communicator.h"
 #include "engine/common/types.h"
+#include "engine/gpu/gpu.h"
 
 namespace ferry {
 
@@ -26,6 +27,26 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
 Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_bytes,
                  const std::size_t* send_offsets, void* recv, const std::size_t* recv_bytes,
                  const std::size_t* recv_offsets, bool eligible, bool* ran);
+
+// Nonblocking allreduce by the copy-engine push (cepush): the work is
+// queued on the communicator's streams and ends at an event; its chunks
+// wait on the GPU for the peers' parts, so every rank must queue the same
+// calls, blocking cepush ones included, in the same order.
+//
+// Collective (every rank, at the same call): makes the landing slots on
+// device of backend. *ready is the same on every rank.
+Status prepare_nonblocking_allreduce(Communicator& comm, gpu::Backend* backend, int device, bool* ready);
+// Whether this rank can queue such a call (buffers on the slots' device, a
+// reduction the engine has). Local: the ranks must agree by other means.
+bool nonblocking_allreduce_possible(Communicator& comm, const void* send, const void* recv, std::size_t count,
+                                    DataType type, ReduceOp op);
+// Queues the call (send == nullptr: in place) and records done after it.
+Status queue_nonblocking_allreduce(Communicator& comm, const void* send, void* recv, std::size_t count,
+                                   DataType type, ReduceOp op, gpu::Event done);
+// After a queued call failed or outlived FERRY_HANDSHAKE_TIMEOUT: frees
+// the streams (every call queued so far ends, some with wrong data) and
+// retires the slots.
+void abandon_nonblocking_allreduces(Communicator& comm, const void* recv, Status why);
 
 // Where the engine's collectives spent their time (counted with
 // FERRY_STATS=1 only): set-up (buffer checks, exports), the handshake among

@@ -224,6 +224,7 @@ Status find_or_create(Cache& cache, const typename Cache::key_type& key, Create 
 }  // namespace
 
 Status Communicator::event_for(gpu::Backend* backend, int device, gpu::Event* event, int index) {
+  std::lock_guard<std::mutex> lock(handles_mutex_);
   return find_or_create(events_, StreamKey{backend, device, index},
                         [backend](gpu::Event* created) { return backend->event_create(created); }, event);
 }
@@ -468,6 +469,7 @@ Status Communicator::simple_plan(SimpleCollective collective, int root, std::siz
 }
 
 Status Communicator::stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index) {
+  std::lock_guard<std::mutex> lock(handles_mutex_);
   return find_or_create(streams_, StreamKey{backend, device, index},
                         [backend](gpu::Stream* created) { return backend->stream_create(created); }, stream);
 }

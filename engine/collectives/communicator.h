@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -170,6 +171,13 @@ class Communicator {
   // Made on first use (collective: every rank calls it at the same call);
   // kUnavailable on every rank when they cannot be.
   Status copy_push_slots(gpu::Backend* backend, int device, CopyPushSlots** slots);
+  // Whether the slots are made, on device of backend.
+  bool copy_push_made(gpu::Backend* backend, int device) const {
+    return copy_push_.backend == backend && copy_push_.device == device;
+  }
+  // Held while a cepush call queues its work: blocking calls and the
+  // nonblocking ones (queued by another thread) take the sequence in turn.
+  std::mutex& copy_push_mutex() { return copy_push_mutex_; }
 
  private:
   explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
@@ -195,6 +203,9 @@ class Communicator {
       return backend != o.backend ? backend < o.backend : device != o.device ? device < o.device : index < o.index;
     }
   };
+  // The progress thread of nonblocking allreduces looks up streams and
+  // events while the application's thread may add others.
+  std::mutex handles_mutex_;
   std::map<StreamKey, gpu::Stream> streams_;
   std::map<StreamKey, gpu::Event> events_;
   struct Scratch {
@@ -209,6 +220,7 @@ class Communicator {
   void* simple_own_ = nullptr;  // this rank's FIFOs
   CopyPushSlots copy_push_;
   void* copy_push_own_ = nullptr;  // this rank's landing slots
+  std::mutex copy_push_mutex_;
   struct CachedPlan {
     SimplePlan plan;
     void* steps = nullptr;  // device memory

@@ -273,6 +273,11 @@ class CudaBackend final : public Backend {
   Status event_synchronize(Event event) override {
     return FERRY_CUDA(cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(event)));
   }
+  Status event_done(Event event, bool* done) override {
+    const cudaError_t state = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
+    *done = state == cudaSuccess;
+    return state == cudaErrorNotReady ? Status::kOk : FERRY_CUDA(state);
+  }
   Status event_elapsed_ms(Event start, Event end, float* ms) override {
     return FERRY_CUDA(cudaEventElapsedTime(ms, reinterpret_cast<cudaEvent_t>(start), reinterpret_cast<cudaEvent_t>(end)));
   }
@@ -383,13 +388,13 @@ class CudaBackend final : public Backend {
     return FERRY_CU(d, unmap(reinterpret_cast<CUdeviceptr>(address), bytes));
   }
 
- private:
   // The thread's device, chosen by local rank when the application chose none.
-  Status current_device(int* device) {
+  Status current_device(int* device) override {
     ensure_device_for_thread(device_count_);
     return FERRY_CUDA(cudaGetDevice(device));
   }
 
+ private:
   int device_count_;
 };
 

@@ -306,6 +306,11 @@ class EmulatedBackend final : public Backend {
     event->done.wait(lock, [event] { return event->completed == event->recorded; });
     return Status::kOk;
   }
+  Status event_done(Event event, bool* done) override {
+    std::lock_guard<std::mutex> lock(event->mutex);
+    *done = event->completed == event->recorded;
+    return Status::kOk;
+  }
   Status event_elapsed_ms(Event start, Event end, float* ms) override {
     FERRY_CHECK(event_synchronize(start));
     FERRY_CHECK(event_synchronize(end));

@@ -70,6 +70,11 @@ class Backend {
 
   // Makes device the current one for this thread's later calls.
   virtual Status set_device(int device) = 0;
+  // The device this thread's calls go to.
+  virtual Status current_device(int* device) {
+    *device = 0;
+    return Status::kOk;
+  }
 
   virtual Status device_alloc(std::size_t bytes, void** ptr) = 0;
   virtual Status device_free(void* ptr) = 0;
@@ -92,6 +97,9 @@ class Backend {
   virtual Status event_destroy(Event event) = 0;
   virtual Status event_record(Event event, Stream stream) = 0;
   virtual Status event_synchronize(Event event) = 0;
+  // Whether the work before the event's latest record has finished, without
+  // waiting (true for an event never recorded).
+  virtual Status event_done(Event event, bool* done) = 0;
   // Work queued on stream after this waits for the event's latest record.
   virtual Status stream_wait_event(Stream stream, Event event) = 0;
   virtual Status event_elapsed_ms(Event start, Event end, float* ms) = 0;

@@ -1,0 +1,57 @@
+// MPI_Iallreduce on the engine. The call stays local, as MPI wants: each
+// rank writes whether it can take the engine for the call (its buffers on
+// the engine's device) into a board in host shared memory and returns a
+// generalized request. Ferry's progress thread reads the peers' entries
+// and, once every rank can, queues the copy-engine push allreduce on the
+// GPU: no MPI call is needed for it to move, so it overlaps the
+// application's computation. When some rank cannot (host buffers there),
+// every rank runs the call through the real MPI on a duplicate of the
+// communicator (device buffers staged), posted by the next MPI call the
+// application makes. The completion calls (requests.cc) complete the
+// generalized request once the work is done.
+//
+// The first such call on a communicator sets it up, collectively, as the
+// first blocking device collective does; later calls are local.
+#pragma once
+
+#include <mpi.h>
+
+namespace ferry::shim::nbc {
+
+// MPI_Iallreduce by this path: false when it does not take the call
+// (FERRY_NBC=staged, no device runtime, a type, op or communicator the
+// engine does not reduce; the same answer on every rank), and the caller
+// stages it as before. Otherwise *result is the call's MPI result.
+bool start_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                     MPI_Comm comm, MPI_Request* request, int* result);
+
+// Whether request is one of this path's (one load while none is live).
+bool owns(MPI_Request request);
+bool owns_any(int count, const MPI_Request* requests);
+
+// Before a completion call on requests: for each of this path's among
+// them, waits until its work is done (wait) or looks once (!wait), and
+// completes the generalized request of each that is, so that the real
+// MPI's completion call sees it complete.
+void settle(int count, const MPI_Request* requests, bool wait);
+
+// Does what waits for an MPI thread (fallback calls to post, their
+// requests to test); called from completion calls.
+void progress();
+
+// MPI_Request_free of one of this path's requests: erroneous for a
+// nonblocking collective, refused with MPI_ERR_REQUEST as Open MPI does.
+int refuse_free(MPI_Request request);
+
+// Before a blocking allreduce on comm runs on the engine: every earlier
+// nonblocking one of comm is queued or posted (they share the copy-engine
+// push's sequence, which every rank must take in the same order).
+void issue_all(MPI_Comm comm);
+
+// The communicator is being freed: its calls are finished first.
+void forget(MPI_Comm comm);
+
+// At MPI_Finalize: finishes what is outstanding and stops the thread.
+void finalize();
+
+}  // namespace ferry::shim::nbc

@@ -1,0 +1,235 @@
+// MPI_Iallreduce on device buffers as Ferry's engine runs it: many calls
+// outstanding at once on one communicator, completed with every completion
+// call next to host point-to-point requests; blocking allreduces between
+// nonblocking ones; a split communicator (freed while its call is
+// outstanding, on the engine); calls where some ranks pass host buffers (every rank then
+// takes the real MPI) with an all-device call queued behind; MPI_Request_free
+// refused. With FERRY_SUITE_EXPECT_PROGRESS=1 the result must
+// also arrive while no rank makes any MPI call.
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "completion.h"
+#include "suite.h"
+
+namespace {
+
+using namespace suite;
+
+// One Iallreduce of this rank: its buffers, and how to check the result.
+struct Posted {
+  Case what;
+  std::unique_ptr<Operands> operands;
+  std::function<bool()> matches;  // the receive buffer holds the sum
+
+  void check() const {
+    expect(matches(), what, "wrong sum");
+    expect(operands->recv->guards_intact(), what, "wrote past the receive buffer");
+  }
+};
+
+// Set by the test's run under the engine: calls move without MPI calls.
+bool engine_expected() {
+  const char* value = std::getenv("FERRY_SUITE_EXPECT_PROGRESS");
+  return value && *value == '1';
+}
+
+// The sum over the given world ranks of their seeded values for case id.
+template <class T>
+std::vector<T> sum_over(const std::vector<int>& world_ranks, uint64_t id, long count, Values kind) {
+  std::vector<T> total(count, T{});
+  for (int world : world_ranks) {
+    const std::vector<T> part = random_values<T>(count, id, world, kind);
+    for (long i = 0; i < count; ++i) total[i] += part[i];
+  }
+  return total;
+}
+
+// World ranks of comm's members, in comm's rank order.
+std::vector<int> members_of(MPI_Comm comm) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  std::vector<int> members(size);
+  const int me = world_rank();
+  MPI_Allgather(&me, 1, MPI_INT, members.data(), 1, MPI_INT, comm);
+  return members;
+}
+
+// Posts a sum of count values of T over comm; memory says where this rank's
+// buffers are.
+template <class T>
+Posted post_sum(MPI_Comm comm, const Datatype& type, long count, Layout layout, MPI_Request* request,
+                const std::string& detail) {
+  const uint64_t id = next_case_id();
+  const std::vector<int> members = members_of(comm);
+  const bool in_place = layout == Layout::in_place;
+  Posted posted{Case{"MPI_Iallreduce", type.name, "MPI_SUM", count, layout_name(layout), detail}, nullptr, {}};
+  const std::vector<T> mine = random_values<T>(count, id, world_rank(), Values::small);
+  const std::vector<T> garbage = random_values<T>(count, id + 1000003, world_rank());
+  posted.operands = std::make_unique<Operands>(
+      place(layout, id, world_rank(), in_place, &mine, in_place ? &mine : &garbage));
+  check_mpi(MPI_Iallreduce(posted.operands->send_arg(), posted.operands->recv_arg(), int(count), type.handle,
+                           MPI_SUM, comm, request),
+            posted.what);
+  const std::vector<T> expected = sum_over<T>(members, id, count, Values::small);
+  Operands* operands = posted.operands.get();
+  posted.matches = [operands, expected, count] { return read_back<T>(*operands->recv, count) == expected; };
+  return posted;
+}
+
+// Many calls at once, completed with each completion call in turn, with a
+// host ring exchange in the same request array.
+void many_outstanding() {
+  const Datatype f64{MPI_DOUBLE, "MPI_DOUBLE"}, i32{MPI_INT, "MPI_INT"}, f32{MPI_FLOAT, "MPI_FLOAT"};
+  const std::vector<long> counts = {1, 7, 1023, 65537};
+  const std::vector<Layout> layouts = {Layout::device, Layout::offset, Layout::in_place};
+  for (int round = 0; round < kCompletions; ++round) {
+    std::vector<MPI_Request> requests;
+    std::vector<Posted> posted;
+    for (int k = 0; k < 12; ++k) {
+      const long count = counts[(round + k) % counts.size()];
+      const Layout layout = layouts[(round + k) % layouts.size()];
+      MPI_Request request;
+      const std::string detail = "call " + std::to_string(k) + " of 12 outstanding";
+      if (k % 3 == 0) posted.push_back(post_sum<double>(MPI_COMM_WORLD, f64, count, layout, &request, detail));
+      if (k % 3 == 1) posted.push_back(post_sum<int>(MPI_COMM_WORLD, i32, count, layout, &request, detail));
+      if (k % 3 == 2) posted.push_back(post_sum<float>(MPI_COMM_WORLD, f32, count, layout, &request, detail));
+      requests.push_back(request);
+    }
+    // A host ring exchange among them.
+    const int n = world_size(), me = world_rank();
+    int outgoing = me * 1000 + round, incoming = -1;
+    requests.resize(requests.size() + 2);
+    MPI_Irecv(&incoming, 1, MPI_INT, (me + n - 1) % n, 77, MPI_COMM_WORLD, &requests[requests.size() - 2]);
+    MPI_Isend(&outgoing, 1, MPI_INT, (me + 1) % n, 77, MPI_COMM_WORLD, &requests.back());
+    const Case what{"MPI_Iallreduce", "mixed", "MPI_SUM", 12, "", completion_name(completion(round))};
+    complete(completion(round), requests, what);
+    expect(incoming == ((me + n - 1) % n) * 1000 + round, what, "host ring message among the requests");
+    for (Posted& p : posted) p.check();
+  }
+}
+
+// Blocking allreduces between nonblocking ones on one communicator,
+// completed in reverse order.
+void blocking_between() {
+  const Datatype f64{MPI_DOUBLE, "MPI_DOUBLE"};
+  MPI_Request first, second;
+  Posted a = post_sum<double>(MPI_COMM_WORLD, f64, 4099, Layout::device, &first, "before a blocking allreduce");
+  const uint64_t id = next_case_id();
+  const Case blocking{"MPI_Allreduce", "MPI_DOUBLE", "MPI_SUM", 333, "device", "between nonblocking ones"};
+  const std::vector<double> mine = random_values<double>(333, id, world_rank(), Values::small);
+  Buffer in = make_buffer(mine, Memory::device), out = make_buffer(mine, Memory::device);
+  check_mpi(MPI_Allreduce(in.data(), out.data(), 333, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), blocking);
+  Posted b = post_sum<double>(MPI_COMM_WORLD, f64, 1 << 18, Layout::in_place, &second, "after a blocking allreduce");
+  check_mpi(MPI_Wait(&second, MPI_STATUS_IGNORE), b.what);
+  check_mpi(MPI_Wait(&first, MPI_STATUS_IGNORE), a.what);
+  expect(read_back<double>(out, 333) == sum_over<double>(members_of(MPI_COMM_WORLD), id, 333, Values::small),
+         blocking, "wrong sum");
+  a.check();
+  b.check();
+}
+
+// A split communicator in reversed order. On the engine it is freed while
+// its call is outstanding, as MPI allows (Open MPI 4.1's own nonblocking
+// collectives crash in that case at 3 ranks, so not on the other routes).
+void split_communicator() {
+  MPI_Comm comm;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() % 2, world_size() - world_rank(), &comm);
+  MPI_Request request;
+  Posted p = post_sum<int>(comm, Datatype{MPI_INT, "MPI_INT"}, 10001, Layout::offset, &request,
+                           "split communicator");
+  if (engine_expected()) MPI_Comm_free(&comm);
+  check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), p.what);
+  if (!engine_expected()) MPI_Comm_free(&comm);
+  p.check();
+}
+
+// Odd ranks pass host buffers: every rank takes the real MPI for that call;
+// an all-device call follows it on the same communicator.
+void host_on_some_ranks() {
+  const Datatype f32{MPI_FLOAT, "MPI_FLOAT"};
+  MPI_Request requests[2];
+  Posted mixed = post_sum<float>(MPI_COMM_WORLD, f32, 513, Layout::mixed_ranks, &requests[0], "host buffers on odd ranks");
+  Posted after = post_sum<float>(MPI_COMM_WORLD, f32, 70001, Layout::device, &requests[1],
+                                 "all device, behind a call with host buffers");
+  check_mpi(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE), after.what);
+  mixed.check();
+  after.check();
+}
+
+// Rank 0 passes host buffers, completed by a loop of MPI_Test.
+void host_only_on_rank_zero() {
+  // Rank 0 host, the others device: a Buffer in host memory on rank 0 only.
+  const uint64_t id = next_case_id();
+  const Case what{"MPI_Iallreduce", "MPI_LONG", "MPI_SUM", 999, "host on rank 0", "mixed kinds"};
+  const std::vector<long> mine = random_values<long>(999, id, world_rank(), Values::small);
+  const Memory memory = world_rank() == 0 ? Memory::host : Memory::device;
+  Buffer in = make_buffer(mine, memory), out = make_buffer(mine, memory);
+  MPI_Request request;
+  check_mpi(MPI_Iallreduce(in.data(), out.data(), 999, MPI_LONG, MPI_SUM, MPI_COMM_WORLD, &request), what);
+  int done = 0;
+  Deadline deadline(what, "MPI_Test");
+  while (!done) {
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    deadline.check();
+  }
+  expect(read_back<long>(out, 999) == sum_over<long>(members_of(MPI_COMM_WORLD), id, 999, Values::small),
+         what, "wrong sum");
+}
+
+// MPI_Request_free of a nonblocking collective's request is erroneous:
+// refused with MPI_ERR_REQUEST, as Open MPI does, and the request stays
+// usable (completed here by a loop of MPI_Request_get_status).
+void refused_free() {
+  MPI_Request request;
+  Posted p = post_sum<int>(MPI_COMM_WORLD, Datatype{MPI_INT, "MPI_INT"}, 2049, Layout::device, &request,
+                           "MPI_Request_free refused");
+  int error_class = MPI_SUCCESS;
+  MPI_Error_class(MPI_Request_free(&request), &error_class);
+  expect(error_class == MPI_ERR_REQUEST, p.what, "MPI_Request_free did not fail with MPI_ERR_REQUEST");
+  expect(request != MPI_REQUEST_NULL, p.what, "the refused MPI_Request_free cleared the handle");
+  int done = 0;
+  Deadline deadline(p.what, "MPI_Request_get_status");
+  while (!done) {
+    check_mpi(MPI_Request_get_status(request, &done, MPI_STATUS_IGNORE), p.what);
+    deadline.check();
+  }
+  check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), p.what);
+  p.check();
+}
+
+// The result arrives while no rank makes an MPI call: the engine moves it.
+void progress_without_mpi_calls() {
+  MPI_Request request;
+  Posted p = post_sum<double>(MPI_COMM_WORLD, Datatype{MPI_DOUBLE, "MPI_DOUBLE"}, 100003, Layout::device, &request,
+                              "no MPI call until the result is there");
+  // Only device copies (suite_memcpy) until the sum is there: no MPI call.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  bool arrived = p.matches();
+  while (!arrived && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    arrived = p.matches();
+  }
+  expect(arrived, p.what, "the sum did not arrive before MPI_Wait was called");
+  check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), p.what);
+  p.check();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  init(&argc, &argv);
+  many_outstanding();
+  blocking_between();
+  split_communicator();
+  host_on_some_ranks();
+  host_only_on_rank_zero();
+  refused_free();
+  if (engine_expected()) progress_without_mpi_calls();
+  return finish();
+}
