@@ -1,5 +1,5 @@
-// Nonblocking collectives on the staged route (MPI_Iallreduce goes to the
-// engine where it can: nonblocking_engine.h): device inputs are copied to
+// Nonblocking collectives on the staged route (MPI_Iallreduce, MPI_Ibcast
+// and MPI_Ialltoallv go to the engine where they can: nonblocking_engine.h): device inputs are copied to
 // host memory when the call is made, and the request returned is the real
 // MPI's, made on the host copies, so it mixes freely with other requests in
 // any completion call; that call copies the device outputs back.
@@ -41,6 +41,8 @@ int handle_Ireduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype d
 }
 
 int handle_Ibcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request* request) {
+  int result = MPI_SUCCESS;
+  if (nbc::start_bcast(buffer, count, datatype, root, comm, request, &result)) return result;
   const FunctionId id = FunctionId::kIbcast;
   count_bytes(id, count, datatype);
   return bcast_like(id, route_call(id, {buffer}).route, buffer, count, datatype, root, comm, request,
@@ -114,6 +116,10 @@ int handle_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, 
 int handle_Ialltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
                       void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm,
                       MPI_Request* request) {
+  int result = MPI_SUCCESS;
+  if (nbc::start_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
+                           request, &result))
+    return result;
   const FunctionId id = FunctionId::kIalltoallv;
   return exchange_like(id, sendbuf, recvbuf, comm, request, counted_blocks(id, sendcounts, sdispls, sendtype),
                        blocks(recvcounts, rdispls, recvtype), [&](const void* s, void* r) {

@@ -8,11 +8,14 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/collectives/collectives.h"
 #include "engine/common/params.h"
+#include "engine/collectives/executor.h"
+#include "engine/transport/p2p.h"
 #include "engine/transport/shm.h"
 #include "mpi_shim/engine_route.h"
 #include "mpi_shim/staging.h"
@@ -22,23 +25,32 @@
 namespace ferry::shim::nbc {
 namespace {
 
-// The board: per rank, one entry per call (a ring), and how far that rank
-// has read everyone's entries, which says when a slot may be written again.
-constexpr std::uint64_t kBoardEntries = 4096;
+enum class Kind : std::uint32_t { kAllreduce = 1, kBcast = 2, kAlltoallv = 3 };
+
+// The board: per rank, one entry per call (a ring); how far that rank has
+// read everyone's entries, which says when a slot may be written again; and
+// how far it has finished reading its peers' buffers (bcast and alltoallv
+// pull from the root's or senders' buffers, which those ranks must keep
+// until then).
+constexpr std::uint64_t kBoardEntries = 1024;
 struct BoardEntry {
-  std::atomic<std::uint64_t> call;  // the call this entry is for (1, 2, ...)
-  std::atomic<std::uint32_t> eligible;
-  std::uint32_t reserved;
+  std::atomic<std::uint64_t> call;  // the call this entry is for (1, 2, ...); written last
+  std::uint32_t eligible;
+  Kind kind;
+  ExportedBuffer buffer;                   // Ibcast: the root's; Ialltoallv: the send buffer
+  std::uint64_t offsets[kMaxDirectRanks];  // Ialltoallv: where the block for each rank starts
 };
-static_assert(sizeof(BoardEntry) == 16, "BoardEntry is shared between processes; keep its layout fixed");
+static_assert(sizeof(BoardEntry) == 256, "BoardEntry is shared between processes; keep its layout fixed");
 struct BoardPart {
   BoardEntry entries[kBoardEntries];
   alignas(64) std::atomic<std::uint64_t> read_through;
+  alignas(64) std::atomic<std::uint64_t> pulled_through;
 };
 
 enum class Stage {
   kUndecided,    // waiting for the peers' entries
   kQueued,       // on the GPU (engine), until done_event
+  kAwaitPeers,   // this rank's part done; the peers still read its buffers
   kFallbackDue,  // every rank takes the real MPI: to be posted by an MPI thread
   kPosted,       // the real MPI's request is posted
   kDone,
@@ -48,16 +60,24 @@ struct CommState;
 
 struct Op {
   CommState* state = nullptr;  // nullptr once done
+  Kind kind = Kind::kAllreduce;
   std::uint64_t call = 0;
   MPI_Request request = MPI_REQUEST_NULL;  // generalized: the handle the user holds
-  const void* send = nullptr;              // nullptr: in place
-  void* recv = nullptr;
+  const void* send = nullptr;              // allreduce: nullptr in place
+  void* recv = nullptr;                    // Ibcast: the buffer
   int count = 0;
   MPI_Datatype datatype = MPI_DATATYPE_NULL;
   MPI_Op mpi_op = MPI_OP_NULL;
   DataType type = DataType::kFloat32;
   ReduceOp reduce = ReduceOp::kSum;
+  int root = 0;
+  std::size_t bytes = 0;  // Ibcast
+  // Ialltoallv: the call's arguments, kept for a fallback, and in bytes.
+  std::vector<int> send_counts, send_displs, recv_counts, recv_displs;
+  MPI_Datatype recv_type = MPI_DATATYPE_NULL;
+  std::vector<std::size_t> recv_bytes, recv_offsets;
   bool eligible = false;
+  std::vector<ExportedBuffer> pinned;  // peers' buffers mapped for the call
   Stage stage = Stage::kUndecided;
   gpu::Backend* backend = nullptr;
   gpu::Event done_event = nullptr;
@@ -75,6 +95,8 @@ struct CommState {
   gpu::Backend* backend = nullptr;
   int device = 0;
   std::unique_ptr<SharedSegments> board;
+  PeerMemory peers{true};
+  gpu::Stream pull_stream = nullptr;  // Ibcast's and Ialltoallv's copies, in call order
   std::uint64_t calls = 0;
   std::deque<Op*> unissued;  // in call order
   std::vector<Op*> ops;      // not yet done
@@ -142,60 +164,124 @@ int cancel_op(void*, int) { return MPI_SUCCESS; }
 
 // --- deciding and issuing ---------------------------------------------------
 
+FunctionId function_of(Kind kind) {
+  switch (kind) {
+    case Kind::kAllreduce: return FunctionId::kIallreduce;
+    case Kind::kBcast: return FunctionId::kIbcast;
+    case Kind::kAlltoallv: return FunctionId::kIalltoallv;
+  }
+  return FunctionId::kIallreduce;
+}
+
 void finish_locked(Op& op, int error) {
   if (op.error == MPI_SUCCESS) op.error = error;
   op.stage = Stage::kDone;
   if (CommState* state = op.state) {
+    for (const ExportedBuffer& buffer : op.pinned) state->peers.unpin_buffer(buffer);
     for (auto it = state->ops.begin(); it != state->ops.end(); ++it)
       if (*it == &op) {
         state->ops.erase(it);
         break;
       }
   }
+  op.pinned.clear();
   op.state = nullptr;
 }
 
+// A peer's buffer of call, mapped here until the call ends.
+Status map_peer_locked(CommState& state, Op& op, const ExportedBuffer& buffer, void** mapped) {
+  FERRY_CHECK(state.peers.pin_buffer(buffer, mapped));
+  op.pinned.push_back(buffer);
+  return Status::kOk;
+}
+
+// Ibcast's non-roots pull the root's buffer; Ialltoallv's ranks pull their
+// block from every sender (their own from their send buffer); one stream
+// per communicator keeps the pulls in call order.
+Status queue_pulls_locked(CommState& state, Op& op) {
+  const int n = state.engine->size();
+  const int me = state.engine->rank();
+  FERRY_CHECK(state.backend->set_device(state.device));
+  if (op.kind == Kind::kBcast) {
+    if (me == op.root) return Status::kOk;
+    void* root = nullptr;
+    FERRY_CHECK(map_peer_locked(state, op, state.part(op.root).entries[op.call % kBoardEntries].buffer, &root));
+    FERRY_CHECK(state.backend->copy_async(op.recv, root, op.bytes, state.pull_stream));
+  } else {
+    for (int step = 0; step < n; ++step) {
+      // Each rank starts with the next one, so that not all read one rank at once.
+      const int peer = (me + step) % n;
+      if (op.recv_bytes[peer] == 0) continue;
+      const BoardEntry& entry = state.part(peer).entries[op.call % kBoardEntries];
+      const void* source = op.send;
+      if (peer != me) {
+        void* mapped = nullptr;
+        FERRY_CHECK(map_peer_locked(state, op, entry.buffer, &mapped));
+        source = mapped;
+      }
+      FERRY_CHECK(state.backend->copy_async(static_cast<char*>(op.recv) + op.recv_offsets[peer],
+                                            static_cast<const char*>(source) + entry.offsets[me], op.recv_bytes[peer],
+                                            state.pull_stream));
+    }
+  }
+  return state.backend->event_record(op.done_event, state.pull_stream);
+}
+
 void queue_on_engine_locked(CommState& state, Op& op) {
-  record_route(FunctionId::kIallreduce, {Route::kEngine, "every rank's buffers on the engine's device"});
+  record_route(function_of(op.kind), {Route::kEngine, "every rank's buffers on the engine's device"});
   op.backend = state.backend;
   const Status status = [&] {
     FERRY_CHECK(state.backend->set_device(state.device));
     FERRY_CHECK(state.backend->event_create(&op.done_event));
+    if (op.kind != Kind::kAllreduce) return queue_pulls_locked(state, op);
     return queue_nonblocking_allreduce(*state.engine, op.send, op.recv, static_cast<std::size_t>(op.count), op.type,
                                        op.reduce, op.done_event);
   }();
+  op.deadline = deadline_from_now();
   if (!ok(status)) {
-    FERRY_WARN(Coll, "MPI_Iallreduce on the engine failed: %s", status_name(status));
-    abandon_nonblocking_allreduces(*state.engine, op.recv, status);
+    FERRY_WARN(Coll, "%s on the engine failed: %s", function_name(function_of(op.kind)), status_name(status));
+    if (op.kind == Kind::kAllreduce) abandon_nonblocking_allreduces(*state.engine, op.recv, status);
     finish_locked(op, status == Status::kOutOfMemory ? MPI_ERR_NO_MEM : MPI_ERR_OTHER);
     return;
   }
   op.stage = Stage::kQueued;
-  op.deadline = deadline_from_now();
 }
 
-// The real MPI's Iallreduce on the fallback communicator, device buffers
-// staged through host copies.
+// The real MPI's call on the fallback communicator, device buffers staged
+// through host copies.
 void post_fallback_locked(CommState& state, Op& op) {
-  Staging staging(FunctionId::kIallreduce, state.comm);
-  Extent extent;
-  if (!extent_of(op.count, op.datatype, &extent)) {
-    finish_locked(op, MPI_ERR_TYPE);
-    return;
+  Staging staging(function_of(op.kind), state.comm);
+  const int me = state.engine->rank();
+  int result = MPI_SUCCESS;
+  if (op.kind == Kind::kAllreduce) {
+    Extent extent;
+    if (!extent_of(op.count, op.datatype, &extent)) return finish_locked(op, MPI_ERR_TYPE);
+    const void* send = op.send ? staging.in(op.send, extent) : MPI_IN_PLACE;
+    void* recv = op.send ? staging.out(op.recv, extent) : staging.inout(op.recv, extent);
+    if (staging.failed()) return finish_locked(op, staging.raise());
+    result = PMPI_Iallreduce(send, recv, op.count, op.datatype, op.mpi_op, state.fallback, &op.posted);
+  } else if (op.kind == Kind::kBcast) {
+    Extent extent;
+    if (!extent_of(op.count, op.datatype, &extent)) return finish_locked(op, MPI_ERR_TYPE);
+    void* buffer = me == op.root ? const_cast<void*>(staging.in(op.recv, extent)) : staging.out(op.recv, extent);
+    if (staging.failed()) return finish_locked(op, staging.raise());
+    result = PMPI_Ibcast(buffer, op.count, op.datatype, op.root, state.fallback, &op.posted);
+  } else {
+    const int n = state.engine->size();
+    Extent send_extent, recv_extent;
+    if (!extent_of_blocks(n, op.send_counts.data(), op.send_displs.data(), op.datatype, &send_extent) ||
+        !extent_of_blocks(n, op.recv_counts.data(), op.recv_displs.data(), op.recv_type, &recv_extent))
+      return finish_locked(op, MPI_ERR_ARG);
+    const void* send = staging.in(op.send, send_extent);
+    void* recv = staging.out(op.recv, recv_extent);
+    if (staging.failed()) return finish_locked(op, staging.raise());
+    result = PMPI_Ialltoallv(send, op.send_counts.data(), op.send_displs.data(), op.datatype, recv,
+                             op.recv_counts.data(), op.recv_displs.data(), op.recv_type, state.fallback, &op.posted);
   }
-  const void* send = op.send ? staging.in(op.send, extent) : MPI_IN_PLACE;
-  void* recv = op.send ? staging.out(op.recv, extent) : staging.inout(op.recv, extent);
-  if (staging.failed()) {
-    finish_locked(op, staging.raise());
-    return;
-  }
-  record_route(FunctionId::kIallreduce, staging.staged_any() ? RouteDecision{Route::kStaged, "a rank's buffers are not on the engine's device"}
-                                                            : RouteDecision{Route::kPmpi, "no device buffer"});
-  const int result = PMPI_Iallreduce(send, recv, op.count, op.datatype, op.mpi_op, state.fallback, &op.posted);
-  if (result != MPI_SUCCESS) {
-    finish_locked(op, result);
-    return;
-  }
+  record_route(function_of(op.kind), staging.staged_any()
+                                         ? RouteDecision{Route::kStaged, "a rank cannot take the engine for the call"}
+                                         : RouteDecision{Route::kPmpi, "no device buffer"});
+  if (result != MPI_SUCCESS) return finish_locked(op, result);
   op.staging = std::make_unique<Staging>(std::move(staging));
   op.stage = Stage::kPosted;
 }
@@ -209,14 +295,18 @@ void issue_locked(CommState& state, bool mpi_thread) {
   while (!state.unissued.empty()) {
     Op& op = *state.unissued.front();
     if (op.stage == Stage::kUndecided) {
-      bool everyone = true;
+      bool everyone = true, same_call = true;
       for (int r = 0; r < n; ++r) {
         const BoardEntry& entry = state.part(r).entries[op.call % kBoardEntries];
         if (entry.call.load(std::memory_order_acquire) != op.call) return;
-        everyone = everyone && entry.eligible.load(std::memory_order_relaxed) != 0;
+        everyone = everyone && entry.eligible != 0;
+        same_call = same_call && entry.kind == op.kind;
       }
       state.part(me).read_through.store(op.call, std::memory_order_release);
-      if (everyone) {
+      if (!same_call) {
+        FERRY_WARN(Coll, "ranks made different nonblocking collectives on one communicator");
+        finish_locked(op, MPI_ERR_OTHER);
+      } else if (everyone) {
         queue_on_engine_locked(state, op);
       } else {
         op.stage = Stage::kFallbackDue;
@@ -230,24 +320,50 @@ void issue_locked(CommState& state, bool mpi_thread) {
   }
 }
 
+// Whether every peer has finished reading this rank's buffers for call.
+bool peers_pulled(CommState& state, std::uint64_t call) {
+  for (int r = 0; r < state.engine->size(); ++r)
+    if (r != state.engine->rank() && state.part(r).pulled_through.load(std::memory_order_acquire) < call) return false;
+  return true;
+}
+
 // Looks once at each issued call of state; true when any finished.
 bool poll_locked(CommState& state, bool mpi_thread) {
   bool finished = false;
   for (std::size_t i = 0; i < state.ops.size();) {
     Op& op = *state.ops[i];
+    const bool timed_out = std::chrono::steady_clock::now() > op.deadline;
     if (op.stage == Stage::kQueued) {
       bool done = false;
       const Status status = op.backend->event_done(op.done_event, &done);
-      if (!ok(status) || (!done && std::chrono::steady_clock::now() > op.deadline)) {
-        FERRY_WARN(Coll, "MPI_Iallreduce on the engine %s", ok(status) ? "timed out" : status_name(status));
-        abandon_nonblocking_allreduces(*state.engine, op.recv, ok(status) ? Status::kTimeout : status);
-        done = true;
-        op.error = MPI_ERR_OTHER;
-      }
-      if (done) {
-        finish_locked(op, MPI_SUCCESS);
+      if (!ok(status) || (!done && timed_out)) {
+        FERRY_WARN(Coll, "%s on the engine %s", function_name(function_of(op.kind)),
+                   ok(status) ? "timed out" : status_name(status));
+        if (op.kind == Kind::kAllreduce)
+          abandon_nonblocking_allreduces(*state.engine, op.recv, ok(status) ? Status::kTimeout : status);
+        finish_locked(op, MPI_ERR_OTHER);
         finished = true;
         continue;  // finish_locked removed it
+      }
+      if (done) {
+        if (op.kind == Kind::kAllreduce) {
+          finish_locked(op, MPI_SUCCESS);
+          finished = true;
+          continue;
+        }
+        state.part(state.engine->rank()).pulled_through.store(op.call, std::memory_order_release);
+        op.stage = Stage::kAwaitPeers;
+      }
+    }
+    if (op.stage == Stage::kAwaitPeers) {
+      const bool others_read = op.kind == Kind::kBcast && state.engine->rank() != op.root ? true
+                                                                                           : peers_pulled(state, op.call);
+      if (others_read || timed_out) {
+        if (!others_read) FERRY_WARN(Coll, "%s: peers did not finish reading within FERRY_HANDSHAKE_TIMEOUT",
+                                     function_name(function_of(op.kind)));
+        finish_locked(op, others_read ? MPI_SUCCESS : MPI_ERR_OTHER);
+        finished = true;
+        continue;
       }
     } else if (op.stage == Stage::kPosted && mpi_thread) {
       int flag = 0;
@@ -277,7 +393,8 @@ bool advance_locked(bool mpi_thread) {
 bool busy_locked() {
   for (auto& [comm, state] : states())
     for (const Op* op : state->ops)
-      if (op->stage == Stage::kUndecided || op->stage == Stage::kQueued) return true;
+      if (op->stage == Stage::kUndecided || op->stage == Stage::kQueued || op->stage == Stage::kAwaitPeers)
+        return true;
   return false;
 }
 
@@ -295,7 +412,7 @@ void progress_loop() {
     const bool finished = advance_locked(false);
     lock.unlock();
     // Polls without sleeping for a while after a call finished (the next
-    // often follows), then every ~50 us: a core spinning for microseconds
+    // often follows), then every ~20 us: a core spinning for microseconds
     // per GPU call is taken from the application.
     idle_polls = finished ? 0 : idle_polls + 1;
     if (idle_polls < 256) {
@@ -308,7 +425,7 @@ void progress_loop() {
 }
 
 // The communicator's state, made at its first call (collective); nullptr
-// when the engine cannot take its nonblocking allreduces (on every rank).
+// when the engine cannot take its nonblocking collectives (on every rank).
 CommState* state_for(MPI_Comm comm) {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -328,11 +445,13 @@ CommState* state_for(MPI_Comm comm) {
     FERRY_CHECK(prepare_nonblocking_allreduce(*engine, state->backend, state->device, &ready));
     if (!ready) return Status::kOk;
     FERRY_CHECK(SharedSegments::create(engine->bootstrap(), nullptr, sizeof(BoardPart), &state->board));
+    FERRY_CHECK(state->backend->stream_create(&state->pull_stream));
     return PMPI_Comm_dup(comm, &state->fallback) == MPI_SUCCESS ? Status::kOk : Status::kInternal;
   }();
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!ok(status) || !ready) {
-    if (!ok(status)) FERRY_WARN(Coll, "nonblocking allreduce set-up failed (%s); such calls are staged", status_name(status));
+    if (!ok(status))
+      FERRY_WARN(Coll, "nonblocking collective set-up failed (%s); such calls are staged", status_name(status));
     unable()[comm] = true;
     return nullptr;
   }
@@ -342,91 +461,197 @@ CommState* state_for(MPI_Comm comm) {
   return made;
 }
 
-// Writes this rank's entry for call; waits while the ring's slot still
-// holds a call some rank has not read.
-bool publish(CommState& state, std::uint64_t call, bool eligible) {
-  const int n = state.engine->size();
-  const auto deadline = deadline_from_now();
-  for (int r = 0; r < n; ++r) {
-    while (call > kBoardEntries && state.part(r).read_through.load(std::memory_order_acquire) < call - kBoardEntries) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::yield();
-    }
-  }
-  BoardEntry& entry = state.part(state.engine->rank()).entries[call % kBoardEntries];
-  entry.eligible.store(eligible ? 1 : 0, std::memory_order_relaxed);
-  entry.call.store(call, std::memory_order_release);
-  return true;
-}
-
 Op* find_locked(MPI_Request request) {
   auto it = by_request().find(request);
   return it == by_request().end() ? nullptr : it->second;
+}
+
+// What every nonblocking collective of this path does once this rank has
+// filled op (kind, buffers, eligible) and the board entry of its call
+// (entry(call), all but call): publishes the entry and returns the request.
+// A rank that cannot take the engine and has only host buffers, with no
+// call queued before this one, posts the real MPI's call at once on the
+// user's buffers (post_host) and returns its request: every rank takes the
+// real MPI for the call.
+template <typename FillEntry, typename PostHost>
+int start_call(CommState& state, std::unique_ptr<Op> op, bool host_only, FillEntry fill_entry, PostHost post_host,
+               MPI_Request* request) {
+  std::unique_lock<std::mutex> lock(g_mutex);
+  const std::uint64_t call = ++state.calls;
+  const int n = state.engine->size();
+  const auto deadline = deadline_from_now();
+  // The ring's slot is free once every rank has read the call it held.
+  for (int r = 0; r < n; ++r) {
+    while (call > kBoardEntries && state.part(r).read_through.load(std::memory_order_acquire) < call - kBoardEntries) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        FERRY_WARN(Coll, "rank %d is %llu nonblocking collectives behind", r,
+                   static_cast<unsigned long long>(kBoardEntries));
+        return raise_error(state.comm, MPI_ERR_OTHER);
+      }
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    }
+  }
+  BoardEntry& entry = state.part(state.engine->rank()).entries[call % kBoardEntries];
+  entry.eligible = op->eligible ? 1 : 0;
+  entry.kind = op->kind;
+  fill_entry(entry);
+  entry.call.store(call, std::memory_order_release);
+
+  if (!op->eligible && host_only && state.unissued.empty()) {
+    // Nothing of this call's to read: the peers may reuse its entry.
+    state.part(state.engine->rank()).read_through.store(call, std::memory_order_release);
+    record_route(function_of(op->kind), {Route::kPmpi, "no device buffer"});
+    lock.unlock();
+    return post_host(state.fallback);
+  }
+  Op* made = op.release();
+  made->state = &state;
+  made->call = call;
+  lock.unlock();
+  const int result = PMPI_Grequest_start(query_op, free_op, cancel_op, made, request);
+  lock.lock();
+  if (result != MPI_SUCCESS) {
+    // Published, so it is still issued (and its outcome dropped).
+    made->request = MPI_REQUEST_NULL;
+    state.unissued.push_back(made);
+    state.ops.push_back(made);
+    return result;
+  }
+  made->request = *request;
+  by_request()[*request] = made;
+  g_live.store(static_cast<int>(by_request().size()), std::memory_order_release);
+  state.unissued.push_back(made);
+  state.ops.push_back(made);
+  issue_locked(state, true);
+  g_wake.notify_one();
+  return MPI_SUCCESS;
+}
+
+// The state of comm when this path takes a call there: FERRY_NBC=engine,
+// FERRY_ROUTE=auto, a process with a device runtime, an intracommunicator
+// whose engine runs nonblocking collectives. The same answer on every rank.
+CommState* taking(FunctionId id, MPI_Comm comm, std::initializer_list<const void*> buffers, RouteDecision* route) {
+  if (!enabled()) return nullptr;
+  *route = decide_route(id, buffers, true);
+  if (!route->device_runtime || !engine_participates(comm, *route)) return nullptr;
+  return state_for(comm);
+}
+
+// A rank's buffer, exported for the peers to pull from, if it is device
+// memory on the state's device.
+bool exported(CommState& state, const void* buffer, ExportedBuffer* out) {
+  const gpu::PointerInfo info = gpu::classify(buffer);
+  return info.kind == gpu::MemoryKind::kDevice && gpu::owner_backend(info) == state.backend &&
+         info.device == state.device && ok(state.peers.export_buffer(buffer, info, out));
 }
 
 }  // namespace
 
 bool start_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                      MPI_Comm comm, MPI_Request* request, int* result) {
-  if (!enabled() || !request) return false;
-  const RouteDecision route = decide_route(FunctionId::kIallreduce, {sendbuf, recvbuf}, true);
   DataType type = DataType::kFloat32;
   ReduceOp reduce = ReduceOp::kSum;
-  if (route.route == Route::kPmpi && !route.device_runtime) return false;
-  if (route.route == Route::kStaged || count <= 0 || !engine_data_type(datatype, &type) ||
-      !engine_reduce_op(op, &reduce) || !reduction_defined(type, reduce) || !engine_participates(comm, route))
+  // The type and op are the same on every rank (MPI requires it).
+  if (!request || count <= 0 || !engine_data_type(datatype, &type) || !engine_reduce_op(op, &reduce) ||
+      !reduction_defined(type, reduce))
     return false;
-  CommState* state = state_for(comm);
+  RouteDecision route;
+  CommState* state = taking(FunctionId::kIallreduce, comm, {sendbuf, recvbuf}, &route);
   if (!state) return false;
   count_bytes(FunctionId::kIallreduce, count, datatype);
+  auto call = std::make_unique<Op>();
+  call->kind = Kind::kAllreduce;
+  call->send = sendbuf == MPI_IN_PLACE ? nullptr : sendbuf;
+  call->recv = recvbuf;
+  call->count = count;
+  call->datatype = datatype;
+  call->mpi_op = op;
+  call->type = type;
+  call->reduce = reduce;
+  call->eligible = route.route == Route::kEngine &&
+                   nonblocking_allreduce_possible(*state->engine, call->send, recvbuf, count, type, reduce);
+  *result = start_call(
+      *state, std::move(call), route.route == Route::kPmpi, [](BoardEntry&) {},
+      [&](MPI_Comm fallback) { return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, fallback, request); },
+      request);
+  return true;
+}
 
-  const void* send = sendbuf == MPI_IN_PLACE ? nullptr : sendbuf;
-  const bool eligible = route.route == Route::kEngine &&
-                        nonblocking_allreduce_possible(*state->engine, send, recvbuf, count, type, reduce);
-  std::unique_lock<std::mutex> lock(g_mutex);
-  const std::uint64_t call = ++state->calls;
-  if (!publish(*state, call, eligible)) {
-    FERRY_WARN(Coll, "a peer is %llu nonblocking allreduces behind", static_cast<unsigned long long>(kBoardEntries));
-    *result = raise_error(comm, MPI_ERR_OTHER);
-    return true;
-  }
-  // This rank's buffers are host memory and no call is queued before this
-  // one: every rank takes the real MPI for it (this one cannot take the
-  // engine), on the user's buffers as they are, with the real MPI's request.
-  if (route.route == Route::kPmpi && state->unissued.empty()) {
-    // Nothing of this call's to read: the peers may reuse its entry.
-    state->part(state->engine->rank()).read_through.store(call, std::memory_order_release);
-    record_route(FunctionId::kIallreduce, {Route::kPmpi, "no device buffer"});
-    lock.unlock();
-    *result = PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, state->fallback, request);
-    return true;
-  }
+bool start_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request* request,
+                 int* result) {
+  if (!request) return false;
+  RouteDecision route;
+  CommState* state = taking(FunctionId::kIbcast, comm, {buffer}, &route);
+  if (!state) return false;
+  count_bytes(FunctionId::kIbcast, count, datatype);
+  auto call = std::make_unique<Op>();
+  call->kind = Kind::kBcast;
+  call->recv = buffer;
+  call->count = count;
+  call->datatype = datatype;
+  call->root = root;
+  int element = 0;
+  ExportedBuffer mine{};
+  const bool root_valid = root >= 0 && root < state->engine->size();
+  call->eligible = route.route == Route::kEngine && root_valid && count > 0 && dense_data_type(datatype, &element) &&
+                   (state->engine->rank() == root ? exported(*state, buffer, &mine)
+                                                  : gpu::classify(buffer).kind == gpu::MemoryKind::kDevice &&
+                                                        gpu::classify(buffer).device == state->device);
+  call->bytes = static_cast<std::size_t>(count) * element;
+  *result = start_call(
+      *state, std::move(call), route.route == Route::kPmpi, [&](BoardEntry& entry) { entry.buffer = mine; },
+      [&](MPI_Comm fallback) { return PMPI_Ibcast(buffer, count, datatype, root, fallback, request); }, request);
+  return true;
+}
 
-  auto* made = new Op;
-  made->state = state;
-  made->call = call;
-  made->send = send;
-  made->recv = recvbuf;
-  made->count = count;
-  made->datatype = datatype;
-  made->mpi_op = op;
-  made->type = type;
-  made->reduce = reduce;
-  made->eligible = eligible;
-  lock.unlock();
-  *result = PMPI_Grequest_start(query_op, free_op, cancel_op, made, request);
-  lock.lock();
-  if (*result != MPI_SUCCESS) {
-    delete made;
-    return true;
+bool start_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
+                     void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm,
+                     MPI_Request* request, int* result) {
+  if (!request || sendbuf == MPI_IN_PLACE || !sendcounts || !sdispls || !recvcounts || !rdispls) return false;
+  RouteDecision route;
+  CommState* state = taking(FunctionId::kIalltoallv, comm, {sendbuf, recvbuf}, &route);
+  if (!state) return false;
+  const int n = state->engine->size();
+  auto call = std::make_unique<Op>();
+  call->kind = Kind::kAlltoallv;
+  call->send = sendbuf;
+  call->recv = recvbuf;
+  call->datatype = sendtype;
+  call->recv_type = recvtype;
+  call->send_counts.assign(sendcounts, sendcounts + n);
+  call->send_displs.assign(sdispls, sdispls + n);
+  call->recv_counts.assign(recvcounts, recvcounts + n);
+  call->recv_displs.assign(rdispls, rdispls + n);
+  std::uint64_t sent = 0;
+  for (int p = 0; p < n; ++p) sent += static_cast<std::uint64_t>(std::max(0, sendcounts[p]));
+  count_bytes(FunctionId::kIalltoallv, static_cast<int>(std::min<std::uint64_t>(sent, INT32_MAX)), sendtype);
+  int send_size = 0, recv_size = 0;
+  bool layout_ok = dense_data_type(sendtype, &send_size) && dense_data_type(recvtype, &recv_size) &&
+                   send_size == recv_size && n <= kMaxDirectRanks;
+  std::uint64_t offsets[kMaxDirectRanks] = {};
+  for (int p = 0; layout_ok && p < n; ++p) {
+    layout_ok = sendcounts[p] >= 0 && sdispls[p] >= 0 && recvcounts[p] >= 0 && rdispls[p] >= 0;
+    offsets[p] = static_cast<std::uint64_t>(sdispls[p]) * send_size;
+    call->recv_bytes.push_back(static_cast<std::size_t>(recvcounts[p]) * recv_size);
+    call->recv_offsets.push_back(static_cast<std::size_t>(rdispls[p]) * recv_size);
   }
-  made->request = *request;
-  by_request()[*request] = made;
-  g_live.store(static_cast<int>(by_request().size()), std::memory_order_release);
-  state->unissued.push_back(made);
-  state->ops.push_back(made);
-  issue_locked(*state, true);
-  g_wake.notify_one();
+  ExportedBuffer mine{};
+  const gpu::PointerInfo recv_info = gpu::classify(recvbuf);
+  call->eligible = route.route == Route::kEngine && layout_ok && exported(*state, sendbuf, &mine) &&
+                   recv_info.kind == gpu::MemoryKind::kDevice && recv_info.device == state->device;
+  *result = start_call(
+      *state, std::move(call), route.route == Route::kPmpi,
+      [&](BoardEntry& entry) {
+        entry.buffer = mine;
+        std::copy(offsets, offsets + kMaxDirectRanks, entry.offsets);
+      },
+      [&](MPI_Comm fallback) {
+        return PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
+                               fallback, request);
+      },
+      request);
   return true;
 }
 

@@ -1,10 +1,14 @@
-// MPI_Iallreduce on the engine. The call stays local, as MPI wants: each
-// rank writes whether it can take the engine for the call (its buffers on
-// the engine's device) into a board in host shared memory and returns a
-// generalized request. Ferry's progress thread reads the peers' entries
-// and, once every rank can, queues the copy-engine push allreduce on the
-// GPU: no MPI call is needed for it to move, so it overlaps the
-// application's computation. When some rank cannot (host buffers there),
+// MPI_Iallreduce, MPI_Ibcast and MPI_Ialltoallv on the engine. The call
+// stays local, as MPI wants: each rank writes whether it can take the
+// engine for the call (its buffers on the engine's device; for Ibcast's
+// root and Ialltoallv's senders, the exported buffer the peers will pull
+// from) into a board in host shared memory and returns a generalized
+// request. Ferry's progress thread reads the peers' entries and, once every
+// rank can, queues the work on the GPU (the copy-engine push allreduce;
+// copy-engine pulls from the peers' buffers for bcast and alltoallv): no
+// MPI call is needed for it to move, so it overlaps the application's
+// computation. A rank whose buffers the peers pull from completes once
+// they say (on the board) that they have read them. When some rank cannot (host buffers there),
 // every rank runs the call through the real MPI on a duplicate of the
 // communicator (device buffers staged), posted by the next MPI call the
 // application makes. The completion calls (requests.cc) complete the
@@ -24,6 +28,13 @@ namespace ferry::shim::nbc {
 // stages it as before. Otherwise *result is the call's MPI result.
 bool start_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                      MPI_Comm comm, MPI_Request* request, int* result);
+// The same for MPI_Ibcast and MPI_Ialltoallv (any types; those the engine
+// cannot copy as bytes, or different on the two sides, take the fallback).
+bool start_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request* request,
+                 int* result);
+bool start_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
+                     void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm,
+                     MPI_Request* request, int* result);
 
 // Whether request is one of this path's (one load while none is live).
 bool owns(MPI_Request request);

@@ -1,5 +1,5 @@
-// MPI_Iallreduce on device buffers as Ferry's engine runs it: many calls
-// outstanding at once on one communicator, completed with every completion
+// MPI_Iallreduce, MPI_Ibcast and MPI_Ialltoallv on device buffers as
+// Ferry's engine runs them: many calls outstanding at once on one communicator, completed with every completion
 // call next to host point-to-point requests; blocking allreduces between
 // nonblocking ones; a split communicator (freed while its call is
 // outstanding, on the engine); calls where some ranks pass host buffers (every rank then
@@ -82,6 +82,71 @@ Posted post_sum(MPI_Comm comm, const Datatype& type, long count, Layout layout, 
   return posted;
 }
 
+// A broadcast of count values of T from root over comm.
+template <class T>
+Posted post_bcast(MPI_Comm comm, const Datatype& type, long count, Layout layout, int root, MPI_Request* request,
+                  const std::string& detail) {
+  const uint64_t id = next_case_id();
+  const std::vector<int> members = members_of(comm);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  Posted posted{Case{"MPI_Ibcast", type.name, "", count, layout_name(layout), detail + ", root " + std::to_string(root)},
+                nullptr, {}};
+  const std::vector<T> expected = random_values<T>(count, id, members[root]);
+  const std::vector<T> garbage = random_values<T>(count, id + 1000003, world_rank());
+  posted.operands = std::make_unique<Operands>(
+      place<T>(layout, id, world_rank(), false, nullptr, rank == root ? &expected : &garbage));
+  check_mpi(MPI_Ibcast(posted.operands->recv_arg(), int(count), type.handle, root, comm, request), posted.what);
+  Operands* operands = posted.operands.get();
+  posted.matches = [operands, expected, count] { return read_back<T>(*operands->recv, count) == expected; };
+  return posted;
+}
+
+// An alltoallv over comm in which rank r sends (r + p) % 3 * count + 1
+// values of T to rank p, at displacements with gaps, received in reverse
+// block order.
+template <class T>
+Posted post_alltoallv(MPI_Comm comm, const Datatype& type, long count, Layout layout, MPI_Request* request,
+                      const std::string& detail) {
+  const uint64_t id = next_case_id();
+  const std::vector<int> members = members_of(comm);
+  const int n = int(members.size());
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  auto block = [count](int from, int to) { return int((from + to) % 3 * count + 1); };
+  std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
+  int send_total = 0, recv_total = 0;
+  for (int p = 0; p < n; ++p) {
+    send_counts[p] = block(rank, p);
+    send_displs[p] = send_total + 1;  // one value of gap before each block
+    send_total += send_counts[p] + 1;
+  }
+  for (int p = n - 1; p >= 0; --p) {
+    recv_counts[p] = block(p, rank);
+    recv_displs[p] = recv_total;
+    recv_total += recv_counts[p];
+  }
+  Posted posted{Case{"MPI_Ialltoallv", type.name, "", count, layout_name(layout), detail}, nullptr, {}};
+  const std::vector<T> mine = random_values<T>(send_total, id, world_rank());
+  const std::vector<T> garbage = random_values<T>(recv_total, id + 1000003, world_rank());
+  posted.operands = std::make_unique<Operands>(place(layout, id, world_rank(), false, &mine, &garbage));
+  check_mpi(MPI_Ialltoallv(posted.operands->send_arg(), send_counts.data(), send_displs.data(), type.handle,
+                           posted.operands->recv_arg(), recv_counts.data(), recv_displs.data(), type.handle, comm,
+                           request),
+            posted.what);
+  // What rank p sent this rank: its values at its displacement for this rank.
+  std::vector<T> expected(recv_total);
+  for (int p = 0; p < n; ++p) {
+    int displ = 0;
+    for (int q = 0; q < rank; ++q) displ += block(p, q) + 1;
+    const std::vector<T> theirs = random_values<T>(displ + 1 + block(p, rank), id, members[p]);
+    std::copy(theirs.begin() + displ + 1, theirs.end(), expected.begin() + recv_displs[p]);
+  }
+  Operands* operands = posted.operands.get();
+  posted.matches = [operands, expected, recv_total] { return read_back<T>(*operands->recv, recv_total) == expected; };
+  return posted;
+}
+
 // Many calls at once, completed with each completion call in turn, with a
 // host ring exchange in the same request array.
 void many_outstanding() {
@@ -96,9 +161,14 @@ void many_outstanding() {
       const Layout layout = layouts[(round + k) % layouts.size()];
       MPI_Request request;
       const std::string detail = "call " + std::to_string(k) + " of 12 outstanding";
-      if (k % 3 == 0) posted.push_back(post_sum<double>(MPI_COMM_WORLD, f64, count, layout, &request, detail));
-      if (k % 3 == 1) posted.push_back(post_sum<int>(MPI_COMM_WORLD, i32, count, layout, &request, detail));
-      if (k % 3 == 2) posted.push_back(post_sum<float>(MPI_COMM_WORLD, f32, count, layout, &request, detail));
+      const Layout copy_layout = layout == Layout::in_place ? Layout::device : layout;
+      if (k % 5 == 0) posted.push_back(post_sum<double>(MPI_COMM_WORLD, f64, count, layout, &request, detail));
+      if (k % 5 == 1) posted.push_back(post_sum<int>(MPI_COMM_WORLD, i32, count, layout, &request, detail));
+      if (k % 5 == 2) posted.push_back(post_sum<float>(MPI_COMM_WORLD, f32, count, layout, &request, detail));
+      if (k % 5 == 3)
+        posted.push_back(post_bcast<int>(MPI_COMM_WORLD, i32, count, copy_layout, k % world_size(), &request, detail));
+      if (k % 5 == 4)
+        posted.push_back(post_alltoallv<double>(MPI_COMM_WORLD, f64, count / 7, copy_layout, &request, detail));
       requests.push_back(request);
     }
     // A host ring exchange among them.
@@ -203,21 +273,27 @@ void refused_free() {
   p.check();
 }
 
-// The result arrives while no rank makes an MPI call: the engine moves it.
+// The results arrive while no rank makes an MPI call: the engine moves them.
 void progress_without_mpi_calls() {
-  MPI_Request request;
-  Posted p = post_sum<double>(MPI_COMM_WORLD, Datatype{MPI_DOUBLE, "MPI_DOUBLE"}, 100003, Layout::device, &request,
-                              "no MPI call until the result is there");
-  // Only device copies (suite_memcpy) until the sum is there: no MPI call.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  bool arrived = p.matches();
-  while (!arrived && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    arrived = p.matches();
+  const Datatype f64{MPI_DOUBLE, "MPI_DOUBLE"};
+  const std::string detail = "no MPI call until the result is there";
+  MPI_Request requests[3];
+  std::vector<Posted> posted;
+  posted.push_back(post_sum<double>(MPI_COMM_WORLD, f64, 100003, Layout::device, &requests[0], detail));
+  posted.push_back(post_bcast<double>(MPI_COMM_WORLD, f64, 100003, Layout::device, 1, &requests[1], detail));
+  posted.push_back(post_alltoallv<double>(MPI_COMM_WORLD, f64, 10007, Layout::device, &requests[2], detail));
+  // Only device copies (suite_memcpy) until the results are there: no MPI call.
+  for (const Posted& p : posted) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    bool arrived = p.matches();
+    while (!arrived && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      arrived = p.matches();
+    }
+    expect(arrived, p.what, "the result did not arrive before MPI_Waitall was called");
   }
-  expect(arrived, p.what, "the sum did not arrive before MPI_Wait was called");
-  check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), p.what);
-  p.check();
+  check_mpi(MPI_Waitall(3, requests, MPI_STATUSES_IGNORE), posted[0].what);
+  for (const Posted& p : posted) p.check();
 }
 
 }  // namespace
