@@ -94,6 +94,9 @@ struct CommState {
   Communicator* engine = nullptr;
   gpu::Backend* backend = nullptr;
   int device = 0;
+  // The copy-engine push's landing slots are made (not where ranks share a
+  // GPU): the same on every rank. Without them MPI_Iallreduce is staged.
+  bool allreduce_ready = false;
   std::unique_ptr<SharedSegments> board;
   PeerMemory peers{true};
   gpu::Stream pull_stream = nullptr;  // Ibcast's and Ialltoallv's copies, in call order
@@ -351,7 +354,10 @@ bool poll_locked(CommState& state, bool mpi_thread) {
           finished = true;
           continue;
         }
-        state.part(state.engine->rank()).pulled_through.store(op.call, std::memory_order_release);
+        // Pulls finish in call order (one stream), but an earlier call's
+        // event may be seen done after a later one's: the mark only grows.
+        std::atomic<std::uint64_t>& pulled = state.part(state.engine->rank()).pulled_through;
+        if (pulled.load(std::memory_order_relaxed) < op.call) pulled.store(op.call, std::memory_order_release);
         op.stage = Stage::kAwaitPeers;
       }
     }
@@ -438,12 +444,13 @@ CommState* state_for(MPI_Comm comm) {
   state->comm = comm;
   state->engine = engine;
   state->backend = gpu::active_backend();
-  bool ready = false;
+  // Every peer's memory mapped here: the same answer on every rank.
+  const bool ready = engine && state->backend && engine->size() <= kMaxDirectRanks && engine->all_peers_mapped();
   const Status status = [&] {
-    if (!engine) return Status::kOk;  // the same on every rank
-    if (state->backend) FERRY_CHECK(state->backend->current_device(&state->device));
-    FERRY_CHECK(prepare_nonblocking_allreduce(*engine, state->backend, state->device, &ready));
     if (!ready) return Status::kOk;
+    FERRY_CHECK(state->backend->current_device(&state->device));
+    FERRY_CHECK(
+        prepare_nonblocking_allreduce(*engine, state->backend, state->device, &state->allreduce_ready));
     FERRY_CHECK(SharedSegments::create(engine->bootstrap(), nullptr, sizeof(BoardPart), &state->board));
     FERRY_CHECK(state->backend->stream_create(&state->pull_stream));
     return PMPI_Comm_dup(comm, &state->fallback) == MPI_SUCCESS ? Status::kOk : Status::kInternal;
@@ -559,7 +566,7 @@ bool start_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype
     return false;
   RouteDecision route;
   CommState* state = taking(FunctionId::kIallreduce, comm, {sendbuf, recvbuf}, &route);
-  if (!state) return false;
+  if (!state || !state->allreduce_ready) return false;
   count_bytes(FunctionId::kIallreduce, count, datatype);
   auto call = std::make_unique<Op>();
   call->kind = Kind::kAllreduce;

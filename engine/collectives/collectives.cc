@@ -339,7 +339,9 @@ Status wait_streams_until(gpu::Backend* backend, std::initializer_list<gpu::Stre
 // FERRY_HANDSHAKE_TIMEOUT, raises its own flags to free its streams, and the
 // slots are not used again.
 //
-// Streams 0-2 and events 0-3 are the copy-engine two-shot's.
+// Streams 0-2 and events 0-3 are the copy-engine two-shot's. The reduce
+// stream is urgent: its kernels run as soon as the chunk has landed, not
+// after every block of an application kernel queued meanwhile.
 constexpr int kPushStream = 3, kReduceStream = 4, kPushedEvent = 4;
 
 // Queues one call's chunks on the push and reduce streams (the caller holds
@@ -356,7 +358,7 @@ Status queue_copy_push(Communicator& comm, const Placement& where, const void* i
   gpu::Stream push = nullptr, reduce = nullptr;
   gpu::Event pushed[2];
   FERRY_CHECK(comm.stream_for(backend, where.device, &push, kPushStream));
-  FERRY_CHECK(comm.stream_for(backend, where.device, &reduce, kReduceStream));
+  FERRY_CHECK(comm.stream_for(backend, where.device, &reduce, kReduceStream, true));
   for (int k = 0; k < 2; ++k) FERRY_CHECK(comm.event_for(backend, where.device, &pushed[k], kPushedEvent + k));
   void* own = slots->buffers[me];
 
@@ -422,7 +424,7 @@ Status run_copy_push(Communicator& comm, const Placement& where, const void* inp
   }
   gpu::Stream push = nullptr, reduce = nullptr;
   FERRY_CHECK(comm.stream_for(where.backend, where.device, &push, kPushStream));
-  FERRY_CHECK(comm.stream_for(where.backend, where.device, &reduce, kReduceStream));
+  FERRY_CHECK(comm.stream_for(where.backend, where.device, &reduce, kReduceStream, true));
   const Status status = ok(queued) ? wait_streams_until(where.backend, {push, reduce}, deadline) : queued;
   if (!ok(status)) {
     std::lock_guard<std::mutex> lock(comm.copy_push_mutex());
@@ -1002,7 +1004,7 @@ Status queue_nonblocking_allreduce(Communicator& comm, const void* send, void* r
   std::lock_guard<std::mutex> lock(comm.copy_push_mutex());
   FERRY_CHECK(queue_copy_push(comm, where, send ? send : recv, recv, count, type, op));
   gpu::Stream reduce = nullptr;
-  FERRY_CHECK(comm.stream_for(where.backend, where.device, &reduce, kReduceStream));
+  FERRY_CHECK(comm.stream_for(where.backend, where.device, &reduce, kReduceStream, true));
   // The reduce stream waits for the push stream's last chunk: its end is the call's.
   FERRY_CHECK(where.backend->event_record(done, reduce));
   count_allreduce_run(AllreduceAlgorithm::kCopyPush);

@@ -468,10 +468,14 @@ Status Communicator::simple_plan(SimpleCollective collective, int root, std::siz
   return Status::kOk;
 }
 
-Status Communicator::stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index) {
+Status Communicator::stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index, bool urgent) {
   std::lock_guard<std::mutex> lock(handles_mutex_);
-  return find_or_create(streams_, StreamKey{backend, device, index},
-                        [backend](gpu::Stream* created) { return backend->stream_create(created); }, stream);
+  return find_or_create(
+      streams_, StreamKey{backend, device, index},
+      [backend, urgent](gpu::Stream* created) {
+        return urgent ? backend->stream_create_urgent(created) : backend->stream_create(created);
+      },
+      stream);
 }
 
 }  // namespace ferry

@@ -83,8 +83,9 @@ class Communicator {
   // mapped but all ranks share one machine; nullptr otherwise.
   SharedSegments* shm() { return shm_.get(); }
 
-  // Stream `index` on device of backend, created on first use and kept.
-  Status stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index = 0);
+  // Stream `index` on device of backend, created on first use and kept
+  // (urgent: gpu::Backend::stream_create_urgent, when it is created).
+  Status stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index = 0, bool urgent = false);
   // Event `index` on device of backend, created on first use and kept.
   Status event_for(gpu::Backend* backend, int device, gpu::Event* event, int index);
   // Device scratch of at least bytes on device, kept between calls (grown

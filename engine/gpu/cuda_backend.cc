@@ -215,6 +215,15 @@ class CudaBackend final : public Backend {
     *stream = reinterpret_cast<Stream>(s);
     return Status::kOk;
   }
+  Status stream_create_urgent(Stream* stream) override {
+    ensure_device_for_thread(device_count_);
+    int least = 0, greatest = 0;
+    FERRY_CHECK(FERRY_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest)));
+    cudaStream_t s = nullptr;
+    FERRY_CHECK(FERRY_CUDA(cudaStreamCreateWithPriority(&s, cudaStreamDefault, greatest)));
+    *stream = reinterpret_cast<Stream>(s);
+    return Status::kOk;
+  }
   Status stream_destroy(Stream stream) override {
     return FERRY_CUDA(cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream)));
   }

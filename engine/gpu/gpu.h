@@ -91,6 +91,10 @@ class Backend {
   virtual Status copy_async(void* dst, const void* src, std::size_t bytes, Stream stream) = 0;
 
   virtual Status stream_create(Stream* stream) = 0;
+  // A stream whose kernels the GPU schedules before those of ordinary
+  // streams as SMs free up: for the engine's short kernels that would
+  // otherwise wait behind every block of an application kernel.
+  virtual Status stream_create_urgent(Stream* stream) { return stream_create(stream); }
   virtual Status stream_destroy(Stream stream) = 0;
   virtual Status stream_synchronize(Stream stream) = 0;
   virtual Status event_create(Event* event) = 0;
