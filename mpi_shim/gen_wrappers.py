@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 
-SIGNATURE = re.compile(r"^(\w+)\s+(int)\s+(MPI_\w+)\((.*)\)\s*$")
+SIGNATURE = re.compile(r"^(\w+)\s+(int)\s+(MPIX?_\w+)\((.*)\)\s*$")
 
 
 class Param:
@@ -35,7 +35,8 @@ class Function:
         self.policy = policy
         self.ret = ret
         self.name = name
-        self.short = name[len("MPI_"):]
+        # MPIX_ names: Open MPI's extensions (mpi-ext.h), MPI 4.0 calls among them.
+        self.short = name.split("_", 1)[1]
         self.params = [] if params_text.strip() in ("", "void") else [Param(p) for p in params_text.split(",")]
 
     def parameter_list(self):
@@ -101,6 +102,7 @@ def handlers(functions):
 #pragma once
 
 #include <mpi.h>
+#include <mpi-ext.h>
 
 namespace ferry::shim {{
 
@@ -138,6 +140,7 @@ def wrappers(functions):
 // No exception may cross into the application: each wrapper turns one into
 // an MPI error class through the communicator's error handler.
 #include <mpi.h>
+#include <mpi-ext.h>
 
 #include "engine/gpu/gpu.h"
 #include "function_ids.h"

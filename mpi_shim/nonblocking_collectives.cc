@@ -137,4 +137,23 @@ int handle_Ireduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcou
       });
 }
 
+// Persistent collectives: Open MPI 4.1 has MPI 4.0's as MPIX_ extensions.
+// Each MPI_Start runs the nonblocking call (nonblocking_engine.h).
+int handle_Allreduce_init(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                          MPI_Comm comm, MPI_Info, MPI_Request* request) {
+  return nbc::init_allreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+}
+
+int handle_Bcast_init(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Info,
+                      MPI_Request* request) {
+  return nbc::init_bcast(buffer, count, datatype, root, comm, request);
+}
+
+int handle_Alltoallv_init(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
+                          void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype,
+                          MPI_Comm comm, MPI_Info, MPI_Request* request) {
+  return nbc::init_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
+                             request);
+}
+
 }  // namespace ferry::shim

@@ -20,6 +20,9 @@
 
 #include <mpi.h>
 
+#include <utility>
+#include <vector>
+
 namespace ferry::shim::nbc {
 
 // MPI_Iallreduce by this path: false when it does not take the call
@@ -64,5 +67,36 @@ void forget(MPI_Comm comm);
 
 // At MPI_Finalize: finishes what is outstanding and stops the thread.
 void finalize();
+
+// Persistent collectives (Open MPI 4.1's MPIX_Allreduce_init,
+// MPIX_Bcast_init, MPIX_Alltoallv_init: MPI 4.0's, under mpi-ext.h). The
+// handle is a real persistent request of the MPI's, a receive from
+// MPI_PROC_NULL, which the real MPI completes as soon as it is started; it
+// stands for the call's arguments. MPI_Start makes the call as the
+// nonblocking one (on the engine where it can) behind the handle, and the
+// completion calls hold the handle back from the real MPI until that call
+// is done. The handle never changes, as with MPI's own.
+int init_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                   MPI_Request* request);
+int init_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request* request);
+int init_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
+                   void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm,
+                   MPI_Request* request);
+// Whether any persistent collective of this path exists (one load).
+bool persistent_live();
+// Whether request is one of them.
+bool is_persistent(MPI_Request request);
+// MPI_Start of one: the call, then the real MPI's start of the handle.
+int start_persistent(MPI_Request* request);
+// Finishes the calls behind the started persistent handles among requests
+// (wait), or looks once (!wait): *pending says whether any is still
+// running. The first error of a finished call is returned.
+int settle_persistent(int count, const MPI_Request* requests, bool wait, bool* pending);
+// The started handles among requests whose call is still running: replaced
+// by MPI_REQUEST_NULL in requests (held back from the real MPI), their
+// indices in *held; unhold() puts them back.
+void hold_running(int count, MPI_Request* requests, std::vector<std::pair<int, MPI_Request>>* held);
+// MPI_Request_free of one: an active one is refused (MPI_ERR_REQUEST).
+int free_persistent(MPI_Request* request);
 
 }  // namespace ferry::shim::nbc

@@ -57,6 +57,14 @@ bool is_staged(MPI_Request request) {
   return staged_requests().count(request) != 0;
 }
 
+// Whether a persistent collective (nonblocking_engine.h) is among requests.
+bool any_persistent(int count, const MPI_Request* requests) {
+  if (!nbc::persistent_live() || !requests) return false;
+  for (int i = 0; i < count; ++i)
+    if (nbc::is_persistent(requests[i])) return true;
+  return false;
+}
+
 bool any_staged(int count, const MPI_Request* requests) {
   if (outstanding.load(std::memory_order_acquire) == 0 || !requests || count < 0) return false;
   for (int i = 0; i < count; ++i)
@@ -360,11 +368,24 @@ int start_staged(int count, MPI_Request* requests, PmpiCall pmpi) {
 }  // namespace
 
 int handle_Start(MPI_Request* request) {
+  if (request && nbc::is_persistent(*request)) return nbc::start_persistent(request);
   if (!request || !is_staged(*request)) return PMPI_Start(request);
   return start_staged(1, request, [&] { return PMPI_Start(request); });
 }
 
 int handle_Startall(int count, MPI_Request* requests) {
+  if (nbc::persistent_live() && requests) {
+    bool any = false;
+    for (int i = 0; i < count && !any; ++i) any = nbc::is_persistent(requests[i]);
+    if (any) {
+      // Persistent collectives start one by one, each as its nonblocking call.
+      for (int i = 0; i < count; ++i) {
+        const int result = handle_Start(&requests[i]);
+        if (result != MPI_SUCCESS) return result;
+      }
+      return MPI_SUCCESS;
+    }
+  }
   if (!any_staged(count, requests)) return PMPI_Startall(count, requests);
   return start_staged(count, requests, [&] { return PMPI_Startall(count, requests); });
 }
@@ -374,6 +395,12 @@ int handle_Startall(int count, MPI_Request* requests) {
 // called MPI_Grequest_complete: each completion call settles them first.
 int handle_Wait(MPI_Request* request, MPI_Status* status) {
   nbc::progress();
+  if (request && nbc::is_persistent(*request)) {
+    bool running = false;
+    const int error = nbc::settle_persistent(1, request, true, &running);
+    const int result = PMPI_Wait(request, status);
+    return result != MPI_SUCCESS ? result : error;
+  }
   if (request && nbc::owns(*request)) {
     nbc::settle(1, request, true);
     return PMPI_Wait(request, status);
@@ -388,6 +415,16 @@ int handle_Wait(MPI_Request* request, MPI_Status* status) {
 
 int handle_Test(MPI_Request* request, int* flag, MPI_Status* status) {
   nbc::progress();
+  if (request && nbc::is_persistent(*request)) {
+    bool running = false;
+    const int error = nbc::settle_persistent(1, request, false, &running);
+    if (running) {
+      *flag = 0;
+      return MPI_SUCCESS;
+    }
+    const int result = PMPI_Test(request, flag, status);
+    return result != MPI_SUCCESS ? result : error;
+  }
   if (request && nbc::owns(*request)) {
     nbc::settle(1, request, false);
     return PMPI_Test(request, flag, status);
@@ -455,14 +492,26 @@ int finish_all(CompletionArrays& arrays, int count, int result) {
 
 int handle_Waitall(int count, MPI_Request* requests, MPI_Status* statuses) {
   nbc::progress();
+  bool running = false;
+  const int persistent_error = nbc::settle_persistent(count, requests, true, &running);
   if (nbc::owns_any(count, requests)) nbc::settle(count, requests, true);
-  if (!any_staged(count, requests)) return PMPI_Waitall(count, requests, statuses);
-  CompletionArrays arrays(count, requests, statuses);
-  return finish_all(arrays, count, PMPI_Waitall(count, requests, arrays.statuses));
+  const int result = [&] {
+    if (!any_staged(count, requests)) return PMPI_Waitall(count, requests, statuses);
+    CompletionArrays arrays(count, requests, statuses);
+    return finish_all(arrays, count, PMPI_Waitall(count, requests, arrays.statuses));
+  }();
+  return result != MPI_SUCCESS ? result : persistent_error;
 }
 
 int handle_Testall(int count, MPI_Request* requests, int* flag, MPI_Status* statuses) {
   nbc::progress();
+  // A persistent collective still running: not all are complete.
+  bool running = false;
+  const int persistent_error = nbc::settle_persistent(count, requests, false, &running);
+  if (running || persistent_error != MPI_SUCCESS) {
+    *flag = 0;
+    return persistent_error;
+  }
   if (nbc::owns_any(count, requests)) nbc::settle(count, requests, false);
   if (!any_staged(count, requests)) return PMPI_Testall(count, requests, flag, statuses);
   CompletionArrays arrays(count, requests, statuses);
@@ -473,7 +522,7 @@ int handle_Testall(int count, MPI_Request* requests, int* flag, MPI_Status* stat
 int handle_Waitany(int count, MPI_Request* requests, int* index, MPI_Status* status) {
   nbc::progress();
   // With work of Ferry's among them, whichever finishes first: by testing.
-  if (nbc::owns_any(count, requests)) {
+  if (nbc::owns_any(count, requests) || any_persistent(count, requests)) {
     for (int flag = 0;;) {
       const int result = handle_Testany(count, requests, index, &flag, status);
       if (result != MPI_SUCCESS || flag) return result;
@@ -490,8 +539,9 @@ int handle_Waitany(int count, MPI_Request* requests, int* index, MPI_Status* sta
   return finish_request(handles[*index], *st);
 }
 
-int handle_Testany(int count, MPI_Request* requests, int* index, int* flag, MPI_Status* status) {
-  nbc::progress();
+namespace {
+
+int testany_now(int count, MPI_Request* requests, int* index, int* flag, MPI_Status* status) {
   if (nbc::owns_any(count, requests)) nbc::settle(count, requests, false);
   if (!any_staged(count, requests)) return PMPI_Testany(count, requests, index, flag, status);
   CallArray<MPI_Request> handles(count);
@@ -501,6 +551,20 @@ int handle_Testany(int count, MPI_Request* requests, int* index, int* flag, MPI_
   const int result = PMPI_Testany(count, requests, index, flag, st);
   if (result != MPI_SUCCESS || !*flag || *index == MPI_UNDEFINED) return result;
   return finish_request(handles[*index], *st);
+}
+
+}  // namespace
+
+// Persistent collectives still running are held back from the real MPI,
+// which would report them complete.
+int handle_Testany(int count, MPI_Request* requests, int* index, int* flag, MPI_Status* status) {
+  nbc::progress();
+  std::vector<std::pair<int, MPI_Request>> held;
+  nbc::hold_running(count, requests, &held);
+  const int result = testany_now(count, requests, index, flag, status);
+  for (const auto& [i, handle] : held) requests[i] = handle;
+  if (!held.empty() && *flag && *index == MPI_UNDEFINED) *flag = 0;
+  return result;
 }
 
 namespace {
@@ -528,7 +592,7 @@ int some_like(int incount, MPI_Request* requests, int* outcount, int* indices, M
 
 int handle_Waitsome(int incount, MPI_Request* requests, int* outcount, int* indices, MPI_Status* statuses) {
   nbc::progress();
-  if (nbc::owns_any(incount, requests)) {
+  if (nbc::owns_any(incount, requests) || any_persistent(incount, requests)) {
     for (;;) {
       const int result = handle_Testsome(incount, requests, outcount, indices, statuses);
       if (result != MPI_SUCCESS || *outcount != 0) return result;
@@ -540,15 +604,29 @@ int handle_Waitsome(int incount, MPI_Request* requests, int* outcount, int* indi
                    [&](MPI_Status* st) { return PMPI_Waitsome(incount, requests, outcount, indices, st); });
 }
 
-int handle_Testsome(int incount, MPI_Request* requests, int* outcount, int* indices, MPI_Status* statuses) {
-  nbc::progress();
+namespace {
+
+int testsome_now(int incount, MPI_Request* requests, int* outcount, int* indices, MPI_Status* statuses) {
   if (nbc::owns_any(incount, requests)) nbc::settle(incount, requests, false);
   if (!any_staged(incount, requests)) return PMPI_Testsome(incount, requests, outcount, indices, statuses);
   return some_like(incount, requests, outcount, indices, statuses,
                    [&](MPI_Status* st) { return PMPI_Testsome(incount, requests, outcount, indices, st); });
 }
 
+}  // namespace
+
+int handle_Testsome(int incount, MPI_Request* requests, int* outcount, int* indices, MPI_Status* statuses) {
+  nbc::progress();
+  std::vector<std::pair<int, MPI_Request>> held;
+  nbc::hold_running(incount, requests, &held);
+  const int result = testsome_now(incount, requests, outcount, indices, statuses);
+  for (const auto& [i, handle] : held) requests[i] = handle;
+  if (!held.empty() && *outcount == MPI_UNDEFINED) *outcount = 0;
+  return result;
+}
+
 int handle_Request_free(MPI_Request* request) {
+  if (request && nbc::is_persistent(*request)) return nbc::free_persistent(request);
   if (request && nbc::owns(*request)) return nbc::refuse_free(*request);
   if (!request || !is_staged(*request)) return PMPI_Request_free(request);
   const MPI_Request handle = *request;
@@ -572,6 +650,15 @@ int handle_Request_free(MPI_Request* request) {
 // outputs are delivered now, once: a program may read them before it calls
 // the Wait or Test that frees the request.
 int handle_Request_get_status(MPI_Request request, int* flag, MPI_Status* status) {
+  if (nbc::is_persistent(request)) {
+    bool running = false;
+    const int error = nbc::settle_persistent(1, &request, false, &running);
+    if (running || error != MPI_SUCCESS) {
+      *flag = 0;
+      return error;
+    }
+    return PMPI_Request_get_status(request, flag, status);
+  }
   if (nbc::owns(request)) {
     nbc::settle(1, &request, false);
     return PMPI_Request_get_status(request, flag, status);

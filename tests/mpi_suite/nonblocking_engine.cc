@@ -4,7 +4,8 @@
 // nonblocking ones; a split communicator (freed while its call is
 // outstanding, on the engine); calls where some ranks pass host buffers (every rank then
 // takes the real MPI) with an all-device call queued behind; MPI_Request_free
-// refused. With FERRY_SUITE_EXPECT_PROGRESS=1 the result must
+// refused; persistent collectives (MPIX_*_init) started round after round.
+// With FERRY_SUITE_EXPECT_PROGRESS=1 the result must
 // also arrive while no rank makes any MPI call.
 #include <chrono>
 #include <cstdlib>
@@ -16,6 +17,8 @@
 
 #include "completion.h"
 #include "suite.h"
+// After mpi.h (suite.h): Open MPI's extensions, MPIX_*_init among them.
+#include <mpi-ext.h>
 
 namespace {
 
@@ -296,6 +299,87 @@ void progress_without_mpi_calls() {
   for (const Posted& p : posted) p.check();
 }
 
+// Persistent collectives (MPI 4.0's, MPIX_ in Open MPI 4.1): set up once,
+// started in several rounds with new data each time (MPI_Start and
+// MPI_Startall), completed with every completion call, next to a host
+// ring exchange; the handles stay the same throughout; then freed.
+void persistent_collectives() {
+  const int n = world_size(), me = world_rank();
+  const long count = 1001;
+  const int root = 1 % n;
+  Buffer sum_in(count * sizeof(double), Memory::device), sum_out(count * sizeof(double), Memory::device, 8);
+  Buffer broadcast(count * sizeof(int), Memory::device, 4);
+  // Alltoallv: this rank sends (me + p) % 4 + 1 blocks of 33 to rank p.
+  auto block = [](int from, int to) { return ((from + to) % 4 + 1) * 33; };
+  std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
+  int send_total = 0, recv_total = 0;
+  for (int p = 0; p < n; ++p) {
+    send_counts[p] = block(me, p);
+    send_displs[p] = send_total;
+    send_total += send_counts[p];
+    recv_counts[p] = block(p, me);
+    recv_displs[p] = recv_total;
+    recv_total += recv_counts[p];
+  }
+  Buffer spread_in(send_total * sizeof(float), Memory::device), spread_out(recv_total * sizeof(float), Memory::device);
+  const Case what{"MPIX_*_init", "mixed", "", count, "device", "persistent collectives"};
+  std::vector<MPI_Request> requests(3);
+  check_mpi(MPIX_Allreduce_init(sum_in.data(), sum_out.data(), int(count), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
+                                MPI_INFO_NULL, &requests[0]),
+            what);
+  check_mpi(MPIX_Bcast_init(broadcast.data(), int(count), MPI_INT, root, MPI_COMM_WORLD, MPI_INFO_NULL, &requests[1]),
+            what);
+  check_mpi(MPIX_Alltoallv_init(spread_in.data(), send_counts.data(), send_displs.data(), MPI_FLOAT, spread_out.data(),
+                                recv_counts.data(), recv_displs.data(), MPI_FLOAT, MPI_COMM_WORLD, MPI_INFO_NULL,
+                                &requests[2]),
+            what);
+  const std::vector<MPI_Request> handles = requests;
+  for (int round = 0; round < kCompletions; ++round) {
+    const uint64_t id = next_case_id();
+    sum_in.write(random_values<double>(count, id, me, Values::small).data(), count * sizeof(double));
+    const std::vector<int> sent = random_values<int>(count, id + 1, root);
+    broadcast.write(me == root ? sent.data() : random_values<int>(count, id + 2, me).data(), count * sizeof(int));
+    spread_in.write(random_values<float>(send_total, id + 3, me).data(), send_total * sizeof(float));
+    if (round % 2 == 0) {
+      check_mpi(MPI_Startall(3, requests.data()), what);
+    } else {
+      for (MPI_Request& request : requests) check_mpi(MPI_Start(&request), what);
+    }
+    std::vector<MPI_Request> batch = requests;
+    int outgoing = me * 1000 + round, incoming = -1;
+    batch.resize(5);
+    MPI_Irecv(&incoming, 1, MPI_INT, (me + n - 1) % n, 78, MPI_COMM_WORLD, &batch[3]);
+    MPI_Isend(&outgoing, 1, MPI_INT, (me + 1) % n, 78, MPI_COMM_WORLD, &batch[4]);
+    Case round_case = what;
+    round_case.detail = "round " + std::to_string(round) + ", " + completion_name(completion(round));
+    complete(completion(round), batch, round_case, {true, true, true, false, false});
+    for (int i = 0; i < 3; ++i) expect(batch[i] == handles[i], round_case, "a persistent handle changed");
+    expect(incoming == ((me + n - 1) % n) * 1000 + round, round_case, "host ring message among the requests");
+
+    std::vector<double> sum(count, 0.0);
+    for (int r = 0; r < n; ++r) {
+      const std::vector<double> part = random_values<double>(count, id, r, Values::small);
+      for (long i = 0; i < count; ++i) sum[i] += part[i];
+    }
+    expect(read_back<double>(sum_out, count) == sum, round_case, "MPIX_Allreduce_init: wrong sum");
+    expect(read_back<int>(broadcast, count) == sent, round_case, "MPIX_Bcast_init: wrong data");
+    std::vector<float> expected(recv_total);
+    for (int p = 0; p < n; ++p) {
+      int displ = 0;
+      for (int q = 0; q < me; ++q) displ += block(p, q);
+      const std::vector<float> theirs = random_values<float>(displ + block(p, me), id + 3, p);
+      std::copy(theirs.begin() + displ, theirs.end(), expected.begin() + recv_displs[p]);
+    }
+    expect(read_back<float>(spread_out, recv_total) == expected, round_case, "MPIX_Alltoallv_init: wrong blocks");
+    expect(sum_out.guards_intact() && broadcast.guards_intact() && spread_out.guards_intact(), round_case,
+           "wrote past a receive buffer");
+  }
+  for (MPI_Request& request : requests) {
+    check_mpi(MPI_Request_free(&request), what);
+    expect(request == MPI_REQUEST_NULL, what, "MPI_Request_free left the handle set");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -306,6 +390,7 @@ int main(int argc, char** argv) {
   host_on_some_ranks();
   host_only_on_rank_zero();
   refused_free();
+  persistent_collectives();
   if (engine_expected()) progress_without_mpi_calls();
   return finish();
 }
