@@ -1,5 +1,6 @@
 #include "mpi_shim/nonblocking_engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -7,14 +8,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
-#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/collectives/collectives.h"
-#include "engine/common/params.h"
 #include "engine/collectives/executor.h"
+#include "engine/common/params.h"
 #include "engine/transport/p2p.h"
 #include "engine/transport/shm.h"
 #include "handlers.h"
@@ -118,9 +119,9 @@ std::map<MPI_Comm, std::unique_ptr<CommState>>& states() {
   return *map;
 }
 // Communicators where the set-up found the engine unable: calls stage.
-std::map<MPI_Comm, bool>& unable() {
-  static auto* map = new std::map<MPI_Comm, bool>;
-  return *map;
+std::set<MPI_Comm>& unable() {
+  static auto* set = new std::set<MPI_Comm>;
+  return *set;
 }
 std::unordered_map<MPI_Request, Op*>& by_request() {
   static auto* map = new std::unordered_map<MPI_Request, Op*>;
@@ -133,12 +134,6 @@ bool g_stopping = false;
 bool enabled() {
   static const bool on = params().nbc == "engine" && params().route == "auto";
   return on;
-}
-
-// FERRY_HANDSHAKE_TIMEOUT from now; 0 is no limit.
-std::chrono::steady_clock::time_point deadline_from_now() {
-  if (params().handshake_timeout <= 0) return std::chrono::steady_clock::time_point::max();
-  return std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
 }
 
 // --- the generalized request's callbacks -----------------------------------
@@ -241,7 +236,7 @@ void queue_on_engine_locked(CommState& state, Op& op) {
     return queue_nonblocking_allreduce(*state.engine, op.send, op.recv, static_cast<std::size_t>(op.count), op.type,
                                        op.reduce, op.done_event);
   }();
-  op.deadline = deadline_from_now();
+  op.deadline = handshake_deadline();
   if (!ok(status)) {
     FERRY_WARN(Coll, "%s on the engine failed: %s", function_name(function_of(op.kind)), status_name(status));
     if (op.kind == Kind::kAllreduce) abandon_nonblocking_allreduces(*state.engine, op.recv, status);
@@ -460,7 +455,7 @@ CommState* state_for(MPI_Comm comm) {
   if (!ok(status) || !ready) {
     if (!ok(status))
       FERRY_WARN(Coll, "nonblocking collective set-up failed (%s); such calls are staged", status_name(status));
-    unable()[comm] = true;
+    unable().insert(comm);
     return nullptr;
   }
   if (!g_thread) g_thread = new std::thread(progress_loop);
@@ -487,7 +482,7 @@ int start_call(CommState& state, std::unique_ptr<Op> op, bool host_only, FillEnt
   std::unique_lock<std::mutex> lock(g_mutex);
   const std::uint64_t call = ++state.calls;
   const int n = state.engine->size();
-  const auto deadline = deadline_from_now();
+  const auto deadline = handshake_deadline();
   // The ring's slot is free once every rank has read the call it held.
   for (int r = 0; r < n; ++r) {
     while (call > kBoardEntries && state.part(r).read_through.load(std::memory_order_acquire) < call - kBoardEntries) {

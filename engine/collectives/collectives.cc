@@ -304,12 +304,6 @@ Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, 
   return Status::kOk;
 }
 
-// FERRY_HANDSHAKE_TIMEOUT from now; 0 is no limit.
-std::chrono::steady_clock::time_point handshake_deadline() {
-  if (params().handshake_timeout <= 0) return std::chrono::steady_clock::time_point::max();
-  return std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
-}
-
 // Waits until every stream in streams is idle or the deadline passes
 // (kTimeout).
 Status wait_streams_until(gpu::Backend* backend, std::initializer_list<gpu::Stream> streams,
@@ -397,7 +391,8 @@ Status queue_copy_push(Communicator& comm, const Placement& where, const void* i
 // drain, and retires the slots.
 void abandon_copy_push(Communicator& comm, gpu::Backend* backend, int device, Status why) {
   Communicator::CopyPushSlots* slots = nullptr;
-  if (!ok(comm.copy_push_slots(backend, device, &slots))) return;
+  // (Only where they are made: making them is collective.)
+  if (!comm.copy_push_made(backend, device) || !ok(comm.copy_push_slots(backend, device, &slots))) return;
   const std::uint32_t release = slots->sequence + (1u << 30);
   void* own = slots->buffers[comm.rank()];
   for (int r = 0; r < comm.size(); ++r) {
@@ -974,6 +969,11 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
     return Status::kOk;
   }();
   return finish_together(comm, local, clock);
+}
+
+std::chrono::steady_clock::time_point handshake_deadline() {
+  if (params().handshake_timeout <= 0) return std::chrono::steady_clock::time_point::max();
+  return std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
 }
 
 Status prepare_nonblocking_allreduce(Communicator& comm, gpu::Backend* backend, int device, bool* ready) {

@@ -6,6 +6,7 @@
 // ranks agreed is reported on every rank.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -27,6 +28,10 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
 Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_bytes,
                  const std::size_t* send_offsets, void* recv, const std::size_t* recv_bytes,
                  const std::size_t* recv_offsets, bool eligible, bool* ran);
+
+// FERRY_HANDSHAKE_TIMEOUT from now (0: no limit): how long the engine waits
+// for its peers.
+std::chrono::steady_clock::time_point handshake_deadline();
 
 // Nonblocking allreduce by the copy-engine push (cepush): the work is
 // queued on the communicator's streams and ends at an event; its chunks
