@@ -470,8 +470,8 @@ Op* find_locked(MPI_Request request) {
 }
 
 // What every nonblocking collective of this path does once this rank has
-// filled op (kind, buffers, eligible) and the board entry of its call
-// (entry(call), all but call): publishes the entry and returns the request.
+// filled op (kind, buffers, eligible): publishes its board entry (with what
+// fill_entry adds for the peers) and returns the request.
 // A rank that cannot take the engine and has only host buffers, with no
 // call queued before this one, posts the real MPI's call at once on the
 // user's buffers (post_host) and returns its request: every rank takes the

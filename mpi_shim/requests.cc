@@ -390,9 +390,11 @@ int handle_Startall(int count, MPI_Request* requests) {
   return start_staged(count, requests, [&] { return PMPI_Startall(count, requests); });
 }
 
-// The nonblocking allreduces on the engine (nonblocking_engine.h) hold
+// The nonblocking collectives on the engine (nonblocking_engine.h) hold
 // generalized requests, which the real MPI completes only once Ferry has
-// called MPI_Grequest_complete: each completion call settles them first.
+// called MPI_Grequest_complete, and a started persistent collective's
+// handle must not complete before the call behind it: each completion call
+// settles them first.
 int handle_Wait(MPI_Request* request, MPI_Status* status) {
   nbc::progress();
   if (request && nbc::is_persistent(*request)) {
