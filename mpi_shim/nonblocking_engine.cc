@@ -726,6 +726,7 @@ void issue_all(MPI_Comm comm) {
 
 void forget(MPI_Comm comm) {
   std::unique_ptr<CommState> state;
+  const auto deadline = handshake_deadline();
   for (int polls = 0;; ++polls) {
     {
       std::lock_guard<std::mutex> lock(g_mutex);
@@ -737,6 +738,17 @@ void forget(MPI_Comm comm) {
         state = std::move(it->second);
         states().erase(it);
         break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        // A peer never made its part of these calls: they fail, and what
+        // they may still use (mappings, streams, the board) is left alone.
+        FERRY_WARN(Coll, "%zu nonblocking collectives unfinished after FERRY_HANDSHAKE_TIMEOUT when their "
+                   "communicator was freed", it->second->ops.size());
+        while (!it->second->ops.empty()) finish_locked(*it->second->ops.front(), MPI_ERR_OTHER);
+        it->second->unissued.clear();
+        it->second.release();
+        states().erase(it);
+        return;
       }
     }
     if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(2));
