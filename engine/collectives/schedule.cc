@@ -31,16 +31,8 @@ std::size_t pipeline_chunk_elements(std::size_t slice_elements, std::size_t elem
 }
 
 std::vector<std::size_t> copy_push_chunks(std::size_t count, std::size_t element_bytes, std::size_t slot_bytes) {
-  const std::size_t align = std::max<std::size_t>(1, 16 / element_bytes);
-  const std::size_t slot = std::max(align, slot_bytes / element_bytes / align * align);
-  const std::size_t smallest = std::max(align, slot / 16 / align * align);
   std::vector<std::size_t> chunks;
-  for (std::size_t left = count; left > 0;) {
-    const std::size_t take =
-        left <= smallest ? left : std::min(left, std::max(smallest, std::min(slot, left / 2 / align * align)));
-    chunks.push_back(take);
-    left -= take;
-  }
+  for_each_copy_push_chunk(count, element_bytes, slot_bytes, [&](std::size_t chunk) { chunks.push_back(chunk); });
   return chunks;
 }
 

@@ -3,6 +3,7 @@
 // tests check them by simulating every rank in one process.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <vector>
@@ -33,6 +34,21 @@ std::size_t pipeline_chunk_elements(std::size_t slice_elements, std::size_t elem
 // chunks are whole slots while at least two slots remain, then halve down
 // to a sixteenth of a slot. All but the last are multiples of 16 bytes.
 std::vector<std::size_t> copy_push_chunks(std::size_t count, std::size_t element_bytes, std::size_t slot_bytes);
+
+// The same chunks, each handed to take(elements) in order, without a list
+// (the tuner costs them on every call).
+template <typename Take>
+void for_each_copy_push_chunk(std::size_t count, std::size_t element_bytes, std::size_t slot_bytes, Take take) {
+  const std::size_t align = std::max<std::size_t>(1, 16 / element_bytes);
+  const std::size_t slot = std::max(align, slot_bytes / element_bytes / align * align);
+  const std::size_t smallest = std::max(align, slot / 16 / align * align);
+  for (std::size_t left = count; left > 0;) {
+    const std::size_t chunk =
+        left <= smallest ? left : std::min(left, std::max(smallest, std::min(slot, left / 2 / align * align)));
+    take(chunk);
+    left -= chunk;
+  }
+}
 
 // One operation of a rank's schedule; a rank runs its operations in order.
 // kSend sends `range` of this rank's buffer to peer; a receive takes the

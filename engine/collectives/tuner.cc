@@ -158,12 +158,16 @@ double copy_engine_us(std::size_t bytes, int n, const MachineModel& m) {
 // behind the copies.
 double copy_push_us(std::size_t bytes, int n, const MachineModel& m) {
   const LinkCost& link = link_cost(m.intra);
-  const std::vector<std::size_t> chunks =
-      copy_push_chunks(bytes, 1, static_cast<std::size_t>(std::max<std::int64_t>(1, params().ce_slot_bytes)));
-  const double copies = double(chunks.size()) * (n - 1);
+  std::size_t chunks = 0, last = 0;
+  for_each_copy_push_chunk(bytes, 1, static_cast<std::size_t>(std::max<std::int64_t>(1, params().ce_slot_bytes)),
+                           [&](std::size_t chunk) {
+                             ++chunks;
+                             last = chunk;
+                           });
+  const double copies = double(chunks) * (n - 1);
   return m.launch_us + link.hop_us + copies * kCopyUs +
          transfer_us(double(n - 1) * bytes, link.bandwidth_gbps * kCopyPushEfficiency) +
-         transfer_us(double(chunks.empty() ? 0 : chunks.back()), kLocalReduceGbps);
+         transfer_us(double(last), kLocalReduceGbps);
 }
 
 // NCCL's ring: 2(n-1) steps, of which 2(nodes-1) cross the network; every
