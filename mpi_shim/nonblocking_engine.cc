@@ -598,10 +598,11 @@ bool start_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_C
   int element = 0;
   ExportedBuffer mine{};
   const bool root_valid = root >= 0 && root < state->engine->size();
+  const gpu::PointerInfo info = gpu::classify(buffer);
   call->eligible = route.route == Route::kEngine && root_valid && count > 0 && dense_data_type(datatype, &element) &&
-                   (state->engine->rank() == root ? exported(*state, buffer, &mine)
-                                                  : gpu::classify(buffer).kind == gpu::MemoryKind::kDevice &&
-                                                        gpu::classify(buffer).device == state->device);
+                   (state->engine->rank() == root
+                        ? exported(*state, buffer, &mine)
+                        : info.kind == gpu::MemoryKind::kDevice && info.device == state->device);
   call->bytes = static_cast<std::size_t>(count) * element;
   *result = start_call(
       *state, std::move(call), route.route == Route::kPmpi, [&](BoardEntry& entry) { entry.buffer = mine; },
@@ -692,7 +693,6 @@ void settle(int count, const MPI_Request* requests, bool wait) {
       if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(2));
     }
   }
-  progress();
 }
 
 void progress() {

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/collectives/collectives.h"
 #include "engine/collectives/communicator.h"
 #include "engine/common/log.h"
 #include "engine/common/params.h"
@@ -362,14 +363,8 @@ Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* 
     FERRY_CHECK(backend->copy_async(static_cast<char*>(dst) + offset, data + offset,
                                     std::min<std::size_t>(env.chunk_bytes, length - offset), stream));
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
-  for (int polls = 0;; ++polls) {
-    bool done = false;
-    FERRY_CHECK(backend->stream_done(stream, &done));
-    if (done) return Status::kOk;
-    if (params().handshake_timeout > 0 && std::chrono::steady_clock::now() > deadline) break;
-    if (polls > 4096) std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
+  const Status copied = wait_streams_until(backend, {stream}, handshake_deadline());
+  if (copied != Status::kTimeout) return copied;
   FERRY_WARN(Shim, "a %llu-byte message's sender did not fill its bounce buffer within FERRY_HANDSHAKE_TIMEOUT",
              static_cast<unsigned long long>(env.bytes));
   backend->write_value_now(word, chunk + (1u << 30));
@@ -859,7 +854,7 @@ int offer_finish(Offer& offer) {
   const std::uint64_t ticket = offer.ticket;
   const auto start = std::chrono::steady_clock::now();
   const auto offer_ends = start + std::chrono::microseconds(params().pt2pt_claim_us);
-  const auto gives_up = start + std::chrono::seconds(params().handshake_timeout);
+  const auto gives_up = handshake_deadline();
   bool withdrawn = false;
   for (int polls = 0;; ++polls) {
     std::uint64_t word = claim.load(std::memory_order_acquire);
@@ -870,7 +865,7 @@ int offer_finish(Offer& offer) {
       withdrawn = true;
       break;
     }
-    if (word == claim_word(ticket, kClaimed) && params().handshake_timeout > 0 && now > gives_up) {
+    if (word == claim_word(ticket, kClaimed) && now > gives_up) {
       // The receive claimed the buffer and never finished copying it.
       FERRY_WARN(Shim, "a receive claimed a %lld-byte message and did not finish within FERRY_HANDSHAKE_TIMEOUT",
                  static_cast<long long>(offer.e.bytes));

@@ -374,17 +374,13 @@ int handle_Start(MPI_Request* request) {
 }
 
 int handle_Startall(int count, MPI_Request* requests) {
-  if (nbc::persistent_live() && requests) {
-    bool any = false;
-    for (int i = 0; i < count && !any; ++i) any = nbc::is_persistent(requests[i]);
-    if (any) {
-      // Persistent collectives start one by one, each as its nonblocking call.
-      for (int i = 0; i < count; ++i) {
-        const int result = handle_Start(&requests[i]);
-        if (result != MPI_SUCCESS) return result;
-      }
-      return MPI_SUCCESS;
+  if (any_persistent(count, requests)) {
+    // Persistent collectives start one by one, each as its nonblocking call.
+    for (int i = 0; i < count; ++i) {
+      const int result = handle_Start(&requests[i]);
+      if (result != MPI_SUCCESS) return result;
     }
+    return MPI_SUCCESS;
   }
   if (!any_staged(count, requests)) return PMPI_Startall(count, requests);
   return start_staged(count, requests, [&] { return PMPI_Startall(count, requests); });

@@ -304,22 +304,6 @@ Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, 
   return Status::kOk;
 }
 
-// Waits until every stream in streams is idle or the deadline passes
-// (kTimeout).
-Status wait_streams_until(gpu::Backend* backend, std::initializer_list<gpu::Stream> streams,
-                          std::chrono::steady_clock::time_point deadline) {
-  for (int polls = 0;; ++polls) {
-    bool all_done = true;
-    for (gpu::Stream stream : streams) {
-      bool done = false;
-      FERRY_CHECK(backend->stream_done(stream, &done));
-      all_done = all_done && done;
-    }
-    if (all_done) return Status::kOk;
-    if (std::chrono::steady_clock::now() > deadline) return Status::kTimeout;
-    if (polls > 4096) std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-}
 
 // Copy-engine push (cepush). Chunk by chunk, the push stream copies this
 // rank's input into its landing slot in every peer and raises that peer's
@@ -974,6 +958,21 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
 std::chrono::steady_clock::time_point handshake_deadline() {
   if (params().handshake_timeout <= 0) return std::chrono::steady_clock::time_point::max();
   return std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
+}
+
+Status wait_streams_until(gpu::Backend* backend, std::initializer_list<gpu::Stream> streams,
+                          std::chrono::steady_clock::time_point deadline) {
+  for (int polls = 0;; ++polls) {
+    bool all_done = true;
+    for (gpu::Stream stream : streams) {
+      bool done = false;
+      FERRY_CHECK(backend->stream_done(stream, &done));
+      all_done = all_done && done;
+    }
+    if (all_done) return Status::kOk;
+    if (std::chrono::steady_clock::now() > deadline) return Status::kTimeout;
+    if (polls > 4096) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
 }
 
 Status prepare_nonblocking_allreduce(Communicator& comm, gpu::Backend* backend, int device, bool* ready) {

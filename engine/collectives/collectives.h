@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "engine/collectives/communicator.h"
 #include "engine/common/types.h"
@@ -32,6 +33,10 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
 // FERRY_HANDSHAKE_TIMEOUT from now (0: no limit): how long the engine waits
 // for its peers.
 std::chrono::steady_clock::time_point handshake_deadline();
+// Waits until every stream in streams is idle (kOk) or the deadline passes
+// (kTimeout), polling, then sleeping between polls after a few thousand.
+Status wait_streams_until(gpu::Backend* backend, std::initializer_list<gpu::Stream> streams,
+                          std::chrono::steady_clock::time_point deadline);
 
 // Nonblocking allreduce by the copy-engine push (cepush): the work is
 // queued on the communicator's streams and ends at an event; its chunks
