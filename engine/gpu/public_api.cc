@@ -1,6 +1,8 @@
 // The C API of include/ferry/ferry.h, over the active device backend.
 #include "ferry/ferry.h"
 
+#include <unistd.h>
+
 #include "engine/gpu/gpu.h"
 
 #define FERRY_EXPORT extern "C" __attribute__((visibility("default")))
@@ -45,5 +47,21 @@ FERRY_EXPORT const char* ferry_device_backend(void) {
     return ferry::gpu::backend_kind_name(backend ? backend->kind() : ferry::gpu::BackendKind::kNone);
   } catch (...) {
     return "none";
+  }
+}
+
+FERRY_EXPORT unsigned long long ferry_device_key(void) {
+  try {
+    ferry::gpu::Backend* backend = ferry::gpu::active_backend();
+    if (!backend) return 0;
+    // Emulated devices are never shared: the process's own id tells them apart.
+    if (backend->kind() == ferry::gpu::BackendKind::kEmulated)
+      return (1ull << 63) | static_cast<unsigned long long>(gethostid() & 0xffffffff) << 24 |
+             static_cast<unsigned long long>(getpid() & 0xffffff);
+    int device = 0;
+    if (!ferry::ok(backend->current_device(&device))) return 0;
+    return backend->device_key(device);
+  } catch (...) {
+    return 0;
   }
 }

@@ -28,6 +28,10 @@ void ferry_device_free(void* ptr);
 int ferry_memcpy(void* dst, const void* src, size_t bytes);
 /* Name of the active device backend: "cuda", "emulated" or "none". */
 const char* ferry_device_backend(void);
+/* The physical device the calling thread allocates on, as a number: equal in
+ * two processes exactly when they share one GPU (a hash of its UUID). Each
+ * process has an emulated device of its own; 0 when there is no device. */
+unsigned long long ferry_device_key(void);
 
 #ifdef __cplusplus
 }

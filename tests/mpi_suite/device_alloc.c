@@ -13,6 +13,7 @@ typedef void* (*malloc_fn)(size_t);
 typedef void (*free_fn)(void*);
 typedef int (*memcpy_fn)(void*, const void*, size_t);
 typedef const char* (*backend_fn)(void);
+typedef unsigned long long (*key_fn)(void);
 
 static struct {
   malloc_fn device_malloc;
@@ -52,6 +53,12 @@ const char* suite_ferry_backend(void) {
   backend_fn backend;
   resolve("ferry_device_backend", &backend);
   return backend ? backend() : NULL;
+}
+
+unsigned long long suite_device_key(void) {
+  key_fn key;
+  resolve("ferry_device_key", &key);
+  return key ? key() : 0;
 }
 
 void suite_device_init(void) {

@@ -26,6 +26,8 @@ void suite_memcpy(void* dst, const void* src, size_t bytes);
 const char* suite_device_backend(void);
 /* The device backend libferry.so reports, or NULL when it is not loaded. */
 const char* suite_ferry_backend(void);
+/* ferry_device_key: equal in two processes sharing a GPU; 0 without Ferry. */
+unsigned long long suite_device_key(void);
 
 #ifdef __cplusplus
 }
