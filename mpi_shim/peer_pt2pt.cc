@@ -19,12 +19,8 @@
 
 #include "engine/collectives/collectives.h"
 #include "engine/collectives/communicator.h"
-#include "engine/collectives/worker.h"
 #include "engine/common/log.h"
 #include "engine/common/params.h"
-#ifdef FERRY_HAVE_CUDA
-#include "engine/gpu/cuda_probe.h"
-#endif
 #include "engine/transport/p2p.h"
 #include "handlers.h"
 #include "mpi_shim/requests.h"
@@ -65,10 +61,9 @@ struct Envelope {
   std::int32_t claim_pid;
   std::uint64_t claim_nonce;
   std::uint64_t claim_ticket;  // this offer's, in the word's upper half
-  std::uint64_t device_key;    // the sender's GPU (Backend::device_key)
   ExportedBuffer buffer;       // kPeerMemory only
 };
-static_assert(sizeof(Envelope) == 184, "Envelope travels between processes; keep its layout fixed");
+static_assert(sizeof(Envelope) == 176, "Envelope travels between processes; keep its layout fixed");
 
 // A claim word (host shared memory, one per offer in flight): the offer's
 // ticket, so a late receive cannot take a later offer in the same word,
@@ -151,11 +146,6 @@ struct State {
   std::uint64_t claims_nonce = 0;
   std::vector<int> free_claims;
   std::map<std::pair<int, std::uint64_t>, std::atomic<std::uint64_t>*> peer_claims;
-  // Small receives' copies: a worker of one block per backend and device
-  // (nullptr once one could not be made), and this machine's ranks.
-  std::mutex workers_mutex;
-  std::map<std::pair<gpu::Backend*, int>, std::unique_ptr<Worker>> workers;
-  int local_ranks = 1;
 };
 
 State& state() {
@@ -353,36 +343,6 @@ gpu::Backend* backend_of(gpu::BackendKind kind) {
   return gpu::owner_backend({gpu::MemoryKind::kDevice, kind});
 }
 
-// The worker that copies a message of length bytes from source (mapped
-// here) into dst, made at first use; nullptr where a copy-engine copy must
-// do it: larger messages, host destinations, a thread whose current device
-// is another, devices without access to the source's, and GPUs that two
-// processes may share (a resident kernel then runs only in its process's
-// time slices).
-Worker* copy_worker(gpu::Backend* backend, const Envelope& env, const void* source, void* dst, std::size_t length) {
-  if (length > static_cast<std::size_t>(std::max<std::int64_t>(0, params().pt2pt_worker_bytes)) || !params().worker)
-    return nullptr;
-  const gpu::PointerInfo where = gpu::classify(dst);
-  int current = -1;
-  if (where.kind != gpu::MemoryKind::kDevice || where.owner != backend->kind() ||
-      !ok(backend->current_device(&current)) || current != where.device)
-    return nullptr;
-  State& s = state();
-  if (backend->kind() != gpu::BackendKind::kEmulated) {
-    if (s.local_ranks > backend->device_count() || env.device_key == backend->device_key(where.device)) return nullptr;
-#ifdef FERRY_HAVE_CUDA
-    const gpu::PointerInfo from = gpu::classify(source);
-    if (from.kind != gpu::MemoryKind::kDevice || !gpu::cuda_can_access_peer(where.device, from.device)) return nullptr;
-#else
-    return nullptr;
-#endif
-  }
-  std::lock_guard<std::mutex> lock(s.workers_mutex);
-  auto [at, made] = s.workers.try_emplace({backend, where.device});
-  if (made) at->second = Worker::create(backend, where.device, 1, params().worker_idle_us);
-  return at->second.get();
-}
-
 // Copies the first length bytes of a message out of its bounce buffer,
 // mapped at bounce, to dst (any memory): chunk by chunk on a stream that
 // waits for the sender's copies. Bounded by FERRY_HANDSHAKE_TIMEOUT: then
@@ -391,19 +351,7 @@ Worker* copy_worker(gpu::Backend* backend, const Envelope& env, const void* sour
 Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* dst, std::size_t length) {
   // An offered send buffer has no header.
   const char* data = static_cast<const char*>(bounce) + (env.claim_slot >= 0 ? 0 : kBounceHeader);
-  if (env.first_chunk == 0) {
-    if (Worker* worker = copy_worker(backend, env, data, dst, length)) {
-      WorkItem item{};
-      item.kind = WorkKind::kCopies;
-      item.blocks = 1;
-      item.copies.count = 1;
-      item.copies.sources[0] = data;
-      item.copies.destinations[0] = dst;
-      item.copies.bytes[0] = length;
-      if (ok(worker->run(item))) return Status::kOk;
-    }
-    return backend->copy(dst, data, length);
-  }
+  if (env.first_chunk == 0) return backend->copy(dst, data, length);
   const gpu::PointerInfo where = gpu::classify(dst);
   gpu::Stream stream =
       stream_for(state().receive_streams, backend, where.kind == gpu::MemoryKind::kDevice ? where.device : -1);
@@ -642,7 +590,6 @@ void start() {
   if (PMPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD) != MPI_SUCCESS) return;
   s.host_of.resize(size);
   for (int r = 0; r < size; ++r) s.host_of[r] = all[2 * r];
-  s.local_ranks = static_cast<int>(std::count(s.host_of.begin(), s.host_of.end(), s.host_of[s.world_rank]));
   if (PMPI_Comm_dup(MPI_COMM_WORLD, &s.control) != MPI_SUCCESS) return;
   PMPI_Comm_set_errhandler(s.control, MPI_ERRORS_RETURN);
   void* tag_ub = nullptr;
@@ -693,10 +640,6 @@ void stop() {
       shm_unlink(s.claims_name.c_str());
       s.claims = nullptr;
     }
-  }
-  {
-    std::lock_guard<std::mutex> lock(s.workers_mutex);
-    s.workers.clear();
   }
   g_active.store(false, std::memory_order_release);
   PMPI_Comm_free(&s.control);
@@ -826,7 +769,6 @@ Envelope data_envelope(const Eligible& e, int tag) {
   env.bytes = static_cast<std::uint64_t>(e.bytes);
   env.reply_tag = next_reply_tag();
   env.claim_slot = -1;
-  env.device_key = e.backend->device_key(e.info.device);
   return env;
 }
 

@@ -8,7 +8,6 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -152,16 +151,11 @@ class CudaBackend final : public Backend {
     return cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess ? sms : 0;
   }
 
-  // Asked on every device send: computed once per device (0: not yet).
   std::uint64_t device_key(int device) const override {
-    const bool cached = device >= 0 && device < kCachedKeys;
-    if (cached)
-      if (const std::uint64_t key = device_keys_[device].load(std::memory_order_relaxed)) return key;
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return static_cast<std::uint64_t>(device);
     std::uint64_t key = 1469598103934665603ull;  // FNV-1a over the UUID
     for (char byte : prop.uuid.bytes) key = (key ^ static_cast<unsigned char>(byte)) * 1099511628211ull;
-    if (cached) device_keys_[device].store(key, std::memory_order_relaxed);
     return key;
   }
 
@@ -411,8 +405,6 @@ class CudaBackend final : public Backend {
 
  private:
   int device_count_;
-  static constexpr int kCachedKeys = 64;
-  mutable std::atomic<std::uint64_t> device_keys_[kCachedKeys] = {};
 };
 
 }  // namespace

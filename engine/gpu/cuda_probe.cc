@@ -16,15 +16,11 @@ namespace {
 using PointerGetAttributesFn = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
 using CtxGetCurrentFn = CUresult (*)(CUcontext*);
 using PointerSetAttributeFn = CUresult (*)(const void*, CUpointer_attribute, CUdeviceptr);
-using DeviceGetFn = CUresult (*)(CUdevice*, int);
-using DeviceCanAccessPeerFn = CUresult (*)(int*, CUdevice, CUdevice);
 
 struct DriverEntryPoints {
   PointerGetAttributesFn pointer_get_attributes = nullptr;
   CtxGetCurrentFn ctx_get_current = nullptr;
   PointerSetAttributeFn pointer_set_attribute = nullptr;
-  DeviceGetFn device_get = nullptr;
-  DeviceCanAccessPeerFn device_can_access_peer = nullptr;
 };
 
 std::atomic<const DriverEntryPoints*> driver{nullptr};
@@ -42,11 +38,7 @@ DriverEntryPoints* resolve_entry_points(void* handle) {
   entry->pointer_get_attributes = reinterpret_cast<PointerGetAttributesFn>(dlsym(handle, "cuPointerGetAttributes"));
   entry->ctx_get_current = reinterpret_cast<CtxGetCurrentFn>(dlsym(handle, "cuCtxGetCurrent"));
   entry->pointer_set_attribute = reinterpret_cast<PointerSetAttributeFn>(dlsym(handle, "cuPointerSetAttribute"));
-  entry->device_get = reinterpret_cast<DeviceGetFn>(dlsym(handle, "cuDeviceGet"));
-  entry->device_can_access_peer = reinterpret_cast<DeviceCanAccessPeerFn>(dlsym(handle, "cuDeviceCanAccessPeer"));
-  if (entry->pointer_get_attributes && entry->ctx_get_current && entry->pointer_set_attribute && entry->device_get &&
-      entry->device_can_access_peer)
-    return entry;
+  if (entry->pointer_get_attributes && entry->ctx_get_current && entry->pointer_set_attribute) return entry;
   delete entry;
   return nullptr;
 }
@@ -116,14 +108,6 @@ bool cuda_thread_has_context() {
   const DriverEntryPoints* d = load_driver_if_present();
   CUcontext context = nullptr;
   return d && d->ctx_get_current(&context) == CUDA_SUCCESS && context != nullptr;
-}
-
-bool cuda_can_access_peer(int device, int peer) {
-  const DriverEntryPoints* d = load_driver_if_present();
-  CUdevice from = 0, to = 0;
-  int can = 0;
-  return d && d->device_get(&from, device) == CUDA_SUCCESS && d->device_get(&to, peer) == CUDA_SUCCESS &&
-         d->device_can_access_peer(&can, from, to) == CUDA_SUCCESS && can != 0;
 }
 
 }  // namespace ferry::gpu

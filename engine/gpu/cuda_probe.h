@@ -22,8 +22,4 @@ bool cuda_thread_has_context();
 // the buffer straight after would see old bytes.
 bool cuda_set_sync_memops(const void* ptr);
 
-// Whether kernels on device may load and store peer's memory (devices as
-// the runtime numbers them); false without the driver.
-bool cuda_can_access_peer(int device, int peer);
-
 }  // namespace ferry::gpu
