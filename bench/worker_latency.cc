@@ -4,16 +4,23 @@
 // up (median of many). The difference between the two columns at small
 // sizes is the price of sharing an item among blocks; at large sizes, what
 // the blocks gain back. Compare with bench/mailbox-latency's floors.
+// Then the one-shot allreduce over LL and over LL128 between two workers of
+// this process on the same GPU (two "ranks" whose receive buffers are in
+// one device memory: no NVLink, so the protocols' own costs only), one
+// block up to 16 KiB and all blocks above, as the engine runs them.
 //
 // Usage: worker-latency [--blocks N] [--iters N]
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "engine/collectives/worker.h"
+#include "engine/collectives/worker_common.h"
 #include "engine/gpu/gpu.h"
 
 namespace {
@@ -80,7 +87,76 @@ int main(int argc, char** argv) {
     std::printf("%10zu %12.2f %12.2f\n", bytes, one, all);
   }
   worker.reset();
-  gpu->device_free(source);
-  gpu->device_free(destination);
+
+  // Two ranks: worker r reduces input r with the other's into output r.
+  auto peer = ferry::Worker::create(gpu, 0, blocks, 1000000);
+  auto self = ferry::Worker::create(gpu, 0, blocks, 1000000);
+  void* ll[2] = {nullptr, nullptr};
+  void* outputs[2] = {nullptr, nullptr};
+  for (int r = 0; r < 2; ++r)
+    if (!peer || !self || gpu->device_alloc(ferry::kLlBufferBytes, &ll[r]) != ferry::Status::kOk ||
+        gpu->device_alloc(kMaxBytes, &outputs[r]) != ferry::Status::kOk) {
+      std::fprintf(stderr, "worker-latency: no LL buffers\n");
+      return 1;
+    }
+  const std::vector<char> zeros(ferry::kLlBufferBytes, 0);
+  for (void* buffer : ll) ferry::gpu::copy(buffer, zeros.data(), zeros.size());  // no stale flags
+  std::uint64_t call = 0;
+  // Rank 1's thread runs items[1] once per go and counts it in done.
+  ferry::WorkItem items[2] = {};
+  std::atomic<std::uint64_t> go{0}, done{0};
+  std::atomic<bool> failed{false}, leave{false};
+  std::thread rank1([&] {
+    for (std::uint64_t seen = 0;;) {
+      while (go.load(std::memory_order_acquire) == seen)
+        if (leave.load(std::memory_order_relaxed)) return;
+      ++seen;
+      if (self->run(items[1]) != ferry::Status::kOk) failed = true;
+      done.store(seen, std::memory_order_release);
+    }
+  });
+  // Median host-clock microseconds of one allreduce of kind, both ranks at once.
+  auto time_allreduce = [&](ferry::WorkKind kind, std::size_t bytes) {
+    std::vector<double> samples(iterations);
+    for (int i = -50; i < iterations; ++i) {
+      ++call;
+      for (int r = 0; r < 2; ++r) {
+        ferry::WorkItem& item = items[r];
+        item.kind = kind;
+        item.blocks = bytes <= ferry::kWorkerOneBlockBytes ? 1 : blocks;
+        item.ll.input = r == 0 ? source : destination;
+        item.ll.output = outputs[r];
+        item.ll.buffers[0] = ll[0];
+        item.ll.buffers[1] = ll[1];
+        item.ll.count = bytes / sizeof(float);
+        item.ll.type = ferry::DataType::kFloat32;
+        item.ll.op = ferry::ReduceOp::kSum;
+        item.ll.rank = r;
+        item.ll.nranks = 2;
+        item.ll.flag = ferry::doorbell_flag(call);
+        item.ll.parity = static_cast<std::uint32_t>(call % 2);
+        item.ll.timeout_ms = 10000;
+      }
+      const auto start = Clock::now();
+      const std::uint64_t round = go.load(std::memory_order_relaxed) + 1;
+      go.store(round, std::memory_order_release);
+      const ferry::Status mine = peer->run(items[0]);
+      while (done.load(std::memory_order_acquire) != round) {
+      }
+      if (mine != ferry::Status::kOk || failed) return -1.0;
+      if (i >= 0) samples[i] = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    }
+    return median(samples);
+  };
+  std::printf("\none-shot allreduce of floats between two workers on this GPU, microseconds\n");
+  std::printf("%10s %12s %12s\n", "bytes", "LL", "LL128");
+  for (std::size_t bytes = 8; bytes <= ferry::ll_max_bytes(2); bytes *= 4)
+    std::printf("%10zu %12.2f %12.2f\n", bytes, time_allreduce(ferry::WorkKind::kLlAllreduce, bytes),
+                time_allreduce(ferry::WorkKind::kLl128Allreduce, bytes));
+  leave = true;
+  rank1.join();
+  peer.reset();
+  self.reset();
+  for (void* p : {ll[0], ll[1], outputs[0], outputs[1], source, destination}) gpu->device_free(p);
   return 0;
 }

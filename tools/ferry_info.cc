@@ -674,8 +674,9 @@ int print_model(const std::vector<std::size_t>& sizes, const ferry::MachineModel
   if (machine.gpus_per_node > 0) std::printf("; %d GPUs a node", machine.gpus_per_node);
   std::printf("\ntime of one blocking call in us; busbw in GB/s = 2(n-1)/n * bytes / time (nccl-tests);\n"
               "direct algorithms only where every peer is mapped; pick = the runtime's choice (not in place)\n\n");
-  std::printf("%8s %6s %11s %9s %11s %9s %11s %11s %11s %11s %11s  %-7s %s\n", "bytes", "ranks", "ring us", "busbw",
-              "tree us", "busbw", "ll us", "oneshot us", "twoshot us", "copyeng us", "cepush us", "faster", "pick");
+  std::printf("%8s %6s %11s %9s %11s %9s %11s %11s %11s %11s %11s %11s  %-7s %s\n", "bytes", "ranks", "ring us",
+              "busbw", "tree us", "busbw", "ll us", "ll128 us", "oneshot us", "twoshot us", "copyeng us", "cepush us",
+              "faster", "pick");
   const auto cell = [&](AllreduceAlgorithm a, std::size_t bytes, int n) {
     const double us = ferry::predict_allreduce_us(a, bytes, n, machine);
     char text[32];
@@ -688,9 +689,10 @@ int print_model(const std::vector<std::size_t>& sizes, const ferry::MachineModel
       const double ring = ferry::predict_allreduce_us(AllreduceAlgorithm::kRing, bytes, n, machine);
       const double tree = ferry::predict_allreduce_us(AllreduceAlgorithm::kTree, bytes, n, machine);
       const bool direct = ferry::algorithm_applies(AllreduceAlgorithm::kOneShot, n, machine);
-      std::printf("%8s %6d %11.1f %9.2f %11.1f %9.2f %11s %11s %11s %11s %11s  %-7s %s\n", size_name(bytes).c_str(), n,
+      std::printf("%8s %6d %11.1f %9.2f %11.1f %9.2f %11s %11s %11s %11s %11s %11s  %-7s %s\n", size_name(bytes).c_str(), n,
                   ring, ferry::allreduce_busbw_gbps(bytes, n, ring), tree, ferry::allreduce_busbw_gbps(bytes, n, tree),
                   cell(AllreduceAlgorithm::kOneShotLl, bytes, n).c_str(),
+                  cell(AllreduceAlgorithm::kOneShotLl128, bytes, n).c_str(),
                   cell(AllreduceAlgorithm::kOneShot, bytes, n).c_str(),
                   cell(AllreduceAlgorithm::kTwoShot, bytes, n).c_str(),
                   cell(AllreduceAlgorithm::kCopyEngine, bytes, n).c_str(),

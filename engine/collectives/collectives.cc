@@ -464,12 +464,13 @@ Status prepare_ll_call(Communicator& comm, const Placement& where, LlArgs* args)
   return Status::kOk;
 }
 
-// One-shot over LL on the worker: nothing of the application's is mapped,
-// and no rank reads another's buffers, so no closing exchange is needed.
-Status run_ll_allreduce(Communicator& comm, const Placement& where, const void* input, void* output,
+// One-shot over LL or LL128 (kind) on the worker: nothing of the
+// application's is mapped, and no rank reads another's buffers, so no
+// closing exchange is needed.
+Status run_ll_allreduce(Communicator& comm, const Placement& where, WorkKind kind, const void* input, void* output,
                         std::size_t count, DataType type, ReduceOp op) {
   WorkItem item{};
-  item.kind = WorkKind::kLlAllreduce;
+  item.kind = kind;
   item.blocks = ll_blocks(comm, where, count * data_type_size(type));
   FERRY_CHECK(prepare_ll_call(comm, where, &item.ll));
   item.ll.input = input;
@@ -555,10 +556,15 @@ bool uses_fifos(AllreduceAlgorithm algorithm) {
   return algorithm == AllreduceAlgorithm::kRing || algorithm == AllreduceAlgorithm::kTree;
 }
 
-// Whether peers map this rank's buffers (LL, ring, tree and cepush never do).
+// The worker's one-shot allreduces, over LL or LL128.
+bool on_worker(AllreduceAlgorithm algorithm) {
+  return algorithm == AllreduceAlgorithm::kOneShotLl || algorithm == AllreduceAlgorithm::kOneShotLl128;
+}
+
+// Whether peers map this rank's buffers (LL, LL128, ring, tree and cepush
+// never do).
 bool maps_buffers(AllreduceAlgorithm algorithm) {
-  return algorithm != AllreduceAlgorithm::kOneShotLl && algorithm != AllreduceAlgorithm::kCopyPush &&
-         !uses_fifos(algorithm);
+  return !on_worker(algorithm) && algorithm != AllreduceAlgorithm::kCopyPush && !uses_fifos(algorithm);
 }
 
 // Makes the channels at the first call that agreed on them (collective);
@@ -655,7 +661,8 @@ Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, cons
       return run_direct_reduce(comm, buffers, where, count, type, op, /*one_shot=*/false);
     case AllreduceAlgorithm::kCopyEngine:
       return run_copy_engine_reduce(comm, buffers, where, count, type, op);
-    case AllreduceAlgorithm::kOneShotLl:  // taken above, as are ring, tree and cepush
+    case AllreduceAlgorithm::kOneShotLl:  // taken above, as are LL128, ring, tree and cepush
+    case AllreduceAlgorithm::kOneShotLl128:
     case AllreduceAlgorithm::kRing:
     case AllreduceAlgorithm::kTree:
     case AllreduceAlgorithm::kCopyPush:
@@ -753,11 +760,16 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
     AllreduceAlgorithm planned = AllreduceAlgorithm::kOneShot;
     if (transport == EngineTransport::kP2p) {
       planned = choose_allreduce(comm.size(), count * data_type_size(type), send == nullptr);
+      // LL128 reduces a few (type, op) pairs (worker_common.h); LL any.
+      if (planned == AllreduceAlgorithm::kOneShotLl128 && !ll128_reduces(type, op))
+        planned = count * data_type_size(type) <= ll_call_max_bytes(comm.size()) ? AllreduceAlgorithm::kOneShotLl
+                  : send == nullptr                                          ? AllreduceAlgorithm::kTwoShot
+                                                                             : AllreduceAlgorithm::kOneShot;
       // LL needs the worker, ring and tree their FIFOs; without them here,
       // one-shot (or two-shot in place).
       const bool possible =
           where.backend &&
-          (planned == AllreduceAlgorithm::kOneShotLl  ? comm.ll_possible(where.backend, where.device)
+          (on_worker(planned)                         ? comm.ll_possible(where.backend, where.device)
            : planned == AllreduceAlgorithm::kCopyPush ? comm.copy_push_possible(where.backend, where.device)
            : uses_fifos(planned)                      ? comm.simple_possible(where.backend, where.device) &&
                                                            gate.try_enter(where.backend, where.device)
@@ -787,8 +799,11 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
   *ran = true;
   if (any_unmapped && transport == EngineTransport::kP2p) {
     count_allreduce_run(agreed);
-    if (agreed == AllreduceAlgorithm::kOneShotLl)
-      return finish_alone(run_ll_allreduce(comm, where, input, recv, count, type, op), clock);
+    if (on_worker(agreed)) {
+      const WorkKind kind =
+          agreed == AllreduceAlgorithm::kOneShotLl ? WorkKind::kLlAllreduce : WorkKind::kLl128Allreduce;
+      return finish_alone(run_ll_allreduce(comm, where, kind, input, recv, count, type, op), clock);
+    }
     if (agreed == AllreduceAlgorithm::kCopyPush)
       return finish_alone(run_copy_push(comm, where, input, recv, count, type, op), clock);
     const SimpleCollective collective =

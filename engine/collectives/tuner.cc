@@ -87,6 +87,16 @@ constexpr double kLlBlockGbps = 10.0;
 constexpr double kLlGridUs = 3.8;
 constexpr double kLlGridGbps = 153.0;
 
+// LL128 (worker_common.h) moves 128 bytes of line for 120 of data where LL
+// moves 2 for 1, yet measured no faster than LL: two workers on one H200
+// (bench/worker-latency, float sums, bench/RESULTS.md) took -0.7 to +0.4 us
+// against LL's up to 512 B, 0.4-2.5 us more at 2-32 KiB, 0.9-1.6 us more at
+// 128 KiB and 5.3-5.5 us more at 512 KiB; a lane carries 16 bytes of line
+// where an LL thread carries 32, so a call takes more rounds of memory
+// latency. Not measured over NVLink. The model charges LL's time and a
+// microsecond, so it never picks LL128 over LL; FERRY_TUNE still can.
+constexpr double kLl128ExtraUs = 1.0;
+
 const std::vector<MachineModel> kMachines = {
     {"nvlink", "every rank on one NVLink/NVSwitch fabric, links as measured on 2x H200 (NV18)", kLaunchUs, kWorkerUs,
      LinkKind::kNvLink, LinkKind::kNvLink, 0},
@@ -135,6 +145,11 @@ double one_shot_ll_us(std::size_t bytes, int n, const MachineModel& m) {
   const LinkCost& link = link_cost(m.intra);
   if (bytes <= kWorkerOneBlockBytes) return m.worker_us + link.hop_us + transfer_us(2.0 * (n - 1) * bytes, kLlBlockGbps);
   return m.worker_us + kLlGridUs + link.hop_us + transfer_us(2.0 * (n - 1) * bytes, kLlGridGbps);
+}
+
+// LL128 one-shot: as measured, LL's time and more (kLl128ExtraUs).
+double one_shot_ll128_us(std::size_t bytes, int n, const MachineModel& m) {
+  return one_shot_ll_us(bytes, n, m) + kLl128ExtraUs;
 }
 
 
@@ -233,6 +248,12 @@ constexpr AlgorithmInfo kAllreduceAlgorithms[] = {
      "all of it has landed. No mapping of the application's buffers, no closing exchange, SMs idle but for the "
      "reduce",
      true, true, kDirectMaxRanks, true, nullptr, copy_push_us},
+    {AllreduceAlgorithm::kOneShotLl128, "ll128",
+     "on the engine worker, as ll but over LL128 lines: 120 data bytes and a flag in each 128-byte line, which "
+     "eight lanes of a warp store and load in one instruction each; sums, minima and maxima of 4- and 8-byte "
+     "numbers (others take ll), up to FERRY_WORKER_MAX_BYTES and the LL slots (960 KiB at 2 ranks, 120 KiB at "
+     "16); measured slower than ll, so only FERRY_TUNE picks it",
+     true, true, kDirectMaxRanks, true, ll128_call_max_bytes, one_shot_ll128_us},
 };
 static_assert(sizeof(kAllreduceAlgorithms) / sizeof(kAllreduceAlgorithms[0]) ==
                   static_cast<std::size_t>(AllreduceAlgorithm::kCount),

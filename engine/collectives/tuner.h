@@ -13,7 +13,17 @@
 
 namespace ferry {
 
-enum class AllreduceAlgorithm : int { kOneShot, kTwoShot, kCopyEngine, kOneShotLl, kRing, kTree, kCopyPush, kCount };
+enum class AllreduceAlgorithm : int {
+  kOneShot,
+  kTwoShot,
+  kCopyEngine,
+  kOneShotLl,
+  kRing,
+  kTree,
+  kCopyPush,
+  kOneShotLl128,
+  kCount
+};
 
 // The kinds of link a machine is built of, and what one hop over each costs.
 enum class LinkKind : int { kNvLink, kPcie, kShm, kNet, kCount };

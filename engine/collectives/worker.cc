@@ -192,6 +192,67 @@ struct HostLlAllreduce {
   }
 };
 
+// LL128 on the emulated device: a line's data bytes, then its flag word with
+// release order (a GPU stores the line in one transaction instead).
+struct HostLl128Allreduce {
+  const LlAllreduceArgs& args;
+  gpu::Backend* backend;
+  Status status = Status::kOk;
+
+  std::uint64_t* flag_of(char* line) { return reinterpret_cast<std::uint64_t*>(line + kLl128LineData); }
+  char* line_at(void* buffer, int sender, std::size_t line) {
+    return static_cast<char*>(backend->host_view(buffer)) + ll128_line_offset(args.parity, sender, line, args.nranks);
+  }
+
+  template <typename T, ReduceOp Op>
+  void run() {
+    if constexpr (kLl128Reduces<T, Op>) run_lines<T, Op>();
+  }
+
+  template <typename T, ReduceOp Op>
+  void run_lines() {
+    const std::size_t bytes = args.count * sizeof(T);
+    const std::size_t lines = (bytes + kLl128LineData - 1) / kLl128LineData;
+    std::vector<unsigned char> own(lines * kLl128LineData, 0), result(lines * kLl128LineData);
+    std::memcpy(own.data(), view(backend, args.input), bytes);
+    const std::uint64_t flag_word = ll128_flag_word(args.flag);
+    for (int p = 0; p < args.nranks; ++p) {
+      if (p == args.rank) continue;
+      for (std::size_t l = 0; l < lines; ++l) {
+        char* line = line_at(args.buffers[p], args.rank, l);
+        std::memcpy(line, &own[l * kLl128LineData], kLl128LineData);
+        store_release(flag_of(line), flag_word);
+      }
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const std::chrono::milliseconds timeout(args.timeout_ms);
+    constexpr int kPerLine = static_cast<int>(kLl128LineData / sizeof(T));
+    for (std::size_t l = 0; l < lines; ++l) {
+      T acc[kPerLine];
+      for (int r = 0; r < args.nranks; ++r) {
+        const unsigned char* data = &own[l * kLl128LineData];
+        if (r != args.rank) {
+          char* line = line_at(args.buffers[args.rank], r, l);
+          for (unsigned spins = 0; load_acquire(flag_of(line)) != flag_word; ++spins) {
+            if (spins < 64) continue;
+            sched_yield();  // the sender may be waiting for this core
+            if (timeout.count() > 0 && std::chrono::steady_clock::now() - start > timeout) {
+              status = Status::kTimeout;
+              return;
+            }
+          }
+          data = reinterpret_cast<const unsigned char*>(line);
+        }
+        T values[kPerLine];
+        std::memcpy(values, data, kLl128LineData);
+        for (int e = 0; e < kPerLine; ++e) acc[e] = r == 0 ? values[e] : reduce<T, Op>(acc[e], values[e]);
+      }
+      std::memcpy(&result[l * kLl128LineData], acc, kLl128LineData);
+    }
+    std::memcpy(view(backend, args.output), result.data(), bytes);
+  }
+};
+
 Status run_ll_bcast_on_host(gpu::Backend* backend, const LlBcastArgs& b) {
   HostLl ll(backend, b);
   if (b.rank != b.root) return ll.receive(b.buffers[b.rank], b.root, view(backend, b.buffer), b.bytes);
@@ -228,6 +289,14 @@ Status run_work_item_on_host(gpu::Backend* backend, const WorkItem& item) {
       if (!dispatch_reduction(item.ll.type, item.ll.op, visitor)) return Status::kUnsupported;
       return visitor.status;
     }
+    case WorkKind::kLl128Allreduce: {
+      if (item.ll.count * data_type_size(item.ll.type) > ll128_max_bytes(item.ll.nranks))
+        return Status::kInvalidArgument;
+      if (!ll128_reduces(item.ll.type, item.ll.op)) return Status::kUnsupported;
+      HostLl128Allreduce visitor{item.ll, backend};
+      if (!dispatch_reduction(item.ll.type, item.ll.op, visitor)) return Status::kUnsupported;
+      return visitor.status;
+    }
     case WorkKind::kLlBcast:
       if (item.ll_bcast.bytes > ll_max_bytes(item.ll_bcast.nranks)) return Status::kInvalidArgument;
       return run_ll_bcast_on_host(backend, item.ll_bcast);
@@ -246,6 +315,7 @@ std::size_t worker_max_bytes() {
 }
 
 std::size_t ll_call_max_bytes(int nranks) { return std::min(ll_max_bytes(nranks), worker_max_bytes()); }
+std::size_t ll128_call_max_bytes(int nranks) { return std::min(ll128_max_bytes(nranks), worker_max_bytes()); }
 
 std::unique_ptr<WorkerDevice> make_worker_device(gpu::Backend* backend, int device, int blocks) {
   switch (backend->kind()) {

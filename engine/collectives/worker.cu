@@ -300,6 +300,234 @@ __device__ bool ll_alltoallv_share(const LlAlltoallvArgs& a, unsigned block, uns
   return ok;
 }
 
+// ---- The LL128 protocol: one-shot allreduce ---------------------------------
+
+constexpr unsigned kFullWarp = 0xffffffffu;
+
+// Up to 16 bytes at `at`, `valid` of them (zeros after): 8- or 4-byte loads
+// where `at` allows, bytes otherwise; every bound is a constant, so the
+// values stay in registers and every load issues before any is used.
+__device__ uint4 load_bytes(const unsigned char* at, int valid) {
+  const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(at);
+  std::uint64_t word[2] = {0, 0};
+  if (address % 8 == 0 && valid % 8 == 0) {
+#pragma unroll
+    for (int w = 0; w < 2; ++w)
+      if (w < valid / 8) word[w] = __ldcg(reinterpret_cast<const unsigned long long*>(at) + w);
+  } else if (address % 4 == 0 && valid % 4 == 0) {
+    std::uint32_t part[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+      if (w < valid / 4) part[w] = __ldcg(reinterpret_cast<const unsigned*>(at) + w);
+    memcpy(word, part, 16);
+  } else {
+    unsigned char b[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) b[i] = i < valid ? __ldcg(at + i) : 0;
+    memcpy(word, b, 16);
+  }
+  uint4 v;
+  memcpy(&v, word, 16);
+  return v;
+}
+
+__device__ void store_bytes(unsigned char* at, int valid, uint4 v) {
+  const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(at);
+  if (address % 8 == 0 && valid % 8 == 0) {
+    std::uint64_t word[2];
+    memcpy(word, &v, 16);
+#pragma unroll
+    for (int w = 0; w < 2; ++w)
+      if (w < valid / 8) reinterpret_cast<unsigned long long*>(at)[w] = word[w];
+  } else if (address % 4 == 0 && valid % 4 == 0) {
+    std::uint32_t part[4];
+    memcpy(part, &v, 16);
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+      if (w < valid / 4) reinterpret_cast<unsigned*>(at)[w] = part[w];
+  } else {
+    unsigned char b[16];
+    memcpy(b, &v, 16);
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      if (i < valid) at[i] = b[i];
+  }
+}
+
+// A lane's part of line l: 16 data bytes for lanes 0-6 of its eight, 8 for
+// lane 7 (whose other 8 carry the flag); fewer at the end of the data.
+struct Ll128Part {
+  std::size_t offset;  // into the data
+  int valid;           // data bytes this lane carries here (0: none)
+};
+__device__ Ll128Part ll128_part(std::size_t line, unsigned lane_in_line, std::size_t bytes) {
+  const std::size_t offset = line * kLl128LineData + lane_in_line * 16;
+  const std::size_t carries = lane_in_line == kLl128LanesPerLine - 1 ? 8 : 16;
+  return {offset, offset >= bytes ? 0 : static_cast<int>(bytes - offset < carries ? bytes - offset : carries)};
+}
+
+__device__ __forceinline__ void store_ll128(void* at, std::uint64_t low, std::uint64_t high) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(at), "l"(low), "l"(high) : "memory");
+}
+__device__ __forceinline__ void load_ll128(const void* at, std::uint64_t* low, std::uint64_t* high) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*low), "=l"(*high) : "l"(at) : "memory");
+}
+
+// The lines of an LL128 call shared by `blocks` blocks go to warps,
+// kLl128Unroll batches of four lines at a time (eight lanes a line, every
+// load of a batch in flight at once), on every rank alike. Every loop over
+// them is uniform across the warp, so a line's eight stores (and loads)
+// issue as one instruction: the line's atomicity needs that.
+constexpr int kLl128Unroll = 1;  // lines a lane has in flight (4 ran ptxas out of 24 GB)
+constexpr unsigned kLinesPerWarpBatch = 32 / kLl128LanesPerLine;
+
+struct Ll128Walk {
+  std::size_t first, stride;  // in lines
+  unsigned line_in_batch, lane_in_line;
+  __device__ Ll128Walk(unsigned block, unsigned blocks) {
+    const unsigned warps_per_block = blockDim.x / 32;
+    const std::size_t lines_per_warp = kLinesPerWarpBatch * kLl128Unroll;
+    first = (static_cast<std::size_t>(block) * warps_per_block + threadIdx.x / 32) * lines_per_warp;
+    stride = static_cast<std::size_t>(blocks) * warps_per_block * lines_per_warp;
+    line_in_batch = threadIdx.x % 32 / kLl128LanesPerLine;
+    lane_in_line = threadIdx.x % kLl128LanesPerLine;
+  }
+  __device__ std::size_t line(std::size_t base, int u) const { return base + u * kLinesPerWarpBatch + line_in_batch; }
+};
+
+__device__ std::size_t ll128_lines_of(std::size_t bytes) { return (bytes + kLl128LineData - 1) / kLl128LineData; }
+
+// Waits until this lane's lines (those `active`) carry flag, for the whole
+// warp at once (the wait is warp-uniform); false on timeout.
+__device__ bool wait_ll128(const char* const (&at)[kLl128Unroll], const bool (&active)[kLl128Unroll], bool flag_lane,
+                           std::uint64_t flag_word, std::uint64_t deadline, uint4 (&data)[kLl128Unroll]) {
+  for (unsigned spins = 0;; ++spins) {
+    std::uint64_t low[kLl128Unroll], high[kLl128Unroll];
+#pragma unroll
+    for (int u = 0; u < kLl128Unroll; ++u) {
+      low[u] = high[u] = 0;
+      if (active[u]) load_ll128(at[u], &low[u], &high[u]);
+    }
+    bool missing = false;
+#pragma unroll
+    for (int u = 0; u < kLl128Unroll; ++u) missing = missing || (active[u] && flag_lane && high[u] != flag_word);
+    if (!__any_sync(kFullWarp, missing)) {
+#pragma unroll
+      for (int u = 0; u < kLl128Unroll; ++u) {
+        if (flag_lane) high[u] = 0;
+        data[u] = make_uint4(static_cast<unsigned>(low[u]), static_cast<unsigned>(low[u] >> 32),
+                             static_cast<unsigned>(high[u]), static_cast<unsigned>(high[u] >> 32));
+      }
+      return true;
+    }
+    if (spins % 1024 == 1023 && __any_sync(kFullWarp, now_ns() > deadline)) return false;
+  }
+}
+
+// This warp's lines of the input (bytes of it) into every peer's buffer:
+// the same for every element type, so compiled once.
+__device__ __noinline__ void ll128_send_share(const LlAllreduceArgs& a, std::size_t bytes, unsigned block,
+                                              unsigned blocks) {
+  const std::size_t lines = ll128_lines_of(bytes);
+  const auto* input = static_cast<const unsigned char*>(a.input);
+  const Ll128Walk walk(block, blocks);
+  const std::uint64_t flag_word = ll128_flag_word(a.flag);
+  const bool flag_lane = walk.lane_in_line == kLl128LanesPerLine - 1;
+  const std::size_t lane_offset = walk.lane_in_line * 16;
+  for (std::size_t base = walk.first; base < lines; base += walk.stride) {
+    std::uint64_t low[kLl128Unroll], high[kLl128Unroll];
+    bool active[kLl128Unroll];
+#pragma unroll
+    for (int u = 0; u < kLl128Unroll; ++u) {
+      const std::size_t line = walk.line(base, u);
+      active[u] = line < lines;
+      const Ll128Part part = ll128_part(line, walk.lane_in_line, bytes);
+      const uint4 own = active[u] ? load_bytes(input + part.offset, part.valid) : make_uint4(0, 0, 0, 0);
+      low[u] = static_cast<std::uint64_t>(own.y) << 32 | own.x;
+      high[u] = flag_lane ? flag_word : static_cast<std::uint64_t>(own.w) << 32 | own.z;
+    }
+    for (int p = 0; p < a.nranks; ++p) {
+      if (p == a.rank) continue;
+      char* slot = static_cast<char*>(a.buffers[p]) + ll128_line_offset(a.parity, a.rank, 0, a.nranks) + lane_offset;
+      __syncwarp();
+#pragma unroll
+      for (int u = 0; u < kLl128Unroll; ++u)
+        if (active[u]) store_ll128(slot + walk.line(base, u) * kLl128LineBytes, low[u], high[u]);
+    }
+  }
+}
+
+// One-shot over LL128: every warp stores its lines of the input into every
+// peer's buffer, then reduces, in rank order, the lines that arrive.
+template <typename T, ReduceOp Op>
+__device__ __noinline__ bool ll128_allreduce_share(const LlAllreduceArgs& a, unsigned block, unsigned blocks) {
+  const std::size_t bytes = a.count * sizeof(T);
+  ll128_send_share(a, bytes, block, blocks);
+  const std::size_t lines = ll128_lines_of(bytes);
+  const auto* input = static_cast<const unsigned char*>(a.input);
+  const Ll128Walk walk(block, blocks);
+  const std::uint64_t flag_word = ll128_flag_word(a.flag);
+  const bool flag_lane = walk.lane_in_line == kLl128LanesPerLine - 1;
+  const std::size_t lane_offset = walk.lane_in_line * 16;
+  const std::uint64_t deadline = deadline_after(a.timeout_ms);
+  bool ok = true;
+  for (std::size_t base = walk.first; base < lines && ok; base += walk.stride) {
+    bool active[kLl128Unroll];
+    Ll128Part part[kLl128Unroll];
+#pragma unroll
+    for (int u = 0; u < kLl128Unroll; ++u) {
+      active[u] = walk.line(base, u) < lines;
+      part[u] = ll128_part(walk.line(base, u), walk.lane_in_line, bytes);
+    }
+    Pack<T> acc[kLl128Unroll];
+    for (int r = 0; r < a.nranks && ok; ++r) {
+      uint4 data[kLl128Unroll];
+      if (r == a.rank) {
+#pragma unroll
+        for (int u = 0; u < kLl128Unroll; ++u)
+          data[u] = active[u] ? load_bytes(input + part[u].offset, part[u].valid) : make_uint4(0, 0, 0, 0);
+      } else {
+        const char* slot =
+            static_cast<const char*>(a.buffers[a.rank]) + ll128_line_offset(a.parity, r, 0, a.nranks) + lane_offset;
+        const char* at[kLl128Unroll];
+#pragma unroll
+        for (int u = 0; u < kLl128Unroll; ++u) at[u] = slot + (active[u] ? walk.line(base, u) : 0) * kLl128LineBytes;
+        __syncwarp();
+        ok = wait_ll128(at, active, flag_lane, flag_word, deadline, data);
+      }
+#pragma unroll
+      for (int u = 0; u < kLl128Unroll; ++u) {
+        Pack<T> value;
+        memcpy(&value, &data[u], 16);
+        acc[u] = r == 0 ? value : reduce_pack<T, Op>(acc[u], value);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLl128Unroll; ++u) {
+      uint4 result;
+      memcpy(&result, &acc[u], 16);
+      if (ok && active[u] && part[u].valid > 0)
+        store_bytes(static_cast<unsigned char*>(a.output) + part[u].offset, part[u].valid, result);
+    }
+  }
+  return ok;
+}
+
+struct WorkerLl128Allreduce {
+  const LlAllreduceArgs& args;
+  unsigned block, blocks;
+  bool ok = true;
+  bool supported = true;  // kLl128Reduces
+
+  template <typename T, ReduceOp Op>
+  __device__ void run() {
+    if constexpr (kLl128Reduces<T, Op>)
+      ok = ll128_allreduce_share<T, Op>(args, block, blocks);
+    else
+      supported = false;
+  }
+};
+
 struct WorkerLlAllreduce {
   const LlAllreduceArgs& args;
   unsigned block, blocks;
@@ -327,6 +555,11 @@ __device__ std::int32_t run_share(const WorkItem& item, unsigned block, unsigned
     case WorkKind::kLlAllreduce: {
       WorkerLlAllreduce visitor{item.ll, block, blocks};
       if (!dispatch_reduction(item.ll.type, item.ll.op, visitor)) return unsupported;
+      return __syncthreads_and(visitor.ok) ? kFine : timed_out;
+    }
+    case WorkKind::kLl128Allreduce: {
+      WorkerLl128Allreduce visitor{item.ll, block, blocks};
+      if (!dispatch_reduction(item.ll.type, item.ll.op, visitor) || !visitor.supported) return unsupported;
       return __syncthreads_and(visitor.ok) ? kFine : timed_out;
     }
     case WorkKind::kLlBcast:

@@ -52,6 +52,11 @@ FERRY_HOST_DEVICE std::size_t ll_slot_bytes(int nranks) {
 // The payload a slot carries: half of it is flags.
 FERRY_HOST_DEVICE std::size_t ll_max_bytes(int nranks) { return ll_slot_bytes(nranks) / 2; }
 
+// LL128 over the same receive buffers: 128-byte lines of 120 data bytes and
+// an 8-byte flag (worker_common.h), 15/16 of a slot's bytes for data where
+// LL carries 1/2.
+FERRY_HOST_DEVICE std::size_t ll128_max_bytes(int nranks) { return ll_slot_bytes(nranks) / 128 * 120; }
+
 // What one worker block moves per rank: calls up to this run on block 0
 // alone (direct reduces and copy lists only up to this at all); larger LL
 // calls take every block.
@@ -61,6 +66,7 @@ std::size_t worker_max_bytes();
 // The largest block an LL call among nranks carries: the LL slots and
 // FERRY_WORKER_MAX_BYTES.
 std::size_t ll_call_max_bytes(int nranks);
+std::size_t ll128_call_max_bytes(int nranks);
 
 // One-shot allreduce over LL: every rank sends its input into every peer's
 // receive buffer and reduces, in rank order, what arrives in its own.
@@ -115,7 +121,8 @@ enum class WorkKind : std::int32_t {
   kCopies = 2,
   kLlAllreduce = 3,
   kLlBcast = 4,
-  kLlAlltoallv = 5
+  kLlAlltoallv = 5,
+  kLl128Allreduce = 6  // LlAllreduceArgs, over LL128 lines
 };
 
 struct WorkItem {

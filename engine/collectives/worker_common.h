@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/collectives/reduce_common.h"
 #include "engine/collectives/worker.h"
@@ -67,7 +68,7 @@ inline int encode_doorbell(const WorkItem& item, std::uint32_t* words) {
       for (int i = 0; i < r.ninputs; ++i) put64(words, &at, reinterpret_cast<std::uintptr_t>(r.inputs[i]));
       for (int k = 0; k < r.noutputs; ++k) put64(words, &at, reinterpret_cast<std::uintptr_t>(r.outputs[k]));
     }
-  } else if (item.kind == WorkKind::kLlAllreduce) {
+  } else if (item.kind == WorkKind::kLlAllreduce || item.kind == WorkKind::kLl128Allreduce) {
     const LlAllreduceArgs& l = item.ll;
     type = static_cast<std::uint32_t>(l.type);
     op = static_cast<std::uint32_t>(l.op);
@@ -152,7 +153,7 @@ FERRY_HOST_DEVICE bool decode_doorbell(const std::uint32_t* words, WorkItem* ite
     r.count = get64(words, &at);
     for (int i = 0; i < r.ninputs; ++i) r.inputs[i] = reinterpret_cast<const void*>(get64(words, &at));
     for (int k = 0; k < r.noutputs; ++k) r.outputs[k] = reinterpret_cast<void*>(get64(words, &at));
-  } else if (item->kind == WorkKind::kLlAllreduce) {
+  } else if (item->kind == WorkKind::kLlAllreduce || item->kind == WorkKind::kLl128Allreduce) {
     LlAllreduceArgs& l = item->ll;
     l.type = static_cast<DataType>(words[0] >> 16 & 0xff);
     l.op = static_cast<ReduceOp>(words[0] >> 24 & 0xff);
@@ -218,6 +219,57 @@ static_assert(kLlSlotAlign % kLlChunkLineBytes == 0 && kLlChunkLineBytes == 2 * 
 
 FERRY_HOST_DEVICE std::size_t ll_chunk_offset(std::uint32_t parity, int sender, std::size_t chunk, int nranks) {
   return (static_cast<std::size_t>(parity) * nranks + sender) * ll_slot_bytes(nranks) + chunk * kLlChunkLineBytes;
+}
+
+// ---- The LL128 protocol's lines --------------------------------------------
+
+// A 128-byte line: 120 data bytes, then the call's flag in both halves of
+// the last 8-byte word. Eight lanes of a warp store a line, 16 bytes each,
+// in one instruction, and eight lanes of the receiver load it the same way;
+// the line moves as one 128-byte transaction, so the flag in it says the
+// data in it arrived (NCCL's LL128 rests on the same property of NVLink).
+// Sender s's line l for a call of parity p among n ranks sits in the
+// receiver's buffer at ll128_line_offset(p, s, l, n).
+constexpr std::size_t kLl128LineBytes = 128;
+constexpr std::size_t kLl128LineData = 120;
+constexpr int kLl128LanesPerLine = 8;
+static_assert(kLl128LineBytes == kLl128LanesPerLine * 16 && kLl128LineData == kLl128LineBytes - 8,
+              "a line is eight 16-byte stores, the last carrying 8 data bytes and the flag");
+static_assert(kLlSlotAlign % kLl128LineBytes == 0, "a slot holds whole LL128 lines");
+// What LL128 reduces: sums, minima and maxima of 4- and 8-byte numbers (an
+// element of up to 8 bytes never straddles two lines or two lanes). Every
+// other pair takes LL; each pair is a kernel ptxas compiles.
+template <typename T, ReduceOp Op>
+constexpr bool kLl128Reduces =
+    (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> ||
+     std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::uint64_t>) &&
+    (Op == ReduceOp::kSum || Op == ReduceOp::kMin || Op == ReduceOp::kMax);
+static_assert(kLl128LineData % 8 == 0, "every element LL128 reduces divides a line's data and a lane's");
+
+namespace ll128_detail {
+struct Reduces {
+  bool reduces = false;
+  template <typename T, ReduceOp Op>
+  FERRY_HOST_DEVICE void run() {
+    reduces = kLl128Reduces<T, Op>;
+  }
+};
+}  // namespace ll128_detail
+
+// kLl128Reduces for a call's type and op.
+FERRY_HOST_DEVICE bool ll128_reduces(DataType type, ReduceOp op) {
+  ll128_detail::Reduces probe;
+  return dispatch_reduction(type, op, probe) && probe.reduces;
+}
+
+FERRY_HOST_DEVICE std::size_t ll128_line_offset(std::uint32_t parity, int sender, std::size_t line, int nranks) {
+  return (static_cast<std::size_t>(parity) * nranks + sender) * ll_slot_bytes(nranks) + line * kLl128LineBytes;
+}
+
+// The flag word of a line: the call's flag in both halves, so that no LL
+// word (4 data bytes and an older call's flag) a slot held before reads as it.
+FERRY_HOST_DEVICE std::uint64_t ll128_flag_word(std::uint32_t flag) {
+  return static_cast<std::uint64_t>(flag) << 32 | flag;
 }
 
 }  // namespace ferry

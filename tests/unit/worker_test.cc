@@ -1,6 +1,8 @@
 // The engine worker's mailbox protocol on the emulated device (a host thread
 // plays the persistent kernel): items run in order, a worker that left idle
 // is started again without losing an item, failures come back as statuses.
+// With FERRY_UNIT_TEST_DEVICE=cuda the same tests run the persistent kernel
+// on GPU 0 (two "ranks" are two workers of this process there).
 #include "engine/collectives/worker.h"
 
 #include "engine/collectives/worker_common.h"
@@ -8,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -17,7 +20,13 @@
 namespace ferry {
 namespace {
 
-gpu::Backend* device() { return gpu::emulated_backend(); }
+gpu::Backend* device() {
+  static gpu::Backend* const chosen = [] {
+    const char* wanted = std::getenv("FERRY_UNIT_TEST_DEVICE");
+    return wanted && std::strcmp(wanted, "cuda") == 0 ? gpu::cuda_backend() : gpu::emulated_backend();
+  }();
+  return chosen;
+}
 
 struct DeviceBuffer {
   explicit DeviceBuffer(std::size_t bytes) : bytes(bytes) {
@@ -246,6 +255,64 @@ TEST(EngineWorkerLl, TwoRanksReduceOverLlBuffers) {
       EXPECT_EQ(got[count], -1) << "call " << call << ": written past the count";
     }
   }
+}
+
+// LL128 calls alternating with LL calls on the same buffers (a slot holds
+// the other protocol's lines from two calls before): every sum is right,
+// from single elements to whole slots, and nothing past the count changes.
+TEST(EngineWorkerLl128, TwoRanksReduceOverLl128LinesBetweenLlCalls) {
+  auto worker0 = Worker::create(device(), 0, 1, 100000);
+  auto worker1 = Worker::create(device(), 0, 1, 100000);
+  ASSERT_TRUE(worker0 && worker1);
+  DeviceBuffer ll0(kLlBufferBytes), ll1(kLlBufferBytes);
+  ll0.fill(std::vector<char>(kLlBufferBytes, 0));
+  ll1.fill(std::vector<char>(kLlBufferBytes, 0));
+  const std::vector<DeviceBuffer*> ll = {&ll0, &ll1};
+  for (std::uint64_t call = 1; call <= 48; ++call) {
+    const bool ll128 = call % 3 != 0;
+    const std::size_t largest = (ll128 ? ll128_max_bytes(2) : ll_max_bytes(2)) / 8;
+    const std::size_t count = call == 1 ? 1 : call == 2 ? largest : 1 + (call * 7919) % largest;
+    std::vector<std::int64_t> a(count + 1), b(count + 1);
+    for (std::size_t i = 0; i <= count; ++i) {
+      a[i] = static_cast<std::int64_t>(i * call) - 11;
+      b[i] = 5000 - static_cast<std::int64_t>(3 * i);
+    }
+    DeviceBuffer in0((count + 1) * 8), in1((count + 1) * 8), out0((count + 1) * 8), out1((count + 1) * 8);
+    in0.fill(a);
+    in1.fill(b);
+    out0.fill(std::vector<std::int64_t>(count + 1, -1));
+    out1.fill(std::vector<std::int64_t>(count + 1, -1));
+    WorkItem item0 = ll_sum(in0, out0, count, ll, 0, call, 10000), item1 = ll_sum(in1, out1, count, ll, 1, call, 10000);
+    if (ll128) item0.kind = item1.kind = WorkKind::kLl128Allreduce;
+    Status status1 = Status::kInternal;
+    std::thread rank1([&] { status1 = worker1->run(item1); });
+    ASSERT_EQ(worker0->run(item0), Status::kOk);
+    rank1.join();
+    ASSERT_EQ(status1, Status::kOk);
+    for (const DeviceBuffer* out : {&out0, &out1}) {
+      const auto got = out->read<std::int64_t>();
+      for (std::size_t i = 0; i < count; ++i)
+        ASSERT_EQ(got[i], a[i] + b[i]) << (ll128 ? "LL128" : "LL") << " call " << call << " element " << i;
+      EXPECT_EQ(got[count], -1) << "call " << call << ": written past the count";
+    }
+  }
+}
+
+// A line's lanes and the flag word: the layout the kernels and the
+// emulated device share.
+TEST(EngineWorkerLl128, LinesFitTheSlotsAndFlagsDifferFromLlWords) {
+  EXPECT_EQ(ll128_max_bytes(2), std::size_t{960} << 10);
+  for (int nranks = 1; nranks <= kMaxDirectRanks; ++nranks) {
+    const std::size_t lines = ll128_max_bytes(nranks) / kLl128LineData;
+    EXPECT_EQ(lines * kLl128LineBytes, ll_slot_bytes(nranks)) << nranks << " ranks";
+    EXPECT_EQ(ll128_line_offset(1, nranks - 1, lines - 1, nranks) + kLl128LineBytes, 2 * nranks * ll_slot_bytes(nranks));
+  }
+  // An LL word in the flag's place carries an older call's flag in its upper
+  // half; the LL128 flag word has the call's own in both halves.
+  const std::uint32_t flag = doorbell_flag(41), older = doorbell_flag(39);
+  const std::uint64_t ll_word = static_cast<std::uint64_t>(older) << 32 | flag;
+  EXPECT_NE(ll_word, ll128_flag_word(flag));
+  EXPECT_EQ(ll128_flag_word(flag) >> 32, flag);
 }
 
 // Every sender's slot of both parities lies inside the buffer, apart from
