@@ -224,14 +224,22 @@ WorkItem ll_sum(DeviceBuffer& input, DeviceBuffer& output, std::size_t count, co
 // Two ranks' workers in one process, each with its LL receive buffer: every
 // call's sum is right, the buffers' halves alternate, and odd counts leave
 // the bytes past the output alone.
+// Two ranks' workers of one block each and their zeroed LL receive buffers.
+struct TwoLlRanks {
+  std::unique_ptr<Worker> worker0 = Worker::create(device(), 0, 1, 100000);
+  std::unique_ptr<Worker> worker1 = Worker::create(device(), 0, 1, 100000);
+  DeviceBuffer ll0{kLlBufferBytes}, ll1{kLlBufferBytes};
+  std::vector<DeviceBuffer*> ll = {&ll0, &ll1};
+  TwoLlRanks() {
+    ll0.fill(std::vector<char>(kLlBufferBytes, 0));
+    ll1.fill(std::vector<char>(kLlBufferBytes, 0));
+  }
+};
+
 TEST(EngineWorkerLl, TwoRanksReduceOverLlBuffers) {
-  auto worker0 = Worker::create(device(), 0, 1, 100000);
-  auto worker1 = Worker::create(device(), 0, 1, 100000);
-  ASSERT_TRUE(worker0 && worker1);
-  DeviceBuffer ll0(kLlBufferBytes), ll1(kLlBufferBytes);
-  ll0.fill(std::vector<char>(kLlBufferBytes, 0));
-  ll1.fill(std::vector<char>(kLlBufferBytes, 0));
-  const std::vector<DeviceBuffer*> ll = {&ll0, &ll1};
+  TwoLlRanks ranks;
+  ASSERT_TRUE(ranks.worker0 && ranks.worker1);
+  auto& [worker0, worker1, ll0, ll1, ll] = ranks;
   for (std::uint64_t call = 1; call <= 40; ++call) {
     const std::size_t count = 1 + (call * 9973) % (ll_max_bytes(2) / 8);
     std::vector<std::int64_t> a(count + 1), b(count + 1);
@@ -261,13 +269,9 @@ TEST(EngineWorkerLl, TwoRanksReduceOverLlBuffers) {
 // the other protocol's lines from two calls before): every sum is right,
 // from single elements to whole slots, and nothing past the count changes.
 TEST(EngineWorkerLl128, TwoRanksReduceOverLl128LinesBetweenLlCalls) {
-  auto worker0 = Worker::create(device(), 0, 1, 100000);
-  auto worker1 = Worker::create(device(), 0, 1, 100000);
-  ASSERT_TRUE(worker0 && worker1);
-  DeviceBuffer ll0(kLlBufferBytes), ll1(kLlBufferBytes);
-  ll0.fill(std::vector<char>(kLlBufferBytes, 0));
-  ll1.fill(std::vector<char>(kLlBufferBytes, 0));
-  const std::vector<DeviceBuffer*> ll = {&ll0, &ll1};
+  TwoLlRanks ranks;
+  ASSERT_TRUE(ranks.worker0 && ranks.worker1);
+  auto& [worker0, worker1, ll0, ll1, ll] = ranks;
   for (std::uint64_t call = 1; call <= 48; ++call) {
     const bool ll128 = call % 3 != 0;
     const std::size_t largest = (ll128 ? ll128_max_bytes(2) : ll_max_bytes(2)) / 8;
