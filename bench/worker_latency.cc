@@ -7,7 +7,8 @@
 // Then the one-shot allreduce over LL and over LL128 between two workers of
 // this process on the same GPU (two "ranks" whose receive buffers are in
 // one device memory: no NVLink, so the protocols' own costs only), one
-// block up to 16 KiB and all blocks above, as the engine runs them.
+// block up to 16 KiB and all blocks above, as the engine runs them. A
+// result that is not the sum prints -1.
 //
 // Usage: worker-latency [--blocks N] [--iters N]
 #include <algorithm>
@@ -65,6 +66,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "worker-latency: device allocation failed\n");
     return 1;
   }
+  {  // small whole numbers: every float sum below is exact
+    std::vector<float> values(kMaxBytes / sizeof(float));
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 7919 + 13) % 1024);
+    ferry::gpu::copy(source, values.data(), kMaxBytes);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 104729 + 5) % 2048) - 1024;
+    ferry::gpu::copy(destination, values.data(), kMaxBytes);
+  }
   // A long idle limit: the worker stays up between the timed calls.
   auto worker = ferry::Worker::create(gpu, 0, blocks, 1000000);
   if (!worker) {
@@ -115,7 +123,8 @@ int main(int argc, char** argv) {
       done.store(seen, std::memory_order_release);
     }
   });
-  // Median host-clock microseconds of one allreduce of kind, both ranks at once.
+  // Median host-clock microseconds of one allreduce of kind, both ranks at
+  // once; -1 when it failed or rank 0's result is not the sum.
   auto time_allreduce = [&](ferry::WorkKind kind, std::size_t bytes) {
     std::vector<double> samples(iterations);
     for (int i = -50; i < iterations; ++i) {
@@ -146,6 +155,13 @@ int main(int argc, char** argv) {
       if (mine != ferry::Status::kOk || failed) return -1.0;
       if (i >= 0) samples[i] = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     }
+    const std::size_t count = bytes / sizeof(float);
+    std::vector<float> in0(count), in1(count), out(count);
+    ferry::gpu::copy(in0.data(), source, bytes);
+    ferry::gpu::copy(in1.data(), destination, bytes);
+    ferry::gpu::copy(out.data(), outputs[0], bytes);
+    for (std::size_t e = 0; e < count; ++e)
+      if (out[e] != in0[e] + in1[e]) return -1.0;
     return median(samples);
   };
   std::printf("\none-shot allreduce of floats between two workers on this GPU, microseconds\n");

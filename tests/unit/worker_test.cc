@@ -224,16 +224,17 @@ WorkItem ll_sum(DeviceBuffer& input, DeviceBuffer& output, std::size_t count, co
 // Two ranks' workers in one process, each with its LL receive buffer: every
 // call's sum is right, the buffers' halves alternate, and odd counts leave
 // the bytes past the output alone.
-// Two ranks' workers of one block each and their zeroed LL receive buffers.
+// Two ranks' workers (of one block each unless asked) and their zeroed LL
+// receive buffers.
 struct TwoLlRanks {
-  std::unique_ptr<Worker> worker0 = Worker::create(device(), 0, 1, 100000);
-  std::unique_ptr<Worker> worker1 = Worker::create(device(), 0, 1, 100000);
-  DeviceBuffer ll0{kLlBufferBytes}, ll1{kLlBufferBytes};
-  std::vector<DeviceBuffer*> ll = {&ll0, &ll1};
-  TwoLlRanks() {
+  explicit TwoLlRanks(int blocks = 1)
+      : worker0(Worker::create(device(), 0, blocks, 100000)), worker1(Worker::create(device(), 0, blocks, 100000)) {
     ll0.fill(std::vector<char>(kLlBufferBytes, 0));
     ll1.fill(std::vector<char>(kLlBufferBytes, 0));
   }
+  std::unique_ptr<Worker> worker0, worker1;
+  DeviceBuffer ll0{kLlBufferBytes}, ll1{kLlBufferBytes};
+  std::vector<DeviceBuffer*> ll = {&ll0, &ll1};
 };
 
 TEST(EngineWorkerLl, TwoRanksReduceOverLlBuffers) {
@@ -299,6 +300,76 @@ TEST(EngineWorkerLl128, TwoRanksReduceOverLl128LinesBetweenLlCalls) {
         ASSERT_EQ(got[i], a[i] + b[i]) << (ll128 ? "LL128" : "LL") << " call " << call << " element " << i;
       EXPECT_EQ(got[count], -1) << "call " << call << ": written past the count";
     }
+  }
+}
+
+// LL calls on workers of several blocks, one block and all blocks in turn
+// (as the engine runs them around 16 KiB): a block that skipped an item
+// takes up the next shared one, every block's chunks land, and the caller
+// waits for each block's report. Allreduce and bcast, odd sizes.
+TEST(EngineWorkerLl, OneBlockAndAllBlocksInTurn) {
+  constexpr int kBlocks = 5;
+  TwoLlRanks ranks(kBlocks);
+  ASSERT_TRUE(ranks.worker0 && ranks.worker1);
+  auto& [worker0, worker1, ll0, ll1, ll] = ranks;
+  std::uint64_t call = 0;
+  for (int round = 0; round < 16; ++round) {
+    const int blocks = round % 3 == 1 ? 1 : kBlocks;
+    const std::size_t count = 1 + (round * 40009 + 7) % (ll_max_bytes(2) / 8);
+    std::vector<std::int64_t> a(count + 1), b(count + 1);
+    for (std::size_t i = 0; i <= count; ++i) {
+      a[i] = static_cast<std::int64_t>(i * 31 + round) - 9;
+      b[i] = 7000 - static_cast<std::int64_t>(5 * i);
+    }
+    DeviceBuffer in0((count + 1) * 8), in1((count + 1) * 8), out0((count + 1) * 8), out1((count + 1) * 8);
+    in0.fill(a);
+    in1.fill(b);
+    out0.fill(std::vector<std::int64_t>(count + 1, -1));
+    out1.fill(std::vector<std::int64_t>(count + 1, -1));
+    ++call;
+    WorkItem item0 = ll_sum(in0, out0, count, ll, 0, call, 10000), item1 = ll_sum(in1, out1, count, ll, 1, call, 10000);
+    item0.blocks = item1.blocks = blocks;
+    Status status1 = Status::kInternal;
+    std::thread rank1([&] { status1 = worker1->run(item1); });
+    ASSERT_EQ(worker0->run(item0), Status::kOk);
+    rank1.join();
+    ASSERT_EQ(status1, Status::kOk);
+    for (const DeviceBuffer* out : {&out0, &out1}) {
+      const auto got = out->read<std::int64_t>();
+      for (std::size_t i = 0; i < count; ++i)
+        ASSERT_EQ(got[i], a[i] + b[i]) << "round " << round << " (" << blocks << " blocks) element " << i;
+      EXPECT_EQ(got[count], -1) << "round " << round << ": written past the count";
+    }
+
+    // Rank 1's input, broadcast from rank 1 into rank 0's sums (not a
+    // whole number of elements).
+    const std::size_t bytes = count * 8 - 3;
+    WorkItem bcast[2] = {};
+    ++call;
+    for (int r = 0; r < 2; ++r) {
+      LlBcastArgs& args = bcast[r].ll_bcast;
+      bcast[r].kind = WorkKind::kLlBcast;
+      bcast[r].blocks = blocks;
+      args.buffer = r == 0 ? out0.ptr : in1.ptr;
+      for (int p = 0; p < 2; ++p) args.buffers[p] = ll[p]->ptr;
+      args.bytes = bytes;
+      args.rank = r;
+      args.nranks = 2;
+      args.root = 1;
+      args.flag = doorbell_flag(call);
+      args.parity = static_cast<std::uint32_t>(call % 2);
+      args.timeout_ms = 10000;
+    }
+    std::thread root([&] { status1 = worker1->run(bcast[1]); });
+    ASSERT_EQ(worker0->run(bcast[0]), Status::kOk);
+    root.join();
+    ASSERT_EQ(status1, Status::kOk);
+    const auto got = out0.read<std::int64_t>();
+    ASSERT_EQ(std::memcmp(got.data(), b.data(), bytes), 0) << "bcast, round " << round;
+    // The last element: 5 bytes of rank 1's, 3 of the sum left in place.
+    std::int64_t expected_last = a[count - 1] + b[count - 1];
+    std::memcpy(&expected_last, &b[count - 1], 5);
+    EXPECT_EQ(got[count - 1], expected_last) << "bcast, round " << round << ": the bytes past it changed";
   }
 }
 
