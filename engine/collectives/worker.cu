@@ -725,8 +725,8 @@ __global__ void __launch_bounds__(kWorkerThreads)
     // was not enough: without this fence, an MPI suite run on the GPU
     // machine saw wrong in-place LL results. The fence orders the report
     // after them, so the report itself is a plain store: a release store
-    // fences again, which cost an LL allreduce 0.6 us at 8 B and 1.9 us at
-    // 32-128 KiB (bench/worker-latency, one H200).
+    // fences again, which cost an LL allreduce 1.2-1.5 us at 32-128 KiB
+    // (bench/worker-latency, one H200).
     __threadfence_system();
     *reinterpret_cast<volatile std::uint64_t*>(leader ? &box->done : &box->block_done[blockIdx.x]) = sequence;
   }
