@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -224,6 +225,27 @@ WorkItem ll_sum(DeviceBuffer& input, DeviceBuffer& output, std::size_t count, co
 // Two ranks' workers in one process, each with its LL receive buffer: every
 // call's sum is right, the buffers' halves alternate, and odd counts leave
 // the bytes past the output alone.
+// Both ranks' inputs, a and b, and their outputs, as many elements of -1.
+struct SumBuffers {
+  SumBuffers(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b)
+      : in0(a.size() * 8), in1(b.size() * 8), out0(a.size() * 8), out1(b.size() * 8), a(a), b(b) {
+    in0.fill(a);
+    in1.fill(b);
+    out0.fill(std::vector<std::int64_t>(a.size(), -1));
+    out1.fill(std::vector<std::int64_t>(b.size(), -1));
+  }
+  // Both outputs hold a + b in their first count elements and -1 after.
+  void expect_sums(std::size_t count, const std::string& call) const {
+    for (const DeviceBuffer* out : {&out0, &out1}) {
+      const auto got = out->read<std::int64_t>();
+      for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << call << ", element " << i;
+      EXPECT_EQ(got[count], -1) << call << ": written past the count";
+    }
+  }
+  DeviceBuffer in0, in1, out0, out1;
+  std::vector<std::int64_t> a, b;
+};
+
 // Two ranks' workers (of one block each unless asked) and their zeroed LL
 // receive buffers.
 struct TwoLlRanks {
@@ -231,6 +253,14 @@ struct TwoLlRanks {
       : worker0(Worker::create(device(), 0, blocks, 100000)), worker1(Worker::create(device(), 0, blocks, 100000)) {
     ll0.fill(std::vector<char>(kLlBufferBytes, 0));
     ll1.fill(std::vector<char>(kLlBufferBytes, 0));
+  }
+  // Runs item0 on rank 0's worker and item1 on rank 1's at once; both statuses.
+  std::pair<Status, Status> run(const WorkItem& item0, const WorkItem& item1) {
+    Status status1 = Status::kInternal;
+    std::thread rank1([&] { status1 = worker1->run(item1); });
+    const Status status0 = worker0->run(item0);
+    rank1.join();
+    return {status0, status1};
   }
   std::unique_ptr<Worker> worker0, worker1;
   DeviceBuffer ll0{kLlBufferBytes}, ll1{kLlBufferBytes};
@@ -248,21 +278,13 @@ TEST(EngineWorkerLl, TwoRanksReduceOverLlBuffers) {
       a[i] = static_cast<std::int64_t>(i * call) - 7;
       b[i] = 1000 - static_cast<std::int64_t>(i);
     }
-    DeviceBuffer in0((count + 1) * 8), in1((count + 1) * 8), out0((count + 1) * 8), out1((count + 1) * 8);
-    in0.fill(a);
-    in1.fill(b);
-    out0.fill(std::vector<std::int64_t>(count + 1, -1));
-    out1.fill(std::vector<std::int64_t>(count + 1, -1));
-    Status status1 = Status::kInternal;
-    std::thread rank1([&] { status1 = worker1->run(ll_sum(in1, out1, count, ll, 1, call, 10000)); });
-    ASSERT_EQ(worker0->run(ll_sum(in0, out0, count, ll, 0, call, 10000)), Status::kOk);
-    rank1.join();
+    SumBuffers buffers(a, b);
+    DeviceBuffer &in0 = buffers.in0, &in1 = buffers.in1, &out0 = buffers.out0, &out1 = buffers.out1;
+    const auto [status0, status1] =
+        ranks.run(ll_sum(in0, out0, count, ll, 0, call, 10000), ll_sum(in1, out1, count, ll, 1, call, 10000));
+    ASSERT_EQ(status0, Status::kOk);
     ASSERT_EQ(status1, Status::kOk);
-    for (const DeviceBuffer* out : {&out0, &out1}) {
-      const auto got = out->read<std::int64_t>();
-      for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << "call " << call << " element " << i;
-      EXPECT_EQ(got[count], -1) << "call " << call << ": written past the count";
-    }
+    ASSERT_NO_FATAL_FAILURE(buffers.expect_sums(count, "call " + std::to_string(call)));
   }
 }
 
@@ -282,24 +304,14 @@ TEST(EngineWorkerLl128, TwoRanksReduceOverLl128LinesBetweenLlCalls) {
       a[i] = static_cast<std::int64_t>(i * call) - 11;
       b[i] = 5000 - static_cast<std::int64_t>(3 * i);
     }
-    DeviceBuffer in0((count + 1) * 8), in1((count + 1) * 8), out0((count + 1) * 8), out1((count + 1) * 8);
-    in0.fill(a);
-    in1.fill(b);
-    out0.fill(std::vector<std::int64_t>(count + 1, -1));
-    out1.fill(std::vector<std::int64_t>(count + 1, -1));
+    SumBuffers buffers(a, b);
+    DeviceBuffer &in0 = buffers.in0, &in1 = buffers.in1, &out0 = buffers.out0, &out1 = buffers.out1;
     WorkItem item0 = ll_sum(in0, out0, count, ll, 0, call, 10000), item1 = ll_sum(in1, out1, count, ll, 1, call, 10000);
     if (ll128) item0.kind = item1.kind = WorkKind::kLl128Allreduce;
-    Status status1 = Status::kInternal;
-    std::thread rank1([&] { status1 = worker1->run(item1); });
-    ASSERT_EQ(worker0->run(item0), Status::kOk);
-    rank1.join();
+    const auto [status0, status1] = ranks.run(item0, item1);
+    ASSERT_EQ(status0, Status::kOk);
     ASSERT_EQ(status1, Status::kOk);
-    for (const DeviceBuffer* out : {&out0, &out1}) {
-      const auto got = out->read<std::int64_t>();
-      for (std::size_t i = 0; i < count; ++i)
-        ASSERT_EQ(got[i], a[i] + b[i]) << (ll128 ? "LL128" : "LL") << " call " << call << " element " << i;
-      EXPECT_EQ(got[count], -1) << "call " << call << ": written past the count";
-    }
+    ASSERT_NO_FATAL_FAILURE(buffers.expect_sums(count, (ll128 ? "LL128 call " : "LL call ") + std::to_string(call)));
   }
 }
 
@@ -321,25 +333,16 @@ TEST(EngineWorkerLl, OneBlockAndAllBlocksInTurn) {
       a[i] = static_cast<std::int64_t>(i * 31 + round) - 9;
       b[i] = 7000 - static_cast<std::int64_t>(5 * i);
     }
-    DeviceBuffer in0((count + 1) * 8), in1((count + 1) * 8), out0((count + 1) * 8), out1((count + 1) * 8);
-    in0.fill(a);
-    in1.fill(b);
-    out0.fill(std::vector<std::int64_t>(count + 1, -1));
-    out1.fill(std::vector<std::int64_t>(count + 1, -1));
+    SumBuffers buffers(a, b);
+    DeviceBuffer &in0 = buffers.in0, &in1 = buffers.in1, &out0 = buffers.out0, &out1 = buffers.out1;
     ++call;
     WorkItem item0 = ll_sum(in0, out0, count, ll, 0, call, 10000), item1 = ll_sum(in1, out1, count, ll, 1, call, 10000);
     item0.blocks = item1.blocks = blocks;
-    Status status1 = Status::kInternal;
-    std::thread rank1([&] { status1 = worker1->run(item1); });
-    ASSERT_EQ(worker0->run(item0), Status::kOk);
-    rank1.join();
+    const auto [status0, status1] = ranks.run(item0, item1);
+    ASSERT_EQ(status0, Status::kOk);
     ASSERT_EQ(status1, Status::kOk);
-    for (const DeviceBuffer* out : {&out0, &out1}) {
-      const auto got = out->read<std::int64_t>();
-      for (std::size_t i = 0; i < count; ++i)
-        ASSERT_EQ(got[i], a[i] + b[i]) << "round " << round << " (" << blocks << " blocks) element " << i;
-      EXPECT_EQ(got[count], -1) << "round " << round << ": written past the count";
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        buffers.expect_sums(count, "round " + std::to_string(round) + " (" + std::to_string(blocks) + " blocks)"));
 
     // Rank 1's input, broadcast from rank 1 into rank 0's sums (not a
     // whole number of elements).
@@ -360,10 +363,9 @@ TEST(EngineWorkerLl, OneBlockAndAllBlocksInTurn) {
       args.parity = static_cast<std::uint32_t>(call % 2);
       args.timeout_ms = 10000;
     }
-    std::thread root([&] { status1 = worker1->run(bcast[1]); });
-    ASSERT_EQ(worker0->run(bcast[0]), Status::kOk);
-    root.join();
-    ASSERT_EQ(status1, Status::kOk);
+    const auto [bcast0, bcast1] = ranks.run(bcast[0], bcast[1]);
+    ASSERT_EQ(bcast0, Status::kOk);
+    ASSERT_EQ(bcast1, Status::kOk);
     const auto got = out0.read<std::int64_t>();
     ASSERT_EQ(std::memcmp(got.data(), b.data(), bytes), 0) << "bcast, round " << round;
     // The last element: 5 bytes of rank 1's, 3 of the sum left in place.
