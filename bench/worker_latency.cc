@@ -66,13 +66,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "worker-latency: device allocation failed\n");
     return 1;
   }
-  {  // small whole numbers: every float sum below is exact
-    std::vector<float> values(kMaxBytes / sizeof(float));
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 7919 + 13) % 1024);
-    ferry::gpu::copy(source, values.data(), kMaxBytes);
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 104729 + 5) % 2048) - 1024;
-    ferry::gpu::copy(destination, values.data(), kMaxBytes);
-  }
   // A long idle limit: the worker stays up between the timed calls.
   auto worker = ferry::Worker::create(gpu, 0, blocks, 1000000);
   if (!worker) {
@@ -97,6 +90,15 @@ int main(int argc, char** argv) {
   worker.reset();
 
   // Two ranks: worker r reduces input r with the other's into output r.
+  // Their inputs (the copies above wrote over the second): small whole
+  // numbers, so every float sum is exact.
+  std::vector<float> input0(kMaxBytes / sizeof(float)), input1(kMaxBytes / sizeof(float));
+  for (std::size_t i = 0; i < input0.size(); ++i) {
+    input0[i] = static_cast<float>((i * 7919 + 13) % 1024);
+    input1[i] = static_cast<float>((i * 104729 + 5) % 2048) - 1024;
+  }
+  ferry::gpu::copy(source, input0.data(), kMaxBytes);
+  ferry::gpu::copy(destination, input1.data(), kMaxBytes);
   auto peer = ferry::Worker::create(gpu, 0, blocks, 1000000);
   auto self = ferry::Worker::create(gpu, 0, blocks, 1000000);
   void* ll[2] = {nullptr, nullptr};
@@ -155,13 +157,10 @@ int main(int argc, char** argv) {
       if (mine != ferry::Status::kOk || failed) return -1.0;
       if (i >= 0) samples[i] = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     }
-    const std::size_t count = bytes / sizeof(float);
-    std::vector<float> in0(count), in1(count), out(count);
-    ferry::gpu::copy(in0.data(), source, bytes);
-    ferry::gpu::copy(in1.data(), destination, bytes);
+    std::vector<float> out(bytes / sizeof(float));
     ferry::gpu::copy(out.data(), outputs[0], bytes);
-    for (std::size_t e = 0; e < count; ++e)
-      if (out[e] != in0[e] + in1[e]) return -1.0;
+    for (std::size_t e = 0; e < out.size(); ++e)
+      if (out[e] != input0[e] + input1[e]) return -1.0;
     return median(samples);
   };
   std::printf("\none-shot allreduce of floats between two workers on this GPU, microseconds\n");

@@ -222,9 +222,6 @@ WorkItem ll_sum(DeviceBuffer& input, DeviceBuffer& output, std::size_t count, co
   return item;
 }
 
-// Two ranks' workers in one process, each with its LL receive buffer: every
-// call's sum is right, the buffers' halves alternate, and odd counts leave
-// the bytes past the output alone.
 // Both ranks' inputs, a and b, and their outputs, as many elements of -1.
 struct SumBuffers {
   SumBuffers(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b)
@@ -267,10 +264,13 @@ struct TwoLlRanks {
   std::vector<DeviceBuffer*> ll = {&ll0, &ll1};
 };
 
+// Two ranks' workers in one process, each with its LL receive buffer: every
+// call's sum is right, the buffers' halves alternate, and odd counts leave
+// the bytes past the output alone.
 TEST(EngineWorkerLl, TwoRanksReduceOverLlBuffers) {
   TwoLlRanks ranks;
   ASSERT_TRUE(ranks.worker0 && ranks.worker1);
-  auto& [worker0, worker1, ll0, ll1, ll] = ranks;
+  const auto& ll = ranks.ll;
   for (std::uint64_t call = 1; call <= 40; ++call) {
     const std::size_t count = 1 + (call * 9973) % (ll_max_bytes(2) / 8);
     std::vector<std::int64_t> a(count + 1), b(count + 1);
@@ -294,7 +294,7 @@ TEST(EngineWorkerLl, TwoRanksReduceOverLlBuffers) {
 TEST(EngineWorkerLl128, TwoRanksReduceOverLl128LinesBetweenLlCalls) {
   TwoLlRanks ranks;
   ASSERT_TRUE(ranks.worker0 && ranks.worker1);
-  auto& [worker0, worker1, ll0, ll1, ll] = ranks;
+  const auto& ll = ranks.ll;
   for (std::uint64_t call = 1; call <= 48; ++call) {
     const bool ll128 = call % 3 != 0;
     const std::size_t largest = (ll128 ? ll128_max_bytes(2) : ll_max_bytes(2)) / 8;
@@ -323,7 +323,7 @@ TEST(EngineWorkerLl, OneBlockAndAllBlocksInTurn) {
   constexpr int kBlocks = 5;
   TwoLlRanks ranks(kBlocks);
   ASSERT_TRUE(ranks.worker0 && ranks.worker1);
-  auto& [worker0, worker1, ll0, ll1, ll] = ranks;
+  const auto& ll = ranks.ll;
   std::uint64_t call = 0;
   for (int round = 0; round < 16; ++round) {
     const int blocks = round % 3 == 1 ? 1 : kBlocks;
