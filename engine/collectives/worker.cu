@@ -156,21 +156,71 @@ __device__ std::uint64_t deadline_after(std::uint32_t timeout_ms) {
   return timeout_ms ? now_ns() + timeout_ms * 1000000ull : ~0ull;
 }
 
-// 16 data bytes of chunk c of buffer (zeros past bytes). An unaligned or
-// short chunk is read a byte at a time, every load issued before the first
-// is used: one memory latency, not one per byte (which cost an 8-byte
-// allreduce 2.3 us on 2x H200).
+// Up to 16 bytes at `at`, `valid` of them (zeros after): 8- or 4-byte loads
+// where `at` allows, bytes otherwise; every bound is a constant, so the
+// values stay in registers and every load issues before any is used.
+__device__ uint4 load_bytes(const unsigned char* at, int valid) {
+  const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(at);
+  std::uint64_t word[2] = {0, 0};
+  if (address % 8 == 0 && valid % 8 == 0) {
+#pragma unroll
+    for (int w = 0; w < 2; ++w)
+      if (w < valid / 8) word[w] = __ldcg(reinterpret_cast<const unsigned long long*>(at) + w);
+  } else if (address % 4 == 0 && valid % 4 == 0) {
+    std::uint32_t part[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+      if (w < valid / 4) part[w] = __ldcg(reinterpret_cast<const unsigned*>(at) + w);
+    memcpy(word, part, 16);
+  } else {
+    unsigned char b[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) b[i] = i < valid ? __ldcg(at + i) : 0;
+    memcpy(word, b, 16);
+  }
+  uint4 v;
+  memcpy(&v, word, 16);
+  return v;
+}
+
+__device__ void store_bytes(unsigned char* at, int valid, uint4 v) {
+  const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(at);
+  if (address % 8 == 0 && valid % 8 == 0) {
+    std::uint64_t word[2];
+    memcpy(word, &v, 16);
+#pragma unroll
+    for (int w = 0; w < 2; ++w)
+      if (w < valid / 8) reinterpret_cast<unsigned long long*>(at)[w] = word[w];
+  } else if (address % 4 == 0 && valid % 4 == 0) {
+    std::uint32_t part[4];
+    memcpy(part, &v, 16);
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+      if (w < valid / 4) reinterpret_cast<unsigned*>(at)[w] = part[w];
+  } else {
+    unsigned char b[16];
+    memcpy(b, &v, 16);
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      if (i < valid) at[i] = b[i];
+  }
+}
+
+// The data bytes of chunk c, at most a chunk.
+__device__ __forceinline__ int chunk_valid(std::size_t c, std::size_t bytes) {
+  const std::size_t left = bytes - c * kLlChunkBytes;
+  return static_cast<int>(left < kLlChunkBytes ? left : kLlChunkBytes);
+}
+
+// 16 data bytes of chunk c of buffer (zeros past bytes). A short or
+// unaligned chunk is read in the widest loads its address allows (one
+// 8-byte load for an 8-byte call, where byte loads cost it 0.5-0.8 us more
+// than a 32-byte call on 2x H200).
 __device__ uint4 load_chunk(const unsigned char* buffer, std::size_t c, std::size_t bytes) {
   const unsigned char* at = buffer + c * kLlChunkBytes;
   if (reinterpret_cast<std::uintptr_t>(at) % 16 == 0 && (c + 1) * kLlChunkBytes <= bytes)
     return __ldcg(reinterpret_cast<const uint4*>(at));
-  const std::size_t valid = bytes - c * kLlChunkBytes;
-  unsigned char b[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) b[i] = static_cast<std::size_t>(i) < valid ? __ldcg(at + i) : 0;
-  uint4 v;
-  memcpy(&v, b, 16);
-  return v;
+  return load_bytes(at, chunk_valid(c, bytes));
 }
 
 __device__ void store_chunk(unsigned char* buffer, std::size_t c, std::size_t bytes, uint4 v) {
@@ -179,12 +229,7 @@ __device__ void store_chunk(unsigned char* buffer, std::size_t c, std::size_t by
     *reinterpret_cast<uint4*>(at) = v;
     return;
   }
-  const std::size_t valid = bytes - c * kLlChunkBytes;
-  unsigned char b[16];
-  memcpy(b, &v, 16);
-#pragma unroll
-  for (int i = 0; i < 16; ++i)
-    if (static_cast<std::size_t>(i) < valid) at[i] = b[i];
+  store_bytes(at, chunk_valid(c, bytes), v);
 }
 
 // This thread's chunks of an LL call shared by `blocks` blocks: chunk c
@@ -304,56 +349,6 @@ __device__ bool ll_alltoallv_share(const LlAlltoallvArgs& a, unsigned block, uns
 // ---- The LL128 protocol: one-shot allreduce ---------------------------------
 
 constexpr unsigned kFullWarp = 0xffffffffu;
-
-// Up to 16 bytes at `at`, `valid` of them (zeros after): 8- or 4-byte loads
-// where `at` allows, bytes otherwise; every bound is a constant, so the
-// values stay in registers and every load issues before any is used.
-__device__ uint4 load_bytes(const unsigned char* at, int valid) {
-  const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(at);
-  std::uint64_t word[2] = {0, 0};
-  if (address % 8 == 0 && valid % 8 == 0) {
-#pragma unroll
-    for (int w = 0; w < 2; ++w)
-      if (w < valid / 8) word[w] = __ldcg(reinterpret_cast<const unsigned long long*>(at) + w);
-  } else if (address % 4 == 0 && valid % 4 == 0) {
-    std::uint32_t part[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int w = 0; w < 4; ++w)
-      if (w < valid / 4) part[w] = __ldcg(reinterpret_cast<const unsigned*>(at) + w);
-    memcpy(word, part, 16);
-  } else {
-    unsigned char b[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) b[i] = i < valid ? __ldcg(at + i) : 0;
-    memcpy(word, b, 16);
-  }
-  uint4 v;
-  memcpy(&v, word, 16);
-  return v;
-}
-
-__device__ void store_bytes(unsigned char* at, int valid, uint4 v) {
-  const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(at);
-  if (address % 8 == 0 && valid % 8 == 0) {
-    std::uint64_t word[2];
-    memcpy(word, &v, 16);
-#pragma unroll
-    for (int w = 0; w < 2; ++w)
-      if (w < valid / 8) reinterpret_cast<unsigned long long*>(at)[w] = word[w];
-  } else if (address % 4 == 0 && valid % 4 == 0) {
-    std::uint32_t part[4];
-    memcpy(part, &v, 16);
-#pragma unroll
-    for (int w = 0; w < 4; ++w)
-      if (w < valid / 4) reinterpret_cast<unsigned*>(at)[w] = part[w];
-  } else {
-    unsigned char b[16];
-    memcpy(b, &v, 16);
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-      if (i < valid) at[i] = b[i];
-  }
-}
 
 // A lane's part of line l: 16 data bytes for lanes 0-6 of its eight, 8 for
 // lane 7 (whose other 8 carry the flag); fewer at the end of the data.
@@ -667,6 +662,12 @@ __device__ bool wait_published(const WorkerState* state, std::uint32_t last, std
   }
 }
 
+// Whether an item of this kind writes results only into this GPU's memory.
+__device__ __forceinline__ bool writes_only_local(WorkKind kind) {
+  return kind == WorkKind::kLlAllreduce || kind == WorkKind::kLl128Allreduce || kind == WorkKind::kLlBcast ||
+         kind == WorkKind::kLlAlltoallv;
+}
+
 __global__ void __launch_bounds__(kWorkerThreads)
     worker_loop(Mailbox* box, WorkerState* state, std::uint64_t launch, std::uint64_t next, std::uint64_t last_shared,
                 std::int64_t idle_ns) {
@@ -721,13 +722,22 @@ __global__ void __launch_bounds__(kWorkerThreads)
     if (threadIdx.x != 0) continue;
     if (failure) *reinterpret_cast<volatile std::int32_t*>(&box->failed) = failure;
     // The block's results (ordered before this thread's fence by the
-    // barrier) reach the system before the report. A release store alone
-    // was not enough: without this fence, an MPI suite run on the GPU
-    // machine saw wrong in-place LL results. The fence orders the report
-    // after them, so the report itself is a plain store: a release store
-    // fences again, which cost an LL allreduce 1.2-1.5 us at 32-128 KiB
-    // (bench/worker-latency, one H200).
-    __threadfence_system();
+    // barrier) are in place before the report. The fence must be SC: with a
+    // release store alone, an MPI suite run on the GPU machine saw wrong
+    // in-place LL results. It orders the report after them, so the report
+    // itself is a plain store (a release store would fence twice: 1.2-1.5 us
+    // of an LL allreduce at 32-128 KiB, bench/worker-latency). An LL item
+    // writes its results only into this GPU's memory (the engine runs a call
+    // on the worker of its output's GPU; what it stores into peers are LL
+    // lines, which carry their own flags), and everything that reads them
+    // later (this GPU's SMs and copy engines, peers over NVLink) reads
+    // through this GPU's L2: a GPU-scope fence is enough, 0.4-1.5 us sooner
+    // than a system-scope one on 2x H200 (bench/RESULTS.md). Copies and
+    // direct reduces may write into peers' memory: they fence system-wide.
+    if (failure || !writes_only_local(item.kind))
+      __threadfence_system();
+    else
+      __threadfence();
     *reinterpret_cast<volatile std::uint64_t*>(leader ? &box->done : &box->block_done[blockIdx.x]) = sequence;
   }
 }
