@@ -58,6 +58,12 @@ void print_stats(int rank) {
     std::fprintf(stderr, "ferry stats rank %d: engine allreduce algorithm %-10s %10llu\n", rank,
                  algorithm_info(static_cast<AllreduceAlgorithm>(a)).name, static_cast<unsigned long long>(calls));
   }
+  for (int a = 0; a < static_cast<int>(BcastAlgorithm::kCount); ++a) {
+    const auto calls = bcast_choice_count(static_cast<BcastAlgorithm>(a));
+    if (calls == 0) continue;
+    std::fprintf(stderr, "ferry stats rank %d: engine bcast algorithm %-10s %10llu\n", rank,
+                 bcast_algorithm_info(static_cast<BcastAlgorithm>(a)).name, static_cast<unsigned long long>(calls));
+  }
   for (int c = 0; c < static_cast<int>(EngineCollective::kCount); ++c) {
     const EngineCallStats engine = engine_call_stats(static_cast<EngineCollective>(c));
     if (engine.calls == 0) continue;

@@ -75,6 +75,11 @@ void print_report() {
     std::printf("  %-11s %s%s%s\n", info.name, info.description, info.in_place_safe ? "" : " (not in place)",
                 info.implemented ? "" : " (model only)");
   }
+  std::printf("\nbcast algorithms (FERRY_TUNE=bcast:MIN-MAX:name,...):\n");
+  for (int a = 0; a < static_cast<int>(ferry::BcastAlgorithm::kCount); ++a) {
+    const ferry::BcastAlgorithmInfo& info = ferry::bcast_algorithm_info(static_cast<ferry::BcastAlgorithm>(a));
+    std::printf("  %-11s %s\n", info.name, info.description);
+  }
 
   std::printf("\nparameters (set in the environment marked *):\n");
   for (const ferry::ParamInfo& p : ferry::describe_params()) {

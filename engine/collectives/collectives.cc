@@ -824,15 +824,24 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   Handshake mine{CollectiveKind::kBcast, 0, 0, 0, {}, {}};
   if (eligible && bytes > 0 && transport != EngineTransport::kNone && root >= 0 && root < comm.size()) {
     where = placement_of(buffer);
-    // Above one worker block's share, the copy engine's pull measured faster
+    // FERRY_TUNE's algorithm where it can run, else the engine's choice:
+    // above one worker block's share, the copy engine's pull measured faster
     // than LL on every block (2x H200: 10.1 against 11.1 us at 32 KiB).
-    const bool chain = transport == EngineTransport::kP2p && comm.size() >= kChainMinRanks &&
-                       bytes >= kChainMinBytes && where.backend &&
-                       comm.simple_possible(where.backend, where.device) &&
-                       gate.try_enter(where.backend, where.device);
-    mine.algorithm = bytes <= kWorkerOneBlockBytes && ll_ready(comm, transport, where, bytes) ? kLlPath
-                     : chain                                                                  ? kChainPath
-                                                                                              : kCopyPaths;
+    const bool ll_possible = ll_ready(comm, transport, where, bytes);
+    const bool chain_possible = transport == EngineTransport::kP2p && comm.size() >= kChainMinRanks &&
+                                where.backend && comm.simple_possible(where.backend, where.device);
+    BcastAlgorithm planned = tuned_bcast(bytes);
+    if ((planned == BcastAlgorithm::kLl && !ll_possible) || (planned == BcastAlgorithm::kChain && !chain_possible))
+      planned = BcastAlgorithm::kCount;
+    if (planned == BcastAlgorithm::kCount)
+      planned = bytes <= kWorkerOneBlockBytes && ll_possible       ? BcastAlgorithm::kLl
+                : bytes >= kChainMinBytes && chain_possible ? BcastAlgorithm::kChain
+                                                            : BcastAlgorithm::kPull;
+    if (planned == BcastAlgorithm::kChain && !gate.try_enter(where.backend, where.device))
+      planned = BcastAlgorithm::kPull;
+    mine.algorithm = planned == BcastAlgorithm::kLl      ? kLlPath
+                     : planned == BcastAlgorithm::kChain ? kChainPath
+                                                         : kCopyPaths;
     mine.eligible = where.backend != nullptr &&
                     (transport != EngineTransport::kP2p || comm.rank() != root ||
                      ok(comm.peer_memory().export_buffer(buffer, where.info, &mine.first)));
@@ -844,14 +853,20 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   *ran = true;
   if (transport == EngineTransport::kShm)
     return finish_together(comm, run_shm_bcast(comm, where, buffer, bytes, root), clock);
-  if (all_chose(all, kLlPath)) return finish_alone(run_ll_bcast(comm, where, buffer, bytes, root), clock);
+  if (all_chose(all, kLlPath)) {
+    count_bcast_run(BcastAlgorithm::kLl);
+    return finish_alone(run_ll_bcast(comm, where, buffer, bytes, root), clock);
+  }
   // Without the channels (ranks sharing a GPU), the pulls below.
-  if (all_chose(all, kChainPath) && simple_ready(comm, where))
+  if (all_chose(all, kChainPath) && simple_ready(comm, where)) {
+    count_bcast_run(BcastAlgorithm::kChain);
     return finish_alone(run_simple(comm, where, SimpleCollective::kChainBcast, root, buffer, buffer, bytes,
                                    DataType::kUint8, ReduceOp::kSum),
                         clock);
+  }
 
   // Every non-root rank pulls the root's buffer with its copy engine.
+  count_bcast_run(BcastAlgorithm::kPull);
   Status local = Status::kOk;
   if (comm.rank() != root) {
     local = [&] {

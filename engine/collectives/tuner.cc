@@ -259,7 +259,23 @@ static_assert(sizeof(kAllreduceAlgorithms) / sizeof(kAllreduceAlgorithms[0]) ==
                   static_cast<std::size_t>(AllreduceAlgorithm::kCount),
               "one record per algorithm");
 
+constexpr BcastAlgorithmInfo kBcastAlgorithms[] = {
+    {BcastAlgorithm::kLl, "ll",
+     "on the engine worker: the root stores its buffer as LL words into every peer's receive buffer and each "
+     "peer copies what arrives into its own; no mapping of the application's buffers (up to "
+     "FERRY_WORKER_MAX_BYTES and the LL slots; the engine's choice up to 16 KiB)"},
+    {BcastAlgorithm::kPull, "pull",
+     "every other rank copies the root's mapped buffer into its own, with one worker block up to 4 KiB and its "
+     "copy engine above, then all ranks meet (the engine's choice above 16 KiB, but from 1 MiB at 3 ranks or more)"},
+    {BcastAlgorithm::kChain, "chain",
+     "the buffer flows from the root down a chain of the ranks over the Simple protocol's FIFOs, pipelined in "
+     "slots (3 ranks or more; the engine's choice from 1 MiB there)"},
+};
+static_assert(sizeof(kBcastAlgorithms) / sizeof(kBcastAlgorithms[0]) == static_cast<std::size_t>(BcastAlgorithm::kCount),
+              "one record per bcast algorithm");
+
 std::atomic<std::uint64_t> g_choices[static_cast<int>(AllreduceAlgorithm::kCount)];
+std::atomic<std::uint64_t> g_bcast_choices[static_cast<int>(BcastAlgorithm::kCount)];
 
 bool parse_size(const std::string& text, std::size_t* out) {
   if (text.empty()) return false;
@@ -329,9 +345,11 @@ double allreduce_busbw_gbps(std::size_t bytes, int nranks, double time_us) {
 std::vector<TuneRule> parse_tune(const std::string& text, std::vector<std::string>* problems) {
   std::vector<TuneRule> rules;
   if (text.empty()) return rules;
-  std::string names;
+  std::string names, bcast_names;
   for (const AlgorithmInfo& info : kAllreduceAlgorithms)
     if (info.implemented) names += std::string(names.empty() ? "" : ", ") + info.name;
+  for (const BcastAlgorithmInfo& info : kBcastAlgorithms)
+    bcast_names += std::string(bcast_names.empty() ? "" : ", ") + info.name;
   // An entry without a collective continues the one before it:
   // "allreduce:0-64K:oneshot,64K-:copyengine".
   std::string collective;
@@ -340,19 +358,29 @@ std::vector<TuneRule> parse_tune(const std::string& text, std::vector<std::strin
     if (fields.size() == 2 && !collective.empty()) fields.insert(fields.begin(), collective);
     const std::vector<std::string> range = fields.size() == 3 ? split(fields[1], '-') : std::vector<std::string>{};
     TuneRule rule{0, ~std::size_t{0}, AllreduceAlgorithm::kCount};
-    bool valid = fields.size() == 3 && fields[0] == "allreduce" && range.size() == 2 &&
+    const bool allreduce = fields.size() == 3 && fields[0] == "allreduce";
+    const bool bcast = fields.size() == 3 && fields[0] == "bcast";
+    bool valid = (allreduce || bcast) && range.size() == 2 &&
                  (range[0].empty() || parse_size(range[0], &rule.min_bytes)) &&
                  (range[1].empty() || parse_size(range[1], &rule.max_bytes));
-    for (const AlgorithmInfo& info : kAllreduceAlgorithms)
-      if (valid && fields[2] == info.name) rule.algorithm = info.id;
-    if (valid && rule.algorithm != AllreduceAlgorithm::kCount && !algorithm_info(rule.algorithm).implemented) {
-      problems->push_back("FERRY_TUNE entry '" + entry + "' names " + fields[2] +
-                          ", which the model predicts but no kernel runs yet (algorithms: " + names + ")");
-      continue;
+    if (valid && bcast) {
+      rule.collective = TunedCollective::kBcast;
+      for (const BcastAlgorithmInfo& info : kBcastAlgorithms)
+        if (fields[2] == info.name) rule.bcast = info.id;
+      valid = rule.bcast != BcastAlgorithm::kCount;
+    } else if (valid) {
+      for (const AlgorithmInfo& info : kAllreduceAlgorithms)
+        if (fields[2] == info.name) rule.algorithm = info.id;
+      if (rule.algorithm != AllreduceAlgorithm::kCount && !algorithm_info(rule.algorithm).implemented) {
+        problems->push_back("FERRY_TUNE entry '" + entry + "' names " + fields[2] +
+                            ", which the model predicts but no kernel runs yet (algorithms: " + names + ")");
+        continue;
+      }
+      valid = rule.algorithm != AllreduceAlgorithm::kCount;
     }
-    if (!valid || rule.algorithm == AllreduceAlgorithm::kCount || rule.min_bytes >= rule.max_bytes) {
+    if (!valid || rule.min_bytes >= rule.max_bytes) {
       problems->push_back("FERRY_TUNE entry '" + entry +
-                          "' is not [collective:]MIN-MAX:algorithm (collective: allreduce; algorithms: " + names +
+                          "' is not [collective:]MIN-MAX:algorithm (allreduce: " + names + "; bcast: " + bcast_names +
                           ")");
       continue;
     }
@@ -384,7 +412,7 @@ AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_p
                                     bool* from_rule) {
   if (from_rule) *from_rule = false;
   for (const TuneRule& rule : rules) {
-    if (bytes < rule.min_bytes || bytes >= rule.max_bytes) continue;
+    if (rule.collective != TunedCollective::kAllreduce || bytes < rule.min_bytes || bytes >= rule.max_bytes) continue;
     if (any_in_place && !algorithm_info(rule.algorithm).in_place_safe) break;
     const auto largest = algorithm_info(rule.algorithm).max_bytes;
     if (largest && bytes > largest(nranks)) break;  // beyond what it runs: the model decides
@@ -399,13 +427,21 @@ AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_p
   return choose_allreduce(nranks, bytes, any_in_place, rules, default_machine_model());
 }
 
-AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_place) {
+namespace {
+// FERRY_TUNE, parsed once; its problems warned about once.
+const std::vector<TuneRule>& tune_rules() {
   static const std::vector<TuneRule> rules = [] {
     std::vector<std::string> problems;
     std::vector<TuneRule> parsed = parse_tune(params().tune, &problems);
     for (const std::string& problem : problems) FERRY_WARN(Coll, "%s", problem.c_str());
     return parsed;
   }();
+  return rules;
+}
+}  // namespace
+
+AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_place) {
+  const std::vector<TuneRule>& rules = tune_rules();
   const MachineModel& machine = default_machine_model();
   bool from_rule = false;
   const AllreduceAlgorithm choice = choose_allreduce(nranks, bytes, any_in_place, rules, machine, &from_rule);
@@ -421,6 +457,32 @@ void count_allreduce_run(AllreduceAlgorithm algorithm) {
 
 std::uint64_t allreduce_choice_count(AllreduceAlgorithm algorithm) {
   return g_choices[static_cast<int>(algorithm)].load(std::memory_order_relaxed);
+}
+
+const BcastAlgorithmInfo& bcast_algorithm_info(BcastAlgorithm algorithm) {
+  return kBcastAlgorithms[static_cast<int>(algorithm)];
+}
+
+BcastAlgorithm tuned_bcast(const std::vector<TuneRule>& rules, std::size_t bytes) {
+  for (const TuneRule& rule : rules)
+    if (rule.collective == TunedCollective::kBcast && bytes >= rule.min_bytes && bytes < rule.max_bytes)
+      return rule.bcast;
+  return BcastAlgorithm::kCount;
+}
+
+BcastAlgorithm tuned_bcast(std::size_t bytes) {
+  const BcastAlgorithm choice = tuned_bcast(tune_rules(), bytes);
+  if (choice != BcastAlgorithm::kCount)
+    FERRY_TRACE(Coll, "bcast of %zu bytes: %s (FERRY_TUNE)", bytes, bcast_algorithm_info(choice).name);
+  return choice;
+}
+
+void count_bcast_run(BcastAlgorithm algorithm) {
+  if (params().stats) g_bcast_choices[static_cast<int>(algorithm)].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::uint64_t bcast_choice_count(BcastAlgorithm algorithm) {
+  return g_bcast_choices[static_cast<int>(algorithm)].load(std::memory_order_relaxed);
 }
 
 }  // namespace ferry

@@ -78,17 +78,44 @@ double predict_allreduce_us(AllreduceAlgorithm algorithm, std::size_t bytes, int
 // nccl-tests' allreduce bus bandwidth in GB/s: 2(n-1)/n * bytes / time.
 double allreduce_busbw_gbps(std::size_t bytes, int nranks, double time_us);
 
-// One FERRY_TUNE rule: sizes in [min_bytes, max_bytes) use algorithm.
+// How a bcast moves the root's buffer (collectives.cc). Without a FERRY_TUNE
+// rule the engine decides by size, as measured on 2x H200 (no model yet).
+enum class BcastAlgorithm : int { kLl, kPull, kChain, kCount };
+
+struct BcastAlgorithmInfo {
+  BcastAlgorithm id;
+  const char* name;
+  const char* description;
+};
+const BcastAlgorithmInfo& bcast_algorithm_info(BcastAlgorithm algorithm);
+
+// The collectives FERRY_TUNE names.
+enum class TunedCollective : int { kAllreduce, kBcast };
+
+// One FERRY_TUNE rule: sizes in [min_bytes, max_bytes) of the collective
+// use algorithm (an allreduce) or bcast (a bcast).
 struct TuneRule {
   std::size_t min_bytes;
   std::size_t max_bytes;
   AllreduceAlgorithm algorithm;
+  TunedCollective collective = TunedCollective::kAllreduce;
+  BcastAlgorithm bcast = BcastAlgorithm::kCount;
 };
 
-// Parses "allreduce:LO-HI:name,..." (sizes with K/M/G, HI empty = no limit).
-// Malformed entries, and entries naming a model-only algorithm, are skipped
-// and described in problems.
+// Parses "allreduce:LO-HI:name,...,bcast:LO-HI:name,..." (sizes with K/M/G,
+// HI empty = no limit). Malformed entries, and entries naming a model-only
+// algorithm, are skipped and described in problems.
 std::vector<TuneRule> parse_tune(const std::string& text, std::vector<std::string>* problems);
+
+// FERRY_TUNE's bcast algorithm for a call of bytes; kCount when no rule
+// names one (the engine's own choice). Logs the rule's choice at trace level.
+BcastAlgorithm tuned_bcast(const std::vector<TuneRule>& rules, std::size_t bytes);
+BcastAlgorithm tuned_bcast(std::size_t bytes);
+
+// FERRY_STATS: an engine bcast ran with algorithm, and the calls per
+// algorithm since load.
+void count_bcast_run(BcastAlgorithm algorithm);
+std::uint64_t bcast_choice_count(BcastAlgorithm algorithm);
 
 // The fastest implemented algorithm by the model that may run this call.
 AllreduceAlgorithm model_allreduce(int nranks, std::size_t bytes, bool any_in_place, const MachineModel& machine);

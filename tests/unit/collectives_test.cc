@@ -251,6 +251,34 @@ TEST(EngineBcast, EveryRootAndSize) {
   }
 }
 
+// Under FERRY_TUNE forcing one bcast algorithm for every size (the
+// engine_bcast.tune.* tests, with FERRY_STATS=1), that algorithm ran.
+TEST(EngineBcast, TheForcedAlgorithmRuns) {
+  std::vector<std::string> problems;
+  const std::vector<TuneRule> rules = parse_tune(params().tune, &problems);
+  if (rules.size() != 1 || rules[0].collective != TunedCollective::kBcast || rules[0].min_bytes != 0 ||
+      !params().stats)
+    GTEST_SKIP() << "needs FERRY_TUNE=bcast:0-:<algorithm> and FERRY_STATS=1";
+  const BcastAlgorithm forced = rules[0].bcast;
+  const std::uint64_t before = bcast_choice_count(forced);
+  constexpr std::size_t kBytes = 100001;  // past one LL block's share, within LL's slots at 3 ranks
+  std::vector<char> payload(kBytes);
+  std::mt19937 rng(7);
+  for (auto& b : payload) b = static_cast<char>(rng());
+  run_ranks(3, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
+    std::unique_ptr<Communicator> comm;
+    ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
+    std::vector<char> initial = rank == 1 ? payload : std::vector<char>(kBytes, 0x5a);
+    void* buffer = device_copy_of(initial.data(), kBytes);
+    bool ran = false;
+    ASSERT_EQ(bcast(*comm, buffer, kBytes, 1, true, &ran), Status::kOk);
+    ASSERT_TRUE(ran);
+    EXPECT_EQ(host_copy_of(buffer, kBytes), payload) << "rank " << rank;
+    device()->device_free(buffer);
+  });
+  EXPECT_GE(bcast_choice_count(forced), before + 3) << bcast_algorithm_info(forced).name << " did not run";
+}
+
 TEST(EngineAlltoallv, UnevenBlocksWithGaps) {
   for (int nranks : {1, 2, 3, 4, 6}) {
     run_ranks(nranks, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {

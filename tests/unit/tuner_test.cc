@@ -234,5 +234,38 @@ TEST(Tuner, EveryAlgorithmDescribesItself) {
   }
 }
 
+// A bcast rule names the bcast's own algorithms, may follow or precede
+// allreduce rules, and leaves allreduce calls alone; sizes no rule covers
+// are the engine's choice (kCount).
+TEST(Tuner, BcastRulesNameBcastAlgorithms) {
+  std::vector<std::string> problems;
+  const auto rules = parse_tune("allreduce:0-1M:ring,bcast:0-32K:ll,32K-:chain", &problems);
+  EXPECT_TRUE(problems.empty());
+  ASSERT_EQ(rules.size(), 3u);
+  EXPECT_EQ(rules[1].collective, TunedCollective::kBcast);
+  EXPECT_EQ(tuned_bcast(rules, 8), BcastAlgorithm::kLl);
+  EXPECT_EQ(tuned_bcast(rules, 32 * KiB - 1), BcastAlgorithm::kLl);
+  EXPECT_EQ(tuned_bcast(rules, 32 * KiB), BcastAlgorithm::kChain);
+  EXPECT_EQ(choose_allreduce(4, 8, false, rules), kRing);
+  EXPECT_EQ(choose_allreduce(4, 2 * MiB, false, rules), choose_allreduce(4, 2 * MiB, false, {}));
+  const auto pull = parse_tune("bcast:1K-2K:pull", &problems);
+  ASSERT_EQ(pull.size(), 1u);
+  EXPECT_EQ(tuned_bcast(pull, 1536), BcastAlgorithm::kPull);
+  EXPECT_EQ(tuned_bcast(pull, 8), BcastAlgorithm::kCount);
+  EXPECT_EQ(choose_allreduce(2, 1536, false, pull), choose_allreduce(2, 1536, false, {}));
+  // Allreduce names are not bcast names, nor the other way round.
+  parse_tune("bcast:0-:oneshot,allreduce:0-:pull", &problems);
+  EXPECT_EQ(problems.size(), 2u);
+}
+
+TEST(Tuner, EveryBcastAlgorithmDescribesItself) {
+  for (int a = 0; a < static_cast<int>(BcastAlgorithm::kCount); ++a) {
+    const BcastAlgorithmInfo& info = bcast_algorithm_info(static_cast<BcastAlgorithm>(a));
+    EXPECT_EQ(static_cast<int>(info.id), a);
+    EXPECT_NE(std::string(info.name), "");
+    EXPECT_NE(std::string(info.description), "");
+  }
+}
+
 }  // namespace
 }  // namespace ferry
