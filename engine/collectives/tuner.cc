@@ -271,7 +271,8 @@ constexpr BcastAlgorithmInfo kBcastAlgorithms[] = {
      "the buffer flows from the root down a chain of the ranks over the Simple protocol's FIFOs, pipelined in "
      "slots (3 ranks or more; the engine's choice from 1 MiB there)"},
 };
-static_assert(sizeof(kBcastAlgorithms) / sizeof(kBcastAlgorithms[0]) == static_cast<std::size_t>(BcastAlgorithm::kCount),
+static_assert(sizeof(kBcastAlgorithms) / sizeof(kBcastAlgorithms[0]) ==
+                  static_cast<std::size_t>(BcastAlgorithm::kCount),
               "one record per bcast algorithm");
 
 std::atomic<std::uint64_t> g_choices[static_cast<int>(AllreduceAlgorithm::kCount)];
