@@ -827,16 +827,17 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
     // FERRY_TUNE's algorithm where it can run, else the engine's choice:
     // above one worker block's share, the copy engine's pull measured faster
     // than LL on every block (2x H200: 10.1 against 11.1 us at 32 KiB).
-    const bool ll_possible = ll_ready(comm, transport, where, bytes);
+    // Asked only where LL is wanted: the check starts the engine worker.
+    auto ll_possible = [&] { return ll_ready(comm, transport, where, bytes); };
     const bool chain_possible = transport == EngineTransport::kP2p && comm.size() >= kChainMinRanks &&
                                 where.backend && comm.simple_possible(where.backend, where.device);
     BcastAlgorithm planned = tuned_bcast(bytes);
-    if ((planned == BcastAlgorithm::kLl && !ll_possible) || (planned == BcastAlgorithm::kChain && !chain_possible))
+    if ((planned == BcastAlgorithm::kLl && !ll_possible()) || (planned == BcastAlgorithm::kChain && !chain_possible))
       planned = BcastAlgorithm::kCount;
     if (planned == BcastAlgorithm::kCount)
-      planned = bytes <= kWorkerOneBlockBytes && ll_possible       ? BcastAlgorithm::kLl
-                : bytes >= kChainMinBytes && chain_possible ? BcastAlgorithm::kChain
-                                                            : BcastAlgorithm::kPull;
+      planned = bytes <= kWorkerOneBlockBytes && ll_possible() ? BcastAlgorithm::kLl
+                : bytes >= kChainMinBytes && chain_possible   ? BcastAlgorithm::kChain
+                                                              : BcastAlgorithm::kPull;
     if (planned == BcastAlgorithm::kChain && !gate.try_enter(where.backend, where.device))
       planned = BcastAlgorithm::kPull;
     mine.algorithm = planned == BcastAlgorithm::kLl      ? kLlPath
