@@ -10,7 +10,11 @@
 // block up to 16 KiB and all blocks above, as the engine runs them. A
 // result that is not the sum prints -1.
 //
-// Usage: worker-latency [--blocks N] [--iters N]
+// Usage: worker-latency [--blocks N] [--iters N] [--one-block BYTES] [--per-block BYTES]
+//   --one-block: largest allreduce on block 0 alone (the engine's default)
+//   --per-block: bytes each sharing block takes above that (0: all blocks)
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -50,9 +54,12 @@ double time_item(ferry::Worker& worker, const ferry::WorkItem& item, int iterati
 
 int main(int argc, char** argv) {
   int blocks = 16, iterations = 2000;
+  std::size_t one_block_bytes = ferry::kLlOneBlockBytes, per_block_bytes = ferry::kLlBytesPerSharingBlock;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--blocks") == 0) blocks = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--iters") == 0) iterations = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--one-block") == 0) one_block_bytes = std::strtoull(argv[i + 1], nullptr, 0);
+    if (std::strcmp(argv[i], "--per-block") == 0) per_block_bytes = std::strtoull(argv[i + 1], nullptr, 0);
   }
   ferry::gpu::Backend* gpu = ferry::gpu::cuda_backend();
   if (!gpu) {
@@ -67,11 +74,29 @@ int main(int argc, char** argv) {
     return 1;
   }
   // A long idle limit: the worker stays up between the timed calls.
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  cudaMemGetInfo(&free_before, &total);
   auto worker = ferry::Worker::create(gpu, 0, blocks, 1000000);
   if (!worker) {
     std::fprintf(stderr, "worker-latency: no engine worker\n");
     return 1;
   }
+  {
+    ferry::WorkItem first{};
+    first.kind = ferry::WorkKind::kCopies;
+    first.copies.count = 1;
+    first.copies.sources[0] = source;
+    first.copies.destinations[0] = destination;
+    first.copies.bytes[0] = 8;
+    first.blocks = 1;
+    if (worker->run(first) != ferry::Status::kOk) return 1;
+  }
+  cudaMemGetInfo(&free_after, &total);
+  // The launch's own device memory: mailbox state, and the local memory
+  // the driver sets aside for the kernel's stack on every thread the GPU
+  // can hold.
+  std::printf("device memory the running worker took: %.1f MiB\n",
+              (static_cast<double>(free_before) - static_cast<double>(free_after)) / (1 << 20));
   std::printf("worker: %d blocks; host-clock median of %d calls, microseconds\n", blocks, iterations);
   std::printf("%10s %12s %12s\n", "bytes", "one block", "all blocks");
   for (std::size_t bytes = 8; bytes <= kMaxBytes; bytes *= 4) {
@@ -134,7 +159,7 @@ int main(int argc, char** argv) {
       for (int r = 0; r < 2; ++r) {
         ferry::WorkItem& item = items[r];
         item.kind = kind;
-        item.blocks = bytes <= ferry::kWorkerOneBlockBytes ? 1 : blocks;
+        item.blocks = ferry::ll_share_blocks(bytes, blocks, one_block_bytes, per_block_bytes);
         item.ll.input = r == 0 ? source : destination;
         item.ll.output = outputs[r];
         item.ll.buffers[0] = ll[0];
@@ -164,9 +189,13 @@ int main(int argc, char** argv) {
     return median(samples);
   };
   std::printf("\none-shot allreduce of floats between two workers on this GPU, microseconds\n");
-  std::printf("%10s %12s %12s\n", "bytes", "LL", "LL128");
-  for (std::size_t bytes = 8; bytes <= ferry::ll_max_bytes(2); bytes *= 4)
-    std::printf("%10zu %12.2f %12.2f\n", bytes, time_allreduce(ferry::WorkKind::kLlAllreduce, bytes),
+  std::printf("(block 0 alone up to %zu bytes; above, a block per %zu bytes, 0: all)\n", one_block_bytes,
+              per_block_bytes);
+  std::printf("%10s %7s %12s %12s\n", "bytes", "blocks", "LL", "LL128");
+  for (std::size_t bytes = 8; bytes <= ferry::ll_max_bytes(2); bytes *= 2)
+    std::printf("%10zu %7d %12.2f %12.2f\n", bytes,
+                ferry::ll_share_blocks(bytes, blocks, one_block_bytes, per_block_bytes),
+                time_allreduce(ferry::WorkKind::kLlAllreduce, bytes),
                 time_allreduce(ferry::WorkKind::kLl128Allreduce, bytes));
   leave = true;
   rank1.join();

@@ -439,11 +439,14 @@ bool ll_ready(Communicator& comm, EngineTransport transport, const Placement& wh
          comm.ll_possible(where.backend, where.device);
 }
 
+// Bcast's default LL range (the pull beyond, as measured on 2x H200).
+constexpr std::size_t kLlBcastMaxBytes = 16 << 10;
+
 // Worker blocks for an LL call that moves bytes per rank: one block answers
-// small calls without handing the item to the others; larger ones take
-// every block (tuner.cc models both).
+// small calls without handing the item to the others; larger ones take a
+// block per kLlBytesPerSharingBlock (worker.h; tuner.cc models both).
 int ll_blocks(Communicator& comm, const Placement& where, std::size_t bytes) {
-  return bytes <= kWorkerOneBlockBytes ? 1 : comm.worker_for(where.backend, where.device)->blocks();
+  return ll_share_blocks(bytes, comm.worker_for(where.backend, where.device)->blocks());
 }
 
 // Fills what the arguments of every LL call share (LlAllreduceArgs,
@@ -825,8 +828,9 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   if (eligible && bytes > 0 && transport != EngineTransport::kNone && root >= 0 && root < comm.size()) {
     where = placement_of(buffer);
     // FERRY_TUNE's algorithm where it can run, else the engine's choice:
-    // above one worker block's share, the copy engine's pull measured faster
-    // than LL on every block (2x H200: 10.1 against 11.1 us at 32 KiB).
+    // above 16 KiB the copy engine's pull measured faster than LL on every
+    // worker block (2x H200: 10.1 against 11.1 us at 32 KiB; LL on blocks
+    // by size, worker.h, is not yet measured over NVLink).
     // Asked only where LL is wanted: the check starts the engine worker.
     auto ll_possible = [&] { return ll_ready(comm, transport, where, bytes); };
     const bool chain_possible = transport == EngineTransport::kP2p && comm.size() >= kChainMinRanks &&
@@ -835,7 +839,7 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
     if ((planned == BcastAlgorithm::kLl && !ll_possible()) || (planned == BcastAlgorithm::kChain && !chain_possible))
       planned = BcastAlgorithm::kCount;
     if (planned == BcastAlgorithm::kCount)
-      planned = bytes <= kWorkerOneBlockBytes && ll_possible() ? BcastAlgorithm::kLl
+      planned = bytes <= kLlBcastMaxBytes && ll_possible() ? BcastAlgorithm::kLl
                 : bytes >= kChainMinBytes && chain_possible   ? BcastAlgorithm::kChain
                                                               : BcastAlgorithm::kPull;
     if (planned == BcastAlgorithm::kChain && !gate.try_enter(where.backend, where.device))

@@ -78,14 +78,24 @@ constexpr double kWorkerUs = 7.0;
 
 // One thread block moving LL lines (half of each line is flags): what a
 // single SM reaches over NVLink, measured as the worker's one-block copies
-// (~10 GB/s of data, bench/RESULTS.md). Larger LL calls take every worker
-// block: handing the item to the other blocks costs 1.9 us more on 2x H200
-// (bench/worker-latency), and the LL allreduce then took 11.8 us at 32 KiB
-// and 18.2 us at 512 KiB (bench/RESULTS.md): 3.8 us over the one-block
-// floor, and 153 GB/s of data and flags.
+// (~10 GB/s of data, bench/RESULTS.md). Above kLlOneBlockBytes an LL call
+// takes a worker block per kLlBytesPerSharingBlock (worker.h). Two workers
+// on one H200 (bench/worker-latency, bench/RESULTS.md; no NVLink, so the
+// bytes are costed at the link's rate below): handing the item to the
+// other blocks and waiting for their reports, 2.7 us over the one-block
+// floor (16 KiB on two blocks 9.35 us, 2 KiB on one 6.6); every round of
+// chunks a thread takes beyond its first, 2.2 us (512 KiB: 10.7 us on 64
+// blocks, 12.95 on 32, 17.35 on 16). A round is a block's 512 threads
+// moving 16 bytes each. The rounds overlap the bytes' crossing of the
+// link: with both, the model gives the LL allreduce on 16 blocks measured
+// on 2x H200 (10.8, 11.9, 16.9 us at 32 KiB, 128 KiB, 512 KiB) within
+// 0.8 us. Assumed, not measured beyond two ranks: a thread polls its
+// chunk's peers one after the other, so each further peer costs what a
+// further round does.
 constexpr double kLlBlockGbps = 10.0;
-constexpr double kLlGridUs = 3.8;
-constexpr double kLlGridGbps = 153.0;
+constexpr double kLlShareUs = 2.7;
+constexpr double kLlRoundUs = 2.2;
+constexpr std::size_t kLlRoundBytes = 512 * 16;
 
 // LL128 (worker_common.h) moves 128 bytes of line for 120 of data where LL
 // moves 2 for 1, yet measured no faster than LL: two workers on one H200
@@ -140,11 +150,16 @@ double one_shot_us(std::size_t bytes, int n, const MachineModel& m) {
 }
 
 // LL one-shot on the worker: one hop (the data carries its flags), each
-// rank's block sends (n-1) copies of its input and receives (n-1) inputs.
+// rank's blocks send (n-1) copies of its input and receive (n-1) inputs.
 double one_shot_ll_us(std::size_t bytes, int n, const MachineModel& m) {
   const LinkCost& link = link_cost(m.intra);
-  if (bytes <= kWorkerOneBlockBytes) return m.worker_us + link.hop_us + transfer_us(2.0 * (n - 1) * bytes, kLlBlockGbps);
-  return m.worker_us + kLlGridUs + link.hop_us + transfer_us(2.0 * (n - 1) * bytes, kLlGridGbps);
+  if (bytes <= kLlOneBlockBytes) return m.worker_us + link.hop_us + transfer_us(2.0 * (n - 1) * bytes, kLlBlockGbps);
+  const int worker_blocks = static_cast<int>(std::clamp<std::int64_t>(params().worker_blocks, 1, kMaxWorkerBlocks));
+  const std::size_t per_round = static_cast<std::size_t>(ll_share_blocks(bytes, worker_blocks)) * kLlRoundBytes;
+  const std::size_t rounds = (bytes + per_round - 1) / per_round;
+  const double rounds_us = (double(rounds) * (n - 1) - 1) * kLlRoundUs;
+  return m.worker_us + kLlShareUs + link.hop_us +
+         std::max(rounds_us, transfer_us(2.0 * (n - 1) * bytes, link.bandwidth_gbps));
 }
 
 // LL128 one-shot: as measured, LL's time and more (kLl128ExtraUs).

@@ -28,6 +28,7 @@ class EmulatedWorkerDevice final : public WorkerDevice {
   ~EmulatedWorkerDevice() override { join(); }
 
   Mailbox* mailbox() override { return &box_; }
+  int blocks() const override { return blocks_; }
 
   Status start(std::uint64_t launch, std::uint64_t first, std::uint64_t, std::int64_t idle_us) override {
     FERRY_CHECK(join());
@@ -342,6 +343,7 @@ std::unique_ptr<Worker> Worker::create(gpu::Backend* backend, int device, int bl
   idle_us = std::max<std::int64_t>(0, idle_us);
   std::unique_ptr<WorkerDevice> worker_device = make_worker_device(backend, device, blocks);
   if (!worker_device) return nullptr;
+  blocks = worker_device->blocks();
   FERRY_INFO(Coll, "engine worker on device %d: %d blocks, idle exit after %lld us", device, blocks,
              static_cast<long long>(idle_us));
   return std::unique_ptr<Worker>(
@@ -366,11 +368,12 @@ Status Worker::run(const WorkItem& item) {
     FERRY_CHECK(device_->start(++launch_, sequence, shared_, idle_us_));
     running_ = true;
   }
-  // An item shared among blocks is done when every block reported it.
-  const bool shared = item.blocks > 1 && blocks_ > 1;
+  // An item shared among blocks is done when each of its blocks reported it.
+  const int share = std::clamp(item.blocks, 1, blocks_);
+  const bool shared = share > 1;
   auto finished = [&] {
     if (load_acquire(&box->done) < sequence) return false;
-    for (int b = 1; shared && b < blocks_; ++b)
+    for (int b = 1; b < share; ++b)
       if (load_acquire(&box->block_done[b]) < sequence) return false;
     return true;
   };

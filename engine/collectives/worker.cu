@@ -2,12 +2,14 @@
 // device (worker.h). Block 0 polls the mailbox in mapped host memory; an
 // item small enough for one block runs there alone, a larger one is
 // published in device memory to the other blocks, which poll that instead
-// (an L2 load rather than a PCIe round trip), and every block reports its
-// share done in the mailbox itself: no block waits for another. Loads of
+// (an L2 load rather than a PCIe round trip), and the blocks it asks for
+// share it; each reports its share done in the mailbox itself: no block
+// waits for another. Loads of
 // user and peer buffers bypass L1 (ld.global.cg): a kernel that outlives
 // many calls must not see a previous call's data.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -702,22 +704,31 @@ __global__ void __launch_bounds__(kWorkerThreads)
       }
       return;
     }
+    // The item's first `share` blocks run it; the others only note that
+    // they saw it. Taken from the words, which this block saw whole: the
+    // item in WorkerState may already be the next one's when this block
+    // takes no part (the caller waits only for the blocks that do).
+    const unsigned share = min(static_cast<unsigned>(max(doorbell_blocks(words[1]), 1)), gridDim.x);
+    if (!leader) {
+      last = doorbell_flag(sequence);
+      if (blockIdx.x >= share) {
+        __syncthreads();  // every thread has read words before warp 0 waits for the next
+        continue;
+      }
+    }
     if (!decoded) copy_item(&item, leader ? &box->item : &state->item);
     __syncthreads();
-    const bool whole_grid = item.blocks > 1 && gridDim.x > 1;
     if (leader) {
       next = sequence + 1;
-      if (whole_grid && !decoded) {  // the item itself goes first, then its words
+      if (share > 1 && !decoded) {  // the item itself goes first, then its words
         copy_item(&state->item, &item);
         __threadfence();
         __syncthreads();
         if (threadIdx.x < 32) publish(state, words, doorbell_words(words[0]), sequence);
       }
-    } else {
-      last = doorbell_flag(sequence);
     }
 
-    const std::int32_t failure = whole_grid ? run_share(item, blockIdx.x, gridDim.x) : run_share(item, 0, 1);
+    const std::int32_t failure = run_share(item, blockIdx.x, share);
     __syncthreads();
     if (threadIdx.x != 0) continue;
     if (failure) *reinterpret_cast<volatile std::int32_t*>(&box->failed) = failure;
@@ -764,6 +775,17 @@ class CudaWorkerDevice final : public WorkerDevice {
     if (error == cudaSuccess) error = cudaMalloc(reinterpret_cast<void**>(&worker->state_), sizeof(WorkerState));
     if (error == cudaSuccess) error = cudaMemset(worker->state_, 0, sizeof(WorkerState));
     if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&worker->stream_, cudaStreamNonBlocking);
+    // A shared item waits for the report of every block it asks for, so
+    // all of them must fit the GPU at once.
+    int per_multiprocessor = 0, multiprocessors = 0;
+    if (error == cudaSuccess)
+      error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, worker_loop, kWorkerThreads, 0);
+    if (error == cudaSuccess) error = cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
+    if (error == cudaSuccess && per_multiprocessor * multiprocessors < blocks) {
+      worker->blocks_ = std::max(1, per_multiprocessor * multiprocessors);
+      FERRY_INFO(Coll, "engine worker: device %d holds %d of its blocks at once; %d asked for", device, worker->blocks_,
+                 blocks);
+    }
     if (error != cudaSuccess) {
       FERRY_WARN(Coll, "engine worker set-up failed on device %d: %s; calls launch kernels", device,
                  cudaGetErrorString(error));
@@ -780,6 +802,7 @@ class CudaWorkerDevice final : public WorkerDevice {
   }
 
   Mailbox* mailbox() override { return box_; }
+  int blocks() const override { return blocks_; }
 
   Status start(std::uint64_t launch, std::uint64_t first, std::uint64_t last_shared, std::int64_t idle_us) override {
     // The stream runs one launch after the other: a new launch starts only

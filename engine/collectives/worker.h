@@ -12,6 +12,7 @@
 // at most that long); the next call starts it again.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -57,10 +58,29 @@ FERRY_HOST_DEVICE std::size_t ll_max_bytes(int nranks) { return ll_slot_bytes(nr
 // LL carries 1/2.
 FERRY_HOST_DEVICE std::size_t ll128_max_bytes(int nranks) { return ll_slot_bytes(nranks) / 128 * 120; }
 
-// What one worker block moves per rank: calls up to this run on block 0
-// alone (direct reduces and copy lists only up to this at all); larger LL
-// calls take every block.
+// Direct reduces and copy lists run on worker block 0 alone, and only up
+// to this many bytes per rank.
 constexpr std::size_t kWorkerOneBlockBytes = 16 << 10;
+// LL calls of up to kLlOneBlockBytes per rank run on block 0 alone; larger
+// ones on a block per kLlBytesPerSharingBlock, as far as the worker's
+// blocks go. A thread's chunks are a chain of dependent memory round trips
+// (about 2.2 us each on one H200), so more blocks beat more chunks per
+// thread; two workers on one H200 (bench/worker-latency, bench/RESULTS.md):
+// 16 KiB on two blocks 9.4 us against 10.3-10.8 on one, 512 KiB on 64
+// blocks 10.7 against 17.3-17.8 on 16; 8 KiB is even on one or two.
+constexpr std::size_t kLlOneBlockBytes = 8 << 10;
+constexpr std::size_t kLlBytesPerSharingBlock = 4 << 10;
+
+// The worker blocks an LL call that moves bytes per rank runs on: block 0
+// alone up to one_block_bytes; above, a block for every bytes_per_block
+// (every block when 0), at least two and at most the worker's blocks.
+inline int ll_share_blocks(std::size_t bytes, int worker_blocks, std::size_t one_block_bytes = kLlOneBlockBytes,
+                           std::size_t bytes_per_block = kLlBytesPerSharingBlock) {
+  if (bytes <= one_block_bytes || worker_blocks <= 1) return 1;
+  if (bytes_per_block == 0) return worker_blocks;
+  const std::size_t wanted = (bytes + bytes_per_block - 1) / bytes_per_block;
+  return static_cast<int>(std::min<std::size_t>(std::max<std::size_t>(wanted, 2), worker_blocks));
+}
 // FERRY_WORKER_MAX_BYTES, never negative.
 std::size_t worker_max_bytes();
 // The largest block an LL call among nranks carries: the LL slots and
@@ -165,6 +185,9 @@ class WorkerDevice {
  public:
   virtual ~WorkerDevice() = default;
   virtual Mailbox* mailbox() = 0;
+  // The blocks it runs: those asked for, or fewer where the GPU cannot
+  // hold them all at once.
+  virtual int blocks() const = 0;
   // Starts the worker for launch number `launch`; it takes items from
   // sequence first on, and leaves when idle for idle_us. last_shared: the
   // last item shared among all blocks so far (0: none).

@@ -19,9 +19,10 @@ constexpr auto kRing = AllreduceAlgorithm::kRing;
 constexpr auto kTree = AllreduceAlgorithm::kTree;
 constexpr auto kCePush = AllreduceAlgorithm::kCopyPush;
 
-// The choices without FERRY_TUNE. Up to 16 KiB, LL on the engine worker
-// (no launch, in place too) while its one block's traffic, 2 (n-1) bytes,
-// costs less than a launch. Two ranks as measured on 2x H200
+// The choices without FERRY_TUNE. LL on the engine worker (no launch, in
+// place too) while its traffic, 2 (n-1) bytes, and its blocks' rounds cost
+// less than a launch: at two ranks up to its 512 KiB slots, at 4 and 8
+// ranks within one block's 8 KiB. Two ranks as measured on 2x H200
 // (bench/RESULTS.md): one-shot up to ~100 MiB (two-shot in place), then the
 // copy engines' push (cepush, in place too), whose copies move 367 GB/s
 // against SM loads' 335 once they are large enough to hide ~5 us each; the
@@ -37,7 +38,8 @@ TEST(Tuner, DefaultChoicesForATableOfSizesAndRankCounts) {
   };
   const Row table[] = {
       {2, 8, false, kLl},         {2, 4 * KiB, false, kLl},    {2, 16 * KiB, false, kLl},
-      {2, 16 * KiB + 1, false, kLl}, {2, 128 * KiB, false, kLl}, {2, 256 * KiB, false, kOne},
+      {2, 16 * KiB + 1, false, kLl}, {2, 128 * KiB, false, kLl}, {2, 256 * KiB, false, kLl},
+      {2, 512 * KiB, false, kLl}, {2, 512 * KiB + 8, false, kOne},
       {2, 2 * MiB, false, kOne},  {2, 32 * MiB, false, kOne},  {2, 64 * MiB, false, kOne},
       {2, 512 * MiB, false, kCePush}, {2, GiB, false, kCePush}, {2, 8, true, kLl},
       {2, 2 * MiB, true, kTwo},   {2, GiB, true, kCePush},     {3, 8, false, kLl},          {3, 8, true, kLl},
@@ -115,6 +117,18 @@ TEST(TunerModel, MatchesMeasuredOneShotOnTwoH200) {
   } measured[] = {{8, 13.9}, {512 * KiB, 15.5}, {2 * MiB, 21.5}, {32 * MiB, 115.9}, {512 * MiB, 1617.8}};
   for (const auto& m : measured)
     EXPECT_NEAR(predict_allreduce_us(kOne, m.bytes, 2, nvlink), m.measured_us, 0.1 * m.measured_us) << m.bytes;
+}
+
+// The same for LL on worker blocks shared by size, where 16 blocks (the
+// measured worker) and the default take one round of chunks alike.
+TEST(TunerModel, MatchesMeasuredLlOnTwoH200) {
+  const MachineModel& nvlink = default_machine_model();
+  const struct {
+    std::size_t bytes;
+    double measured_us;
+  } measured[] = {{32, 8.3}, {2 * KiB, 8.2}, {32 * KiB, 10.8}, {128 * KiB, 11.9}};
+  for (const auto& m : measured)
+    EXPECT_NEAR(predict_allreduce_us(kLl, m.bytes, 2, nvlink), m.measured_us, 0.1 * m.measured_us) << m.bytes;
 }
 
 double model_us(AllreduceAlgorithm a, std::size_t bytes, int n, const MachineModel& machine) {

@@ -315,18 +315,23 @@ TEST(EngineWorkerLl128, TwoRanksReduceOverLl128LinesBetweenLlCalls) {
   }
 }
 
-// LL calls on workers of several blocks, one block and all blocks in turn
-// (as the engine runs them around 16 KiB): a block that skipped an item
-// takes up the next shared one, every block's chunks land, and the caller
-// waits for each block's report. Allreduce and bcast, odd sizes.
-TEST(EngineWorkerLl, OneBlockAndAllBlocksInTurn) {
+// LL calls on workers of several blocks, shared by one, some or all of
+// them in turn, and by different numbers on the two ranks (as the engine
+// runs them by size; alltoallv's ranks size theirs apart): a block that
+// skipped items takes up the next one it shares, every sharing block's
+// chunks land, and the caller waits for each of their reports. Asking for
+// more blocks than the worker has takes them all. Allreduce and bcast, odd
+// sizes.
+TEST(EngineWorkerLl, SharedByOneSomeOrAllBlocksInTurn) {
   constexpr int kBlocks = 5;
+  constexpr int kShares[] = {1, kBlocks, 2, 3, 1, 8, 4};
+  constexpr int kPatterns = sizeof(kShares) / sizeof(kShares[0]);
   TwoLlRanks ranks(kBlocks);
   ASSERT_TRUE(ranks.worker0 && ranks.worker1);
   const auto& ll = ranks.ll;
   std::uint64_t call = 0;
-  for (int round = 0; round < 16; ++round) {
-    const int blocks = round % 3 == 1 ? 1 : kBlocks;
+  for (int round = 0; round < 21; ++round) {
+    const int blocks = kShares[round % kPatterns], peer_blocks = kShares[(round / kPatterns + round) % kPatterns];
     const std::size_t count = 1 + (round * 40009 + 7) % (ll_max_bytes(2) / 8);
     std::vector<std::int64_t> a(count + 1), b(count + 1);
     for (std::size_t i = 0; i <= count; ++i) {
@@ -337,12 +342,14 @@ TEST(EngineWorkerLl, OneBlockAndAllBlocksInTurn) {
     DeviceBuffer &in0 = buffers.in0, &in1 = buffers.in1, &out0 = buffers.out0, &out1 = buffers.out1;
     ++call;
     WorkItem item0 = ll_sum(in0, out0, count, ll, 0, call, 10000), item1 = ll_sum(in1, out1, count, ll, 1, call, 10000);
-    item0.blocks = item1.blocks = blocks;
+    item0.blocks = blocks;
+    item1.blocks = peer_blocks;
     const auto [status0, status1] = ranks.run(item0, item1);
     ASSERT_EQ(status0, Status::kOk);
     ASSERT_EQ(status1, Status::kOk);
-    ASSERT_NO_FATAL_FAILURE(
-        buffers.expect_sums(count, "round " + std::to_string(round) + " (" + std::to_string(blocks) + " blocks)"));
+    ASSERT_NO_FATAL_FAILURE(buffers.expect_sums(count, "round " + std::to_string(round) + " (" +
+                                                           std::to_string(blocks) + " and " +
+                                                           std::to_string(peer_blocks) + " blocks)"));
 
     // Rank 1's input, broadcast from rank 1 into rank 0's sums (not a
     // whole number of elements).
@@ -352,7 +359,7 @@ TEST(EngineWorkerLl, OneBlockAndAllBlocksInTurn) {
     for (int r = 0; r < 2; ++r) {
       LlBcastArgs& args = bcast[r].ll_bcast;
       bcast[r].kind = WorkKind::kLlBcast;
-      bcast[r].blocks = blocks;
+      bcast[r].blocks = r == 0 ? peer_blocks : blocks;
       args.buffer = r == 0 ? out0.ptr : in1.ptr;
       for (int p = 0; p < 2; ++p) args.buffers[p] = ll[p]->ptr;
       args.bytes = bytes;
@@ -373,6 +380,22 @@ TEST(EngineWorkerLl, OneBlockAndAllBlocksInTurn) {
     std::memcpy(&expected_last, &b[count - 1], 5);
     EXPECT_EQ(got[count - 1], expected_last) << "bcast, round " << round << ": the bytes past it changed";
   }
+}
+
+// An LL call's blocks by size: block 0 alone up to 8 KiB a rank, then a
+// block per 4 KiB (at least two), never more than the worker has.
+TEST(EngineWorkerLl, CallsTakeABlockPerFourKiBAboveEightKiB) {
+  constexpr std::size_t KiB = 1024;
+  EXPECT_EQ(ll_share_blocks(1, 32), 1);
+  EXPECT_EQ(ll_share_blocks(8 * KiB, 32), 1);
+  EXPECT_EQ(ll_share_blocks(8 * KiB + 1, 32), 3);
+  EXPECT_EQ(ll_share_blocks(16 * KiB, 32), 4);
+  EXPECT_EQ(ll_share_blocks(128 * KiB, 32), 32);
+  EXPECT_EQ(ll_share_blocks(512 * KiB, 32), 32);
+  EXPECT_EQ(ll_share_blocks(512 * KiB, 64), 64);
+  EXPECT_EQ(ll_share_blocks(512 * KiB, 1), 1);
+  EXPECT_EQ(ll_share_blocks(12 * KiB, 2), 2);
+  EXPECT_EQ(ll_share_blocks(64 * KiB, 16, 16 * KiB, 0), 16) << "0 bytes a block: every block";
 }
 
 // A line's lanes and the flag word: the layout the kernels and the
