@@ -47,7 +47,7 @@ static_assert(sizeof(WorkItem) % sizeof(std::uint64_t) == 0, "work items are cop
 
 // This block's share of a direct reduce (kernels.cu's, over block/blocks).
 template <typename T, ReduceOp Op>
-__device__ __noinline__ void reduce_share(const DirectReduceArgs& a, unsigned block, unsigned blocks) {
+__device__ __forceinline__ void reduce_share(const DirectReduceArgs& a, unsigned block, unsigned blocks) {
   bool aligned = true;
   for (int r = 0; r < a.ninputs; ++r) aligned = aligned && reinterpret_cast<std::uintptr_t>(a.inputs[r]) % 16 == 0;
   for (int k = 0; k < a.noutputs; ++k) aligned = aligned && reinterpret_cast<std::uintptr_t>(a.outputs[k]) % 16 == 0;
@@ -250,7 +250,7 @@ __device__ std::size_t chunks_of(std::size_t bytes) { return (bytes + kLlChunkBy
 // chunk is read again for the reduction: no other thread writes it, even
 // in place.
 template <typename T, ReduceOp Op>
-__device__ __noinline__ bool ll_allreduce_share(const LlAllreduceArgs& a, unsigned block, unsigned blocks) {
+__device__ __forceinline__ bool ll_allreduce_share(const LlAllreduceArgs& a, unsigned block, unsigned blocks) {
   const std::size_t bytes = a.count * sizeof(T);
   const std::size_t chunks = chunks_of(bytes);
   const auto* input = static_cast<const unsigned char*>(a.input);
@@ -455,12 +455,12 @@ __device__ __noinline__ void ll128_send_share(const LlAllreduceArgs& a, std::siz
   }
 }
 
-// One-shot over LL128: every warp stores its lines of the input into every
-// peer's buffer, then reduces, in rank order, the lines that arrive.
+// One-shot over LL128, once every warp has stored its lines of the input
+// into every peer's buffer (ll128_send_share): reduces, in rank order, the
+// lines that arrive.
 template <typename T, ReduceOp Op>
-__device__ __noinline__ bool ll128_allreduce_share(const LlAllreduceArgs& a, unsigned block, unsigned blocks) {
+__device__ __forceinline__ bool ll128_allreduce_share(const LlAllreduceArgs& a, unsigned block, unsigned blocks) {
   const std::size_t bytes = a.count * sizeof(T);
-  ll128_send_share(a, bytes, block, blocks);
   const std::size_t lines = ll128_lines_of(bytes);
   const auto* input = static_cast<const unsigned char*>(a.input);
   const Ll128Walk walk(block, blocks);
@@ -515,14 +515,10 @@ struct WorkerLl128Allreduce {
   const LlAllreduceArgs& args;
   unsigned block, blocks;
   bool ok = true;
-  bool supported = true;  // kLl128Reduces
 
   template <typename T, ReduceOp Op>
   __device__ void run() {
-    if constexpr (kLl128Reduces<T, Op>)
-      ok = ll128_allreduce_share<T, Op>(args, block, blocks);
-    else
-      supported = false;
+    if constexpr (kLl128Reduces<T, Op>) ok = ll128_allreduce_share<T, Op>(args, block, blocks);
   }
 };
 
@@ -537,6 +533,42 @@ struct WorkerLlAllreduce {
   }
 };
 
+// One function per kind of item, every (type, op) pair's body inlined
+// into it: the kernel calls a handful of functions rather than one per
+// pair. Each call site costs every thread a save area of stack, and the
+// driver sets aside stack for every thread the GPU can hold: with a call
+// per pair, 25 KB a thread, 6.4 GB of an H200 while the worker runs
+// (bench/worker-latency).
+__device__ __noinline__ bool direct_reduce_item(const DirectReduceArgs& args, unsigned block, unsigned blocks) {
+  WorkerReduce visitor{args, block, blocks};
+  return dispatch_reduction(args.type, args.op, visitor);
+}
+
+// 1: done; 0: timed out; -1: the pair is not one it reduces.
+__device__ __noinline__ int ll_allreduce_item(const LlAllreduceArgs& args, unsigned block, unsigned blocks) {
+  WorkerLlAllreduce visitor{args, block, blocks};
+  if (!dispatch_reduction(args.type, args.op, visitor)) return -1;
+  return visitor.ok;
+}
+
+struct ElementBytes {
+  std::size_t bytes = 0;
+  template <typename T, ReduceOp Op>
+  __device__ void run() {
+    bytes = sizeof(T);
+  }
+};
+
+__device__ __noinline__ int ll128_allreduce_item(const LlAllreduceArgs& args, unsigned block, unsigned blocks) {
+  if (!ll128_reduces(args.type, args.op)) return -1;
+  ElementBytes element;
+  dispatch_reduction(args.type, args.op, element);
+  ll128_send_share(args, args.count * element.bytes, block, blocks);
+  WorkerLl128Allreduce visitor{args, block, blocks};
+  dispatch_reduction(args.type, args.op, visitor);
+  return visitor.ok;
+}
+
 // Runs this block's share; returns 0 or the Status the item failed with.
 __device__ std::int32_t run_share(const WorkItem& item, unsigned block, unsigned blocks) {
   constexpr std::int32_t kFine = 0;
@@ -546,19 +578,17 @@ __device__ std::int32_t run_share(const WorkItem& item, unsigned block, unsigned
     case WorkKind::kCopies:
       copy_share(item.copies, block, blocks);
       return kFine;
-    case WorkKind::kDirectReduce: {
-      WorkerReduce visitor{item.reduce, block, blocks};
-      return dispatch_reduction(item.reduce.type, item.reduce.op, visitor) ? kFine : unsupported;
-    }
+    case WorkKind::kDirectReduce:
+      return direct_reduce_item(item.reduce, block, blocks) ? kFine : unsupported;
     case WorkKind::kLlAllreduce: {
-      WorkerLlAllreduce visitor{item.ll, block, blocks};
-      if (!dispatch_reduction(item.ll.type, item.ll.op, visitor)) return unsupported;
-      return __syncthreads_and(visitor.ok) ? kFine : timed_out;
+      const int done = ll_allreduce_item(item.ll, block, blocks);
+      if (done < 0) return unsupported;
+      return __syncthreads_and(done) ? kFine : timed_out;
     }
     case WorkKind::kLl128Allreduce: {
-      WorkerLl128Allreduce visitor{item.ll, block, blocks};
-      if (!dispatch_reduction(item.ll.type, item.ll.op, visitor) || !visitor.supported) return unsupported;
-      return __syncthreads_and(visitor.ok) ? kFine : timed_out;
+      const int done = ll128_allreduce_item(item.ll, block, blocks);
+      if (done < 0) return unsupported;
+      return __syncthreads_and(done) ? kFine : timed_out;
     }
     case WorkKind::kLlBcast:
       return __syncthreads_and(ll_bcast_share(item.ll_bcast, block, blocks)) ? kFine : timed_out;
@@ -670,7 +700,9 @@ __device__ __forceinline__ bool writes_only_local(WorkKind kind) {
          kind == WorkKind::kLlAlltoallv;
 }
 
-__global__ void __launch_bounds__(kWorkerThreads)
+// At most 32 registers a thread (four blocks an SM by registers, as by
+// threads): a worker block leaves room beside it for the application's.
+__global__ void __launch_bounds__(kWorkerThreads, 4)
     worker_loop(Mailbox* box, WorkerState* state, std::uint64_t launch, std::uint64_t next, std::uint64_t last_shared,
                 std::int64_t idle_ns) {
   static_assert(kDoorbellWords == 2 * 32, "one warp reads the doorbell, two words a lane");
