@@ -1,14 +1,17 @@
 // What the engine worker itself costs a blocking call, on one GPU, without
-// MPI or peers: the host-clock time of Worker::run for a device-to-device
+// MPI or peers. First, the device memory a running worker takes (most of
+// it the stack the driver sets aside for every thread the GPU can hold).
+// Then the host-clock time of Worker::run for a device-to-device
 // copy item, run by one worker block or shared by all of them, from 8 bytes
 // up (median of many). The difference between the two columns at small
 // sizes is the price of sharing an item among blocks; at large sizes, what
 // the blocks gain back. Compare with bench/mailbox-latency's floors.
-// Then the one-shot allreduce over LL and over LL128 between two workers of
+// Last, the one-shot allreduce over LL and over LL128 between two workers of
 // this process on the same GPU (two "ranks" whose receive buffers are in
-// one device memory: no NVLink, so the protocols' own costs only), one
-// block up to 16 KiB and all blocks above, as the engine runs them. A
-// result that is not the sum prints -1.
+// one device memory: no NVLink, so the protocols' own costs only), on the
+// blocks the engine gives them (block 0 alone up to 8 KiB, a block per
+// 4 KiB above) unless told otherwise. A result that is not the sum prints
+// -1.
 //
 // Usage: worker-latency [--blocks N] [--iters N] [--one-block BYTES] [--per-block BYTES]
 //   --one-block: largest allreduce on block 0 alone (the engine's default)

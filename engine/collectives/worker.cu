@@ -4,9 +4,9 @@
 // published in device memory to the other blocks, which poll that instead
 // (an L2 load rather than a PCIe round trip), and the blocks it asks for
 // share it; each reports its share done in the mailbox itself: no block
-// waits for another. Loads of
-// user and peer buffers bypass L1 (ld.global.cg): a kernel that outlives
-// many calls must not see a previous call's data.
+// waits for another. Loads of user and peer buffers bypass L1
+// (ld.global.cg): a kernel that outlives many calls must not see a
+// previous call's data.
 #include <cuda_runtime.h>
 
 #include <algorithm>
