@@ -84,16 +84,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "worker-latency: no engine worker\n");
     return 1;
   }
-  {
-    ferry::WorkItem first{};
-    first.kind = ferry::WorkKind::kCopies;
-    first.copies.count = 1;
-    first.copies.sources[0] = source;
-    first.copies.destinations[0] = destination;
-    first.copies.bytes[0] = 8;
-    first.blocks = 1;
-    if (worker->run(first) != ferry::Status::kOk) return 1;
-  }
+  // One copy of bytes from source to destination, on one block.
+  auto copy_item = [&](std::size_t bytes) {
+    ferry::WorkItem item{};
+    item.kind = ferry::WorkKind::kCopies;
+    item.copies.count = 1;
+    item.copies.sources[0] = source;
+    item.copies.destinations[0] = destination;
+    item.copies.bytes[0] = bytes;
+    item.blocks = 1;
+    return item;
+  };
+  if (worker->run(copy_item(8)) != ferry::Status::kOk) return 1;
   cudaMemGetInfo(&free_after, &total);
   // The launch's own device memory: mailbox state, and the local memory
   // the driver sets aside for the kernel's stack on every thread the GPU
@@ -103,13 +105,7 @@ int main(int argc, char** argv) {
   std::printf("worker: %d blocks; host-clock median of %d calls, microseconds\n", blocks, iterations);
   std::printf("%10s %12s %12s\n", "bytes", "one block", "all blocks");
   for (std::size_t bytes = 8; bytes <= kMaxBytes; bytes *= 4) {
-    ferry::WorkItem item{};
-    item.kind = ferry::WorkKind::kCopies;
-    item.copies.count = 1;
-    item.copies.sources[0] = source;
-    item.copies.destinations[0] = destination;
-    item.copies.bytes[0] = bytes;
-    item.blocks = 1;
+    ferry::WorkItem item = copy_item(bytes);
     const double one = time_item(*worker, item, iterations);
     item.blocks = blocks;
     const double all = time_item(*worker, item, iterations);

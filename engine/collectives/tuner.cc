@@ -154,8 +154,7 @@ double one_shot_us(std::size_t bytes, int n, const MachineModel& m) {
 double one_shot_ll_us(std::size_t bytes, int n, const MachineModel& m) {
   const LinkCost& link = link_cost(m.intra);
   if (bytes <= kLlOneBlockBytes) return m.worker_us + link.hop_us + transfer_us(2.0 * (n - 1) * bytes, kLlBlockGbps);
-  const int worker_blocks = static_cast<int>(std::clamp<std::int64_t>(params().worker_blocks, 1, kMaxWorkerBlocks));
-  const std::size_t per_round = static_cast<std::size_t>(ll_share_blocks(bytes, worker_blocks)) * kLlRoundBytes;
+  const std::size_t per_round = static_cast<std::size_t>(ll_share_blocks(bytes, worker_blocks())) * kLlRoundBytes;
   const std::size_t rounds = (bytes + per_round - 1) / per_round;
   const double rounds_us = (double(rounds) * (n - 1) - 1) * kLlRoundUs;
   return m.worker_us + kLlShareUs + link.hop_us +

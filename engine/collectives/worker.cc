@@ -315,6 +315,10 @@ std::size_t worker_max_bytes() {
   return static_cast<std::size_t>(std::max<std::int64_t>(0, params().worker_max_bytes));
 }
 
+int worker_blocks() {
+  return static_cast<int>(std::clamp<std::int64_t>(params().worker_blocks, 1, kMaxWorkerBlocks));
+}
+
 std::size_t ll_call_max_bytes(int nranks) { return std::min(ll_max_bytes(nranks), worker_max_bytes()); }
 std::size_t ll128_call_max_bytes(int nranks) { return std::min(ll128_max_bytes(nranks), worker_max_bytes()); }
 
@@ -333,9 +337,7 @@ std::unique_ptr<WorkerDevice> make_worker_device(gpu::Backend* backend, int devi
 
 std::unique_ptr<Worker> Worker::create(gpu::Backend* backend, int device) {
   if (!params().worker) return nullptr;
-  return create(backend, device,
-                static_cast<int>(std::clamp<std::int64_t>(params().worker_blocks, 1, kMaxWorkerBlocks)),
-                params().worker_idle_us);
+  return create(backend, device, worker_blocks(), params().worker_idle_us);
 }
 
 std::unique_ptr<Worker> Worker::create(gpu::Backend* backend, int device, int blocks, std::int64_t idle_us) {

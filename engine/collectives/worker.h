@@ -66,8 +66,9 @@ constexpr std::size_t kWorkerOneBlockBytes = 16 << 10;
 // blocks go. A thread's chunks are a chain of dependent memory round trips
 // (about 2.2 us each on one H200), so more blocks beat more chunks per
 // thread; two workers on one H200 (bench/worker-latency, bench/RESULTS.md):
-// 16 KiB on two blocks 9.4 us against 10.3-10.8 on one, 512 KiB on 64
-// blocks 10.7 against 17.3-17.8 on 16; 8 KiB is even on one or two.
+// 16 KiB on four blocks 9.1-9.7 us against 10.6 on one, 512 KiB on 32
+// blocks 12.4-13.0 (64: 10.8) against 17.3-17.8 on 16; 8 KiB is even on one
+// or two.
 constexpr std::size_t kLlOneBlockBytes = 8 << 10;
 constexpr std::size_t kLlBytesPerSharingBlock = 4 << 10;
 
@@ -83,6 +84,8 @@ inline int ll_share_blocks(std::size_t bytes, int worker_blocks, std::size_t one
 }
 // FERRY_WORKER_MAX_BYTES, never negative.
 std::size_t worker_max_bytes();
+// FERRY_WORKER_BLOCKS, 1 to kMaxWorkerBlocks.
+int worker_blocks();
 // The largest block an LL call among nranks carries: the LL slots and
 // FERRY_WORKER_MAX_BYTES.
 std::size_t ll_call_max_bytes(int nranks);
