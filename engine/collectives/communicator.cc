@@ -134,6 +134,15 @@ std::vector<PeerTransport> plan_peer_transports(int rank, const std::vector<Rank
   return plan;
 }
 
+bool ranks_take_turns_on_a_gpu(const std::vector<RankIdentity>& ranks) {
+  for (std::size_t a = 0; a < ranks.size(); ++a)
+    for (std::size_t b = a + 1; b < ranks.size(); ++b)
+      if (ranks[a].host_hash == ranks[b].host_hash && ranks[a].pid != ranks[b].pid &&
+          ranks[a].backend == ranks[b].backend && ranks[a].device_key == ranks[b].device_key && (ranks[a].takes_turns || ranks[b].takes_turns))
+        return true;
+  return false;
+}
+
 Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_ptr<Communicator>* out) {
   if (!bootstrap) return Status::kUnavailable;
   std::unique_ptr<Communicator> comm(new Communicator(std::move(bootstrap)));
@@ -142,9 +151,16 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   gpu::Backend* backend = gpu::active_backend();
   RankIdentity mine{this_host_hash(), static_cast<std::int32_t>(getpid()),
                     static_cast<std::int32_t>(backend ? backend->kind() : gpu::BackendKind::kNone),
-                    backend ? backend->device_count() : 0, 0};
+                    backend ? backend->device_count() : 0, 0, 0};
+  int device = -1;
+  if (backend && backend->device_count() > 0 && ok(backend->current_device(&device))) {
+    mine.takes_turns = backend->processes_take_turns(device);
+    mine.device_key = backend->device_key(device);
+  }
   std::vector<RankIdentity> ranks(n);
   FERRY_CHECK(comm->bootstrap_->allgather(&mine, ranks.data(), sizeof(mine)));
+  comm->no_worker_ = ranks_take_turns_on_a_gpu(ranks);
+  if (comm->no_worker_) FERRY_INFO(Coll, "ranks share a GPU without MPS: no engine worker on this communicator");
 
   // Peer memory maps between ranks of one machine with one device backend
   // (on NVLink or PCIe peer access CUDA IPC maps too; the driver enables
@@ -243,6 +259,7 @@ Status Communicator::scratch_for(gpu::Backend* backend, int device, std::size_t 
 }
 
 Worker* Communicator::worker_for(gpu::Backend* backend, int device) {
+  if (no_worker_) return nullptr;
   auto it = workers_.find({backend, device});
   if (it == workers_.end())
     it = workers_.emplace(std::make_pair(backend, device), Worker::create(backend, device)).first;

@@ -27,9 +27,18 @@ struct RankIdentity {
   std::int32_t pid;
   std::int32_t backend;     // gpu::BackendKind of the process's active backend
   std::int32_t device_count;
-  std::int32_t reserved;
+  std::int32_t takes_turns;  // its GPU runs kernels of processes in turns (gpu::Backend::processes_take_turns)
+  std::uint64_t device_key;  // gpu::Backend::device_key of its current device at set-up
 };
-static_assert(sizeof(RankIdentity) == 24, "RankIdentity travels between processes; keep its layout fixed");
+static_assert(sizeof(RankIdentity) == 32, "RankIdentity travels between processes; keep its layout fixed");
+
+// Whether two ranks in two processes use one GPU of one machine whose
+// processes' kernels take turns (CUDA without MPS; one process's kernels run
+// at once). A resident kernel (the engine worker) then holds
+// the GPU through its process's time slices: a call waits out the other
+// process's slice at every step (2.5 ms an 8-byte LL allreduce on one H200),
+// so such a communicator runs no worker.
+bool ranks_take_turns_on_a_gpu(const std::vector<RankIdentity>& ranks);
 
 // How a rank reaches a peer's device buffers.
 enum class PeerTransport : int { kNone = 0, kP2p, kShm };
@@ -92,7 +101,8 @@ class Communicator {
   // when a call needs more): no allocation per call on the steady path.
   Status scratch_for(gpu::Backend* backend, int device, std::size_t bytes, void** scratch);
   // The engine worker on device of backend, created on first use and kept;
-  // nullptr when there is none (FERRY_WORKER=0, or the backend has none).
+  // nullptr when there is none (FERRY_WORKER=0, the backend has none, or
+  // ranks_take_turns_on_a_gpu).
   Worker* worker_for(gpu::Backend* backend, int device);
 
   // The LL protocol's receive buffers (worker.h), one per rank, on the
@@ -193,6 +203,7 @@ class Communicator {
 
   std::unique_ptr<Bootstrap> bootstrap_;
   bool all_peers_mapped_ = false;
+  bool no_worker_ = false;  // ranks_take_turns_on_a_gpu
   std::vector<PeerTransport> transports_;
   PeerMemory peer_memory_;
   std::unique_ptr<SharedSegments> shm_;

@@ -159,6 +159,12 @@ class CudaBackend final : public Backend {
     return key;
   }
 
+  bool processes_take_turns(int device) const override {
+    int mps = 0;
+    if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, device) != cudaSuccess) cudaGetLastError();
+    return !mps;
+  }
+
   std::string describe_devices() const override {
     std::string out;
     for (int d = 0; d < device_count_; ++d) {

@@ -67,6 +67,9 @@ class Backend {
   virtual int multiprocessor_count(int device) const { return 0; }
   // The same value in every process that uses this physical device.
   virtual std::uint64_t device_key(int device) const { return static_cast<std::uint64_t>(device); }
+  // Whether kernels of two processes on device take turns in time slices
+  // rather than run at once (CUDA without MPS); the emulated device's run at once.
+  virtual bool processes_take_turns(int device) const { return false; }
 
   // Makes device the current one for this thread's later calls.
   virtual Status set_device(int device) = 0;

@@ -470,6 +470,28 @@ TEST(TopoPlan, DiscoveredGpusGiveTheWorstPairToCudaRanks) {
             (std::vector<P>{P::kP2p, P::kShm, P::kShm, P::kShm, P::kShm}));
 }
 
+TEST(TopoPlan, NoWorkerWhereTwoProcessesTakeTurnsOnOneGpu) {
+  std::vector<RankIdentity> ranks = one_machine(3, kCuda);
+  for (int r = 0; r < 3; ++r) {
+    ranks[r].device_key = 100 + r;
+    ranks[r].takes_turns = 1;
+  }
+  EXPECT_FALSE(ranks_take_turns_on_a_gpu(ranks));  // a GPU each
+  ranks[2].device_key = 100;
+  EXPECT_TRUE(ranks_take_turns_on_a_gpu(ranks));  // ranks 0 and 2 on one GPU
+  ranks[0].takes_turns = ranks[2].takes_turns = 0;
+  EXPECT_FALSE(ranks_take_turns_on_a_gpu(ranks));  // MPS: their kernels run at once
+  ranks[0].takes_turns = 1;
+  ranks[2].pid = ranks[0].pid;
+  EXPECT_FALSE(ranks_take_turns_on_a_gpu(ranks));  // one process: one context
+  ranks[2].pid = 2000;
+  ranks[2].host_hash = 7;
+  EXPECT_FALSE(ranks_take_turns_on_a_gpu(ranks));  // the same key on two machines
+  ranks[2].host_hash = ranks[0].host_hash;
+  EXPECT_TRUE(ranks_take_turns_on_a_gpu(ranks));
+  EXPECT_FALSE(ranks_take_turns_on_a_gpu(one_machine(4, kEmulated)));  // host threads: no time slices
+}
+
 // The engine communicator end to end, with the topology of this process
 // (FERRY_TOPO_FILE etc. set by CTest; see tests/unit/CMakeLists.txt).
 // TOPO_TEST_EXPECT names the transport the settings must give: p2p (the
