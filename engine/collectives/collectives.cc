@@ -194,13 +194,19 @@ Status run_on_worker(Worker& worker, std::size_t bytes, WorkItem item) {
   return worker.run(item);
 }
 
-// One-shot and two-shot: SM loads straight from the peers' buffers.
+// Slices of a direct reduce start on 16-byte boundaries.
+ElementRange direct_part(int part, int parts, std::size_t count, DataType type) {
+  return direct_slice(part, parts, count, std::max<std::size_t>(1, 16 / data_type_size(type)));
+}
+
+// One-shot and two-shot: SM loads straight from the peers' buffers. The
+// elements of slice of every rank's input are reduced into this rank's
+// output (one-shot: the whole range), or into every rank's (two-shot: a
+// slice a rank).
 Status run_direct_reduce(Communicator& comm, const MappedBuffers& buffers, const Placement& where,
-                         std::size_t count, DataType type, ReduceOp op, bool one_shot) {
+                         std::size_t count, DataType type, ReduceOp op, ElementRange slice, bool one_shot) {
   const int n = comm.size();
   const std::size_t element = data_type_size(type);
-  const ElementRange slice =
-      one_shot ? ElementRange{0, count} : direct_slice(comm.rank(), n, count, std::max<std::size_t>(1, 16 / element));
   DirectReduceArgs args{};
   args.ninputs = n;
   args.noutputs = one_shot ? 1 : n;
@@ -252,7 +258,7 @@ Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, 
   const int n = comm.size();
   const int me = comm.rank();
   const std::size_t element = data_type_size(type);
-  const ElementRange slice = direct_slice(me, n, count, std::max<std::size_t>(1, 16 / element));
+  const ElementRange slice = direct_part(me, n, count, type);
   if (slice.size() == 0) return Status::kOk;
   const std::size_t chunk = pipeline_chunk_elements(slice.size(), element, kMaxChunkBytes);
   const std::size_t chunk_bytes = chunk * element;
@@ -638,6 +644,115 @@ Status run_simple(Communicator& comm, const Placement& where, SimpleCollective c
   return status;
 }
 
+// The leader of each GPU (Communicator::gpu_leader) reduces a slice of every
+// rank's input into every rank's output, a slice a leader (two-shot among
+// the leaders), so one process a GPU runs kernels and none waits out
+// another's time slice; right in place too, each element being one
+// leader's. The other ranks only wait (finish_together).
+Status run_allreduce_by_gpu_leaders(Communicator& comm, const std::vector<Handshake>& all, const Placement& where,
+                                    const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
+  const int me = comm.rank();
+  if (comm.gpu_leader(me) != me) return Status::kOk;
+  int leaders = 0, part = 0;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (comm.gpu_leader(r) != r) continue;
+    part += r < me;
+    ++leaders;
+  }
+  FERRY_TRACE(Coll, "allreduce of %zu elements: slice %d of %d for every rank, as its GPU's leader", count, part,
+              leaders);
+  MappedBuffers buffers{};
+  FERRY_CHECK(map_all(comm, all, input, output, /*need_outputs=*/true, &buffers));
+  return run_direct_reduce(comm, buffers, where, count, type, op, direct_part(part, leaders, count, type),
+                           /*one_shot=*/false);
+}
+
+// Bcast's pull where GPU leaders work for their GPU's ranks: each leader
+// copies the root's buffer into every other rank's of its GPU.
+Status run_bcast_by_gpu_leaders(Communicator& comm, const std::vector<Handshake>& all, const Placement& where,
+                                void* buffer, std::size_t bytes, int root) {
+  const int me = comm.rank();
+  if (comm.gpu_leader(me) != me) return Status::kOk;
+  std::vector<int> receivers;
+  std::vector<ExportedBuffer> wanted;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (r == root || comm.gpu_leader(r) != me) continue;
+    receivers.push_back(r);
+    if (r != me) wanted.push_back(all[r].first);
+  }
+  if (receivers.empty()) return Status::kOk;
+  FERRY_TRACE(Coll, "bcast of %zu bytes into %zu ranks' buffers, as their GPU's leader", bytes, receivers.size());
+  if (root != me) wanted.push_back(all[root].first);
+  std::vector<void*> mapped(wanted.size());
+  FERRY_CHECK(comm.peer_memory().import_buffers(wanted.data(), wanted.size(), mapped.data()));
+  const void* source = root == me ? buffer : mapped.back();
+  CopyListArgs copies{};
+  for (std::size_t i = 0, next = 0; i < receivers.size(); ++i) {
+    copies.sources[i] = source;
+    copies.destinations[i] = receivers[i] == me ? buffer : mapped[next++];
+    copies.bytes[i] = bytes;
+  }
+  copies.count = static_cast<std::int32_t>(receivers.size());
+  gpu::Stream stream = nullptr;
+  FERRY_CHECK(where.backend->set_device(where.device));
+  FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
+  FERRY_CHECK(launch_copies(where.backend, copies, stream));
+  return where.backend->stream_synchronize(stream);
+}
+
+// Alltoallv's copies where GPU leaders work for their GPU's ranks: each
+// leader copies every block its GPU's ranks receive. layouts holds, for
+// each rank, its send offsets, receive offsets and receive bytes by peer.
+Status run_alltoallv_by_gpu_leaders(Communicator& comm, const std::vector<Handshake>& all, const Placement& where,
+                                    const void* send, void* recv, const std::vector<std::uint64_t>& layouts) {
+  const int n = comm.size();
+  const int me = comm.rank();
+  if (comm.gpu_leader(me) != me) return Status::kOk;
+  const auto layout = [&](int rank, int table, int peer) {
+    return layouts[(static_cast<std::size_t>(rank) * 3 + table) * n + peer];
+  };
+  enum { kSendOffsets, kRecvOffsets, kRecvBytes };
+  // Every peer's send buffer and the receive buffers of this GPU's ranks.
+  std::vector<ExportedBuffer> wanted;
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    wanted.push_back(all[r].first);
+    if (comm.gpu_leader(r) == me) wanted.push_back(all[r].second);
+  }
+  std::vector<void*> mapped(wanted.size());
+  FERRY_CHECK(comm.peer_memory().import_buffers(wanted.data(), wanted.size(), mapped.data()));
+  std::vector<const void*> sends(n, send);
+  std::vector<void*> recvs(n, recv);
+  for (int r = 0, i = 0; r < n; ++r) {
+    if (r == me) continue;
+    sends[r] = mapped[i++];
+    if (comm.gpu_leader(r) == me) recvs[r] = mapped[i++];
+  }
+  gpu::Stream stream = nullptr;
+  FERRY_CHECK(where.backend->set_device(where.device));
+  FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
+  // One kernel a list of blocks.
+  CopyListArgs list{};
+  int blocks = 0;
+  for (int receiver = 0; receiver < n; ++receiver) {
+    if (comm.gpu_leader(receiver) != me) continue;
+    for (int sender = 0; sender < n; ++sender) {
+      const std::uint64_t bytes = layout(receiver, kRecvBytes, sender);
+      if (bytes == 0) continue;
+      list.sources[list.count] = at(sends[sender], layout(sender, kSendOffsets, receiver));
+      list.destinations[list.count] = at(recvs[receiver], layout(receiver, kRecvOffsets, sender));
+      list.bytes[list.count] = bytes;
+      ++blocks;
+      if (++list.count < kMaxListedCopies) continue;
+      FERRY_CHECK(launch_copies(where.backend, list, stream));
+      list.count = 0;
+    }
+  }
+  FERRY_CHECK(launch_copies(where.backend, list, stream));
+  FERRY_TRACE(Coll, "alltoallv: %d blocks into the buffers of its GPU's ranks, as their leader", blocks);
+  return where.backend->stream_synchronize(stream);
+}
+
 Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, const Placement& where,
                      const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
   // The ranks' choices differ only when FERRY_TUNE forced an algorithm that
@@ -655,13 +770,15 @@ Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, cons
   if (!maps_buffers(algorithm))
     algorithm = any_in_place ? AllreduceAlgorithm::kTwoShot : AllreduceAlgorithm::kOneShot;
   count_allreduce_run(algorithm);
+  if (comm.by_gpu_leaders()) return run_allreduce_by_gpu_leaders(comm, all, where, input, output, count, type, op);
   MappedBuffers buffers{};
   FERRY_CHECK(map_all(comm, all, input, output, algorithm != AllreduceAlgorithm::kOneShot, &buffers));
   switch (algorithm) {
     case AllreduceAlgorithm::kOneShot:
-      return run_direct_reduce(comm, buffers, where, count, type, op, /*one_shot=*/true);
+      return run_direct_reduce(comm, buffers, where, count, type, op, {0, count}, /*one_shot=*/true);
     case AllreduceAlgorithm::kTwoShot:
-      return run_direct_reduce(comm, buffers, where, count, type, op, /*one_shot=*/false);
+      return run_direct_reduce(comm, buffers, where, count, type, op, direct_part(comm.rank(), comm.size(), count, type),
+                               /*one_shot=*/false);
     case AllreduceAlgorithm::kCopyEngine:
       return run_copy_engine_reduce(comm, buffers, where, count, type, op);
     case AllreduceAlgorithm::kOneShotLl:  // taken above, as are LL128, ring, tree and cepush
@@ -847,8 +964,10 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
     mine.algorithm = planned == BcastAlgorithm::kLl      ? kLlPath
                      : planned == BcastAlgorithm::kChain ? kChainPath
                                                          : kCopyPaths;
+    // The root's buffer is pulled; where GPU leaders copy for the others,
+    // every rank's is written by one.
     mine.eligible = where.backend != nullptr &&
-                    (transport != EngineTransport::kP2p || comm.rank() != root ||
+                    (transport != EngineTransport::kP2p || (comm.rank() != root && !comm.by_gpu_leaders()) ||
                      ok(comm.peer_memory().export_buffer(buffer, where.info, &mine.first)));
   }
   std::vector<Handshake> all;
@@ -870,8 +989,10 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
                         clock);
   }
 
-  // Every non-root rank pulls the root's buffer with its copy engine.
+  // Every non-root rank pulls the root's buffer with its copy engine (or
+  // its GPU's leader pulls for it).
   count_bcast_run(BcastAlgorithm::kPull);
+  if (comm.by_gpu_leaders()) return finish_together(comm, run_bcast_by_gpu_leaders(comm, all, where, buffer, bytes, root), clock);
   Status local = Status::kOk;
   if (comm.rank() != root) {
     local = [&] {
@@ -921,9 +1042,13 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
                              ll_ready(comm, transport, where, largest)
                          ? kLlPath
                          : kCopyPaths;
+    // Where GPU leaders copy for their GPU's ranks, they write the receive
+    // buffers too.
     mine.eligible = where.backend && from.backend == where.backend &&
                     (transport == EngineTransport::kP2p
-                         ? ok(comm.peer_memory().export_buffer(send, from.info, &mine.first))
+                         ? ok(comm.peer_memory().export_buffer(send, from.info, &mine.first)) &&
+                               (!comm.by_gpu_leaders() ||
+                                ok(comm.peer_memory().export_buffer(recv, where.info, &mine.second)))
                          : send_span <= comm.shm()->bytes());
   }
   std::vector<Handshake> all;
@@ -938,11 +1063,19 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
   // Each sender's offset of its block for each receiver.
   std::vector<std::uint64_t> my_offsets(send_offsets, send_offsets + n);
   std::vector<std::uint64_t> offsets(static_cast<std::size_t>(n) * n);
-  FERRY_CHECK(comm.bootstrap().allgather(my_offsets.data(), offsets.data(), n * sizeof(std::uint64_t)));
+  const bool by_leaders = transport == EngineTransport::kP2p && comm.by_gpu_leaders();
+  if (by_leaders) {
+    // The leaders also need each receiver's blocks: where and how long.
+    my_offsets.insert(my_offsets.end(), recv_offsets, recv_offsets + n);
+    my_offsets.insert(my_offsets.end(), recv_bytes, recv_bytes + n);
+    offsets.resize(static_cast<std::size_t>(n) * 3 * n);
+  }
+  FERRY_CHECK(comm.bootstrap().allgather(my_offsets.data(), offsets.data(), my_offsets.size() * sizeof(std::uint64_t)));
   clock.mark(EnginePhase::kHandshake);
   if (transport == EngineTransport::kShm)
     return finish_together(
         comm, run_shm_alltoallv(comm, where, send, send_span, offsets, recv, recv_bytes, recv_offsets), clock);
+  if (by_leaders) return finish_together(comm, run_alltoallv_by_gpu_leaders(comm, all, where, send, recv, offsets), clock);
 
   // Each rank pulls its blocks from every peer with the copy engines, a few
   // streams in parallel; its own block is a local copy on a stream of its own.

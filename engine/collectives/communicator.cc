@@ -143,6 +143,23 @@ bool ranks_take_turns_on_a_gpu(const std::vector<RankIdentity>& ranks) {
   return false;
 }
 
+std::vector<int> gpu_leaders(const std::vector<RankIdentity>& ranks) {
+  const int n = static_cast<int>(ranks.size());
+  std::vector<int> leader(n);
+  bool shared = false;
+  for (int r = 0; r < n; ++r) {
+    leader[r] = r;
+    for (int s = 0; s < r && leader[r] == r; ++s)
+      if (ranks[s].host_hash == ranks[r].host_hash && ranks[s].backend == ranks[r].backend &&
+          ranks[r].backend != static_cast<std::int32_t>(gpu::BackendKind::kNone) &&
+          ranks[s].device_key == ranks[r].device_key)
+        leader[r] = s;
+    shared = shared || leader[r] != r;
+  }
+  if (!shared) leader.clear();
+  return leader;
+}
+
 Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_ptr<Communicator>* out) {
   if (!bootstrap) return Status::kUnavailable;
   std::unique_ptr<Communicator> comm(new Communicator(std::move(bootstrap)));
@@ -161,6 +178,10 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   FERRY_CHECK(comm->bootstrap_->allgather(&mine, ranks.data(), sizeof(mine)));
   comm->no_worker_ = ranks_take_turns_on_a_gpu(ranks);
   if (comm->no_worker_) FERRY_INFO(Coll, "ranks share a GPU without MPS: no engine worker on this communicator");
+  const std::string& leading = params().gpu_leader;
+  if (leading == "on" || (leading != "off" && comm->no_worker_)) comm->gpu_leader_ = gpu_leaders(ranks);
+  if (comm->by_gpu_leaders())
+    FERRY_INFO(Coll, "ranks share a GPU: rank %d does the device work of this rank", comm->gpu_leader_[comm->rank()]);
 
   // Peer memory maps between ranks of one machine with one device backend
   // (on NVLink or PCIe peer access CUDA IPC maps too; the driver enables

@@ -40,6 +40,10 @@ static_assert(sizeof(RankIdentity) == 32, "RankIdentity travels between processe
 // so such a communicator runs no worker.
 bool ranks_take_turns_on_a_gpu(const std::vector<RankIdentity>& ranks);
 
+// For each rank, the lowest rank on its GPU (one machine, one device
+// backend, one device key); empty when no two ranks share a GPU.
+std::vector<int> gpu_leaders(const std::vector<RankIdentity>& ranks);
+
 // How a rank reaches a peer's device buffers.
 enum class PeerTransport : int { kNone = 0, kP2p, kShm };
 const char* peer_transport_name(PeerTransport transport);
@@ -91,6 +95,10 @@ class Communicator {
   // Host shared memory with every peer, where peer device memory cannot be
   // mapped but all ranks share one machine; nullptr otherwise.
   SharedSegments* shm() { return shm_.get(); }
+  // Whether the leader of each GPU does the device work of the ranks on it
+  // (FERRY_GPU_LEADER; gpu_leaders), and which rank leads rank's GPU.
+  bool by_gpu_leaders() const { return !gpu_leader_.empty(); }
+  int gpu_leader(int rank) const { return gpu_leader_[rank]; }
 
   // Stream `index` on device of backend, created on first use and kept
   // (urgent: gpu::Backend::stream_create_urgent, when it is created).
@@ -203,7 +211,8 @@ class Communicator {
 
   std::unique_ptr<Bootstrap> bootstrap_;
   bool all_peers_mapped_ = false;
-  bool no_worker_ = false;  // ranks_take_turns_on_a_gpu
+  bool no_worker_ = false;          // ranks_take_turns_on_a_gpu
+  std::vector<int> gpu_leader_;     // gpu_leaders, or empty: each rank does its own device work
   std::vector<PeerTransport> transports_;
   PeerMemory peer_memory_;
   std::unique_ptr<SharedSegments> shm_;

@@ -1,5 +1,7 @@
 #include "engine/collectives/executor.h"
 
+#include <cstring>
+
 #include "engine/collectives/reduce_common.h"
 
 namespace ferry {
@@ -43,6 +45,24 @@ Status launch_direct_reduce(gpu::Backend* backend, const DirectReduceArgs& args,
     case gpu::BackendKind::kEmulated:
       FERRY_CHECK(backend->stream_synchronize(stream));
       return run_direct_reduce_on_host(backend, args);
+    default:
+      return Status::kUnsupported;
+  }
+}
+
+Status launch_copies(gpu::Backend* backend, const CopyListArgs& args, gpu::Stream stream) {
+  if (args.count < 0 || args.count > kMaxListedCopies) return Status::kInvalidArgument;
+  if (args.count == 0) return Status::kOk;
+  switch (backend->kind()) {
+#ifdef FERRY_HAVE_CUDA
+    case gpu::BackendKind::kCuda:
+      return cuda_launch_copies(args, stream);
+#endif
+    case gpu::BackendKind::kEmulated:
+      FERRY_CHECK(backend->stream_synchronize(stream));
+      for (int k = 0; k < args.count; ++k)
+        std::memmove(backend->host_view(args.destinations[k]), backend->host_view(args.sources[k]), args.bytes[k]);
+      return Status::kOk;
     default:
       return Status::kUnsupported;
   }

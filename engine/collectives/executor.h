@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "engine/common/types.h"
 #include "engine/gpu/gpu.h"
@@ -25,11 +26,26 @@ struct DirectReduceArgs {
 
 Status launch_direct_reduce(gpu::Backend* backend, const DirectReduceArgs& args, gpu::Stream stream);
 
+constexpr int kMaxListedCopies = kMaxDirectRanks;
+
+// Up to kMaxListedCopies independent copies (a bcast's pull, an alltoallv's
+// blocks), by SMs in one kernel. Pointers are already mapped into this process.
+struct CopyListArgs {
+  const void* sources[kMaxListedCopies];
+  void* destinations[kMaxListedCopies];
+  std::uint64_t bytes[kMaxListedCopies];
+  std::int32_t count;
+  std::int32_t reserved;
+};
+
+Status launch_copies(gpu::Backend* backend, const CopyListArgs& args, gpu::Stream stream);
+
 // The emulated device's direct reduce, run now on the calling thread.
 Status run_direct_reduce_on_host(gpu::Backend* backend, const DirectReduceArgs& args);
 
 #ifdef FERRY_HAVE_CUDA
 Status cuda_launch_direct_reduce(const DirectReduceArgs& args, gpu::Stream stream);
+Status cuda_launch_copies(const CopyListArgs& args, gpu::Stream stream);
 #endif
 
 }  // namespace ferry

@@ -56,6 +56,10 @@ __global__ void __launch_bounds__(kThreads) direct_reduce_scalar(DirectReduceArg
   }
 }
 
+__global__ void __launch_bounds__(kThreads) copy_list(CopyListArgs args) {
+  copy_list_part<kThreads, kUnroll>(args, blockIdx.x, gridDim.x);
+}
+
 int grid_limit() {
   static const int limit = [] {
     int device = 0, sms = 0;
@@ -101,6 +105,18 @@ Status cuda_launch_direct_reduce(const DirectReduceArgs& args, gpu::Stream strea
   if (!dispatch_reduction(args.type, args.op, visitor)) return Status::kUnsupported;
   if (visitor.error != cudaSuccess) {
     FERRY_WARN(Coll, "direct reduce launch failed: %s", cudaGetErrorString(visitor.error));
+    return Status::kGpuError;
+  }
+  return Status::kOk;
+}
+
+Status cuda_launch_copies(const CopyListArgs& args, gpu::Stream stream) {
+  std::uint64_t largest = 0;
+  for (int k = 0; k < args.count; ++k) largest = largest > args.bytes[k] ? largest : args.bytes[k];
+  copy_list<<<blocks_for((largest / 16 + kUnroll - 1) / kUnroll), kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(args);
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) {
+    FERRY_WARN(Coll, "copy list launch failed: %s", cudaGetErrorString(error));
     return Status::kGpuError;
   }
   return Status::kOk;

@@ -97,33 +97,9 @@ struct WorkerReduce {
   }
 };
 
-// This block's share of each copy: 16-byte packs where source and
-// destination are equally aligned, bytes at the edges (or throughout).
+// This block's share of each copy (pack_device.cuh).
 __device__ __noinline__ void copy_share(const CopyListArgs& c, unsigned block, unsigned blocks) {
-  const std::size_t first = static_cast<std::size_t>(block) * kWorkerThreads + threadIdx.x;
-  const std::size_t stride = static_cast<std::size_t>(blocks) * kWorkerThreads;
-  for (int k = 0; k < c.count; ++k) {
-    const auto* src = static_cast<const unsigned char*>(c.sources[k]);
-    auto* dst = static_cast<unsigned char*>(c.destinations[k]);
-    const std::size_t bytes = c.bytes[k];
-    const std::uintptr_t misalign = reinterpret_cast<std::uintptr_t>(src) % 16;
-    const bool packable = misalign == reinterpret_cast<std::uintptr_t>(dst) % 16;
-    const std::size_t head = packable ? (bytes < (16 - misalign) % 16 ? bytes : (16 - misalign) % 16) : bytes;
-    const std::size_t packs = (bytes - head) / 16;
-    const auto* src_packs = reinterpret_cast<const uint4*>(src + head);
-    auto* dst_packs = reinterpret_cast<uint4*>(dst + head);
-    for (std::size_t base = first; base < packs; base += stride * kUnroll) {
-      uint4 v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (base + u * stride < packs) v[u] = __ldcg(src_packs + base + u * stride);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (base + u * stride < packs) dst_packs[base + u * stride] = v[u];
-    }
-    for (std::size_t i = first; i < head; i += stride) dst[i] = __ldcg(src + i);
-    for (std::size_t i = head + packs * 16 + first; i < bytes; i += stride) dst[i] = __ldcg(src + i);
-  }
+  copy_list_part<kWorkerThreads, kUnroll>(c, block, blocks);
 }
 
 // ---- The LL protocol: one-shot allreduce, bcast, alltoallv ------------------

@@ -23,17 +23,7 @@
 
 namespace ferry {
 
-constexpr int kMaxWorkerCopies = kMaxDirectRanks;
-
-// Up to kMaxWorkerCopies independent copies (a bcast's pull, an alltoallv's
-// blocks). Pointers are already mapped into this process.
-struct CopyListArgs {
-  const void* sources[kMaxWorkerCopies];
-  void* destinations[kMaxWorkerCopies];
-  std::uint64_t bytes[kMaxWorkerCopies];
-  std::int32_t count;
-  std::int32_t reserved;
-};
+constexpr int kMaxWorkerCopies = kMaxListedCopies;
 
 // The LL protocol's receive buffers: every rank owns one, in device memory
 // every peer maps, with a slot per sender and per call parity. A sender

@@ -492,6 +492,20 @@ TEST(TopoPlan, NoWorkerWhereTwoProcessesTakeTurnsOnOneGpu) {
   EXPECT_FALSE(ranks_take_turns_on_a_gpu(one_machine(4, kEmulated)));  // host threads: no time slices
 }
 
+TEST(TopoPlan, TheLowestRankOnEachGpuLeadsIt) {
+  std::vector<RankIdentity> ranks = one_machine(6, kCuda);
+  const std::uint64_t gpu_of_rank[] = {7, 8, 7, 9, 8, 7};
+  for (int r = 0; r < 6; ++r) ranks[r].device_key = gpu_of_rank[r];
+  EXPECT_EQ(gpu_leaders(ranks), (std::vector<int>{0, 1, 0, 3, 1, 0}));
+  ranks[5].host_hash = 99;  // the same key on another machine is another GPU
+  ranks[4].backend = kEmulated;
+  EXPECT_EQ(gpu_leaders(ranks), (std::vector<int>{0, 1, 0, 3, 4, 5}));
+  for (int r = 0; r < 6; ++r) ranks[r].device_key = r;
+  EXPECT_TRUE(gpu_leaders(ranks).empty());  // a GPU each: nothing to lead
+  std::vector<RankIdentity> no_device = one_machine(3, 0);
+  EXPECT_TRUE(gpu_leaders(no_device).empty());
+}
+
 // The engine communicator end to end, with the topology of this process
 // (FERRY_TOPO_FILE etc. set by CTest; see tests/unit/CMakeLists.txt).
 // TOPO_TEST_EXPECT names the transport the settings must give: p2p (the
