@@ -113,7 +113,7 @@ Status cuda_launch_direct_reduce(const DirectReduceArgs& args, gpu::Stream strea
 Status cuda_launch_copies(const CopyListArgs& args, gpu::Stream stream) {
   std::uint64_t largest = 0;
   for (int k = 0; k < args.count; ++k) largest = largest > args.bytes[k] ? largest : args.bytes[k];
-  copy_list<<<blocks_for((largest / 16 + kUnroll - 1) / kUnroll), kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(args);
+  copy_list<<<blocks_for((largest / 4 + kUnroll - 1) / kUnroll), kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(args);
   const cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) {
     FERRY_WARN(Coll, "copy list launch failed: %s", cudaGetErrorString(error));

@@ -24,9 +24,29 @@ __device__ __forceinline__ Pack<T> reduce_pack(Pack<T> a, const Pack<T>& b) {
   return a;
 }
 
+// Bytes [begin, end) of a copy as Word-sized accesses (source and
+// destination equally misaligned for Word from begin), Unroll loads in
+// flight per thread: first is this thread's index in the grid of stride.
+template <typename Word, int Unroll>
+__device__ __forceinline__ void copy_words(const unsigned char* src, unsigned char* dst, std::size_t words,
+                                           std::size_t first, std::size_t stride) {
+  const auto* from = reinterpret_cast<const Word*>(src);
+  auto* to = reinterpret_cast<Word*>(dst);
+  for (std::size_t base = first; base < words; base += stride * Unroll) {
+    Word v[Unroll];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u)
+      if (base + u * stride < words) v[u] = __ldcg(from + base + u * stride);
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u)
+      if (base + u * stride < words) to[base + u * stride] = v[u];
+  }
+}
+
 // This block's share (block of blocks, Threads threads each) of every copy
-// of the list: 16-byte packs where source and destination are equally
-// misaligned, Unroll loads in flight per thread, bytes around them.
+// of the list: 16-byte accesses where source and destination are equally
+// misaligned for them, else 4-byte ones where they are for those (blocks of
+// an alltoallv at odd offsets), single bytes around them or throughout.
 template <int Threads, int Unroll>
 __device__ __forceinline__ void copy_list_part(const CopyListArgs& c, unsigned block, unsigned blocks) {
   const std::size_t first = static_cast<std::size_t>(block) * Threads + threadIdx.x;
@@ -35,23 +55,16 @@ __device__ __forceinline__ void copy_list_part(const CopyListArgs& c, unsigned b
     const auto* src = static_cast<const unsigned char*>(c.sources[k]);
     auto* dst = static_cast<unsigned char*>(c.destinations[k]);
     const std::size_t bytes = c.bytes[k];
-    const std::uintptr_t misalign = reinterpret_cast<std::uintptr_t>(src) % 16;
-    const bool packable = misalign == reinterpret_cast<std::uintptr_t>(dst) % 16;
-    const std::size_t head = packable ? (bytes < (16 - misalign) % 16 ? bytes : (16 - misalign) % 16) : bytes;
-    const std::size_t packs = (bytes - head) / 16;
-    const auto* src_packs = reinterpret_cast<const uint4*>(src + head);
-    auto* dst_packs = reinterpret_cast<uint4*>(dst + head);
-    for (std::size_t base = first; base < packs; base += stride * Unroll) {
-      uint4 v[Unroll];
-#pragma unroll
-      for (int u = 0; u < Unroll; ++u)
-        if (base + u * stride < packs) v[u] = __ldcg(src_packs + base + u * stride);
-#pragma unroll
-      for (int u = 0; u < Unroll; ++u)
-        if (base + u * stride < packs) dst_packs[base + u * stride] = v[u];
-    }
+    const auto s = reinterpret_cast<std::uintptr_t>(src), d = reinterpret_cast<std::uintptr_t>(dst);
+    const std::size_t word = s % 16 == d % 16 ? 16 : s % 4 == d % 4 ? 4 : 1;
+    const std::size_t lead = (word - s % word) % word;
+    const std::size_t head = bytes < lead ? bytes : lead;
+    const std::size_t words = (bytes - head) / word;
+    if (word == 16) copy_words<uint4, Unroll>(src + head, dst + head, words, first, stride);
+    if (word == 4) copy_words<unsigned, Unroll>(src + head, dst + head, words, first, stride);
+    const std::size_t tail = word == 1 ? 0 : head + words * word;
     for (std::size_t i = first; i < head; i += stride) dst[i] = __ldcg(src + i);
-    for (std::size_t i = head + packs * 16 + first; i < bytes; i += stride) dst[i] = __ldcg(src + i);
+    for (std::size_t i = tail + first; i < bytes; i += stride) dst[i] = __ldcg(src + i);
   }
 }
 

@@ -483,6 +483,58 @@ TEST(EngineWorker, RunsReducesAndCopiesInOrder) {
   EXPECT_EQ(worker->launches(), 1u) << "a busy worker with a long idle limit stays up";
 }
 
+// A list of copies at every alignment class (16-byte, 4-byte and byte
+// accesses; heads and tails), from a few bytes to past a MiB, by the
+// launched kernel and by the worker's blocks; bytes outside them untouched.
+TEST(EngineCopyList, EveryAlignmentAndSizeByKernelAndWorker) {
+  constexpr std::size_t kBytes = (std::size_t{3} << 20) + 4096;
+  DeviceBuffer source(kBytes), target(kBytes);
+  std::vector<std::uint8_t> data(kBytes), before(kBytes);
+  for (std::size_t i = 0; i < kBytes; ++i) {
+    data[i] = static_cast<std::uint8_t>(i * 2654435761u >> 13);
+    before[i] = static_cast<std::uint8_t>(~data[i]);
+  }
+  source.fill(data);
+  // (source offset, target offset, bytes): equal misalignment mod 16, mod 4
+  // only, and neither; some shorter than their head.
+  const std::size_t cases[][3] = {{0, 0, 1 << 20},  {3, 19, 100000}, {4, 8, 87380},  {1, 2, 4099},
+                                  {12, 44, 3},      {5, 5, 11},      {7, 3, 65541},  {16, 48, 16},
+                                  {2, 6, 70001},    {9, 25, 0},      {13, 1, 1},     {6, 10, 262147},
+                                  {0, 4, 4096 * 3}, {15, 15, 17},    {8, 0, 1048579}, {11, 23, 30}};
+  static_assert(sizeof(cases) / sizeof(cases[0]) == kMaxListedCopies, "one list");
+  CopyListArgs list{};
+  std::size_t from = 0, to = 0;
+  std::vector<std::uint8_t> expected = before;
+  for (const auto& c : cases) {
+    list.sources[list.count] = static_cast<char*>(source.ptr) + from + c[0];
+    list.destinations[list.count] = static_cast<char*>(target.ptr) + to + c[1];
+    list.bytes[list.count++] = c[2];
+    std::memcpy(expected.data() + to + c[1], data.data() + from + c[0], c[2]);
+    from += c[0] + c[2] / 2;  // sources overlap: copies only read them
+    to += c[1] + c[2] + 32;
+  }
+  ASSERT_LE(to, kBytes);
+  gpu::Stream stream = nullptr;
+  ASSERT_EQ(device()->stream_create(&stream), Status::kOk);
+  target.fill(before);
+  ASSERT_EQ(launch_copies(device(), list, stream), Status::kOk);
+  ASSERT_EQ(device()->stream_synchronize(stream), Status::kOk);
+  EXPECT_TRUE(target.read<std::uint8_t>() == expected) << "launched kernel";
+  device()->stream_destroy(stream);
+
+  auto worker = Worker::create(device(), 0, 4, 100000);
+  ASSERT_NE(worker, nullptr);
+  for (int blocks : {1, 3}) {
+    target.fill(before);
+    WorkItem item{};
+    item.kind = WorkKind::kCopies;
+    item.blocks = blocks;
+    item.copies = list;
+    ASSERT_EQ(worker->run(item), Status::kOk);
+    EXPECT_TRUE(target.read<std::uint8_t>() == expected) << "worker, " << blocks << " blocks";
+  }
+}
+
 TEST(EngineWorker, StartsAgainAfterLeavingIdle) {
   // Idle limit 0: the worker leaves as soon as it finds no work, so calls
   // race its exit; none may be lost or run twice.
