@@ -777,8 +777,8 @@ Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, cons
     case AllreduceAlgorithm::kOneShot:
       return run_direct_reduce(comm, buffers, where, count, type, op, {0, count}, /*one_shot=*/true);
     case AllreduceAlgorithm::kTwoShot:
-      return run_direct_reduce(comm, buffers, where, count, type, op, direct_part(comm.rank(), comm.size(), count, type),
-                               /*one_shot=*/false);
+      return run_direct_reduce(comm, buffers, where, count, type, op,
+                               direct_part(comm.rank(), comm.size(), count, type), /*one_shot=*/false);
     case AllreduceAlgorithm::kCopyEngine:
       return run_copy_engine_reduce(comm, buffers, where, count, type, op);
     case AllreduceAlgorithm::kOneShotLl:  // taken above, as are LL128, ring, tree and cepush
@@ -992,7 +992,8 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   // Every non-root rank pulls the root's buffer with its copy engine (or
   // its GPU's leader pulls for it).
   count_bcast_run(BcastAlgorithm::kPull);
-  if (comm.by_gpu_leaders()) return finish_together(comm, run_bcast_by_gpu_leaders(comm, all, where, buffer, bytes, root), clock);
+  if (comm.by_gpu_leaders())
+    return finish_together(comm, run_bcast_by_gpu_leaders(comm, all, where, buffer, bytes, root), clock);
   Status local = Status::kOk;
   if (comm.rank() != root) {
     local = [&] {
@@ -1075,7 +1076,8 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
   if (transport == EngineTransport::kShm)
     return finish_together(
         comm, run_shm_alltoallv(comm, where, send, send_span, offsets, recv, recv_bytes, recv_offsets), clock);
-  if (by_leaders) return finish_together(comm, run_alltoallv_by_gpu_leaders(comm, all, where, send, recv, offsets), clock);
+  if (by_leaders)
+    return finish_together(comm, run_alltoallv_by_gpu_leaders(comm, all, where, send, recv, offsets), clock);
 
   // Each rank pulls its blocks from every peer with the copy engines, a few
   // streams in parallel; its own block is a local copy on a stream of its own.

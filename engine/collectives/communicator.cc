@@ -137,8 +137,9 @@ std::vector<PeerTransport> plan_peer_transports(int rank, const std::vector<Rank
 bool ranks_take_turns_on_a_gpu(const std::vector<RankIdentity>& ranks) {
   for (std::size_t a = 0; a < ranks.size(); ++a)
     for (std::size_t b = a + 1; b < ranks.size(); ++b)
-      if (ranks[a].host_hash == ranks[b].host_hash && ranks[a].pid != ranks[b].pid &&
-          ranks[a].backend == ranks[b].backend && ranks[a].device_key == ranks[b].device_key && (ranks[a].takes_turns || ranks[b].takes_turns))
+      if (ranks[a].has_device && ranks[b].has_device && ranks[a].host_hash == ranks[b].host_hash &&
+          ranks[a].pid != ranks[b].pid && ranks[a].backend == ranks[b].backend &&
+          ranks[a].device_key == ranks[b].device_key && (ranks[a].takes_turns || ranks[b].takes_turns))
         return true;
   return false;
 }
@@ -150,9 +151,8 @@ std::vector<int> gpu_leaders(const std::vector<RankIdentity>& ranks) {
   for (int r = 0; r < n; ++r) {
     leader[r] = r;
     for (int s = 0; s < r && leader[r] == r; ++s)
-      if (ranks[s].host_hash == ranks[r].host_hash && ranks[s].backend == ranks[r].backend &&
-          ranks[r].backend != static_cast<std::int32_t>(gpu::BackendKind::kNone) &&
-          ranks[s].device_key == ranks[r].device_key)
+      if (ranks[s].has_device && ranks[r].has_device && ranks[s].host_hash == ranks[r].host_hash &&
+          ranks[s].backend == ranks[r].backend && ranks[s].device_key == ranks[r].device_key)
         leader[r] = s;
     shared = shared || leader[r] != r;
   }
@@ -168,11 +168,12 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   gpu::Backend* backend = gpu::active_backend();
   RankIdentity mine{this_host_hash(), static_cast<std::int32_t>(getpid()),
                     static_cast<std::int32_t>(backend ? backend->kind() : gpu::BackendKind::kNone),
-                    backend ? backend->device_count() : 0, 0, 0};
+                    backend ? backend->device_count() : 0, 0, 0, 0, 0};
   int device = -1;
-  if (backend && backend->device_count() > 0 && ok(backend->current_device(&device))) {
-    mine.takes_turns = backend->processes_take_turns(device);
+  if (backend && backend->device_count() > 0 && backend->chosen_device(&device)) {
+    mine.has_device = 1;
     mine.device_key = backend->device_key(device);
+    mine.takes_turns = backend->processes_take_turns(device);
   }
   std::vector<RankIdentity> ranks(n);
   FERRY_CHECK(comm->bootstrap_->allgather(&mine, ranks.data(), sizeof(mine)));

@@ -27,10 +27,12 @@ struct RankIdentity {
   std::int32_t pid;
   std::int32_t backend;     // gpu::BackendKind of the process's active backend
   std::int32_t device_count;
-  std::int32_t takes_turns;  // its GPU runs kernels of processes in turns (gpu::Backend::processes_take_turns)
-  std::uint64_t device_key;  // gpu::Backend::device_key of its current device at set-up
+  std::int32_t has_device;   // it had chosen a device at set-up; then:
+  std::uint64_t device_key;  // gpu::Backend::device_key of that device
+  std::int32_t takes_turns;  // it runs kernels of processes in turns (gpu::Backend::processes_take_turns)
+  std::int32_t reserved;
 };
-static_assert(sizeof(RankIdentity) == 32, "RankIdentity travels between processes; keep its layout fixed");
+static_assert(sizeof(RankIdentity) == 40, "RankIdentity travels between processes; keep its layout fixed");
 
 // Whether two ranks in two processes use one GPU of one machine whose
 // processes' kernels take turns (CUDA without MPS; one process's kernels run

@@ -113,7 +113,9 @@ Status cuda_launch_direct_reduce(const DirectReduceArgs& args, gpu::Stream strea
 Status cuda_launch_copies(const CopyListArgs& args, gpu::Stream stream) {
   std::uint64_t largest = 0;
   for (int k = 0; k < args.count; ++k) largest = largest > args.bytes[k] ? largest : args.bytes[k];
-  copy_list<<<blocks_for((largest / 4 + kUnroll - 1) / kUnroll), kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(args);
+  // Enough threads for 4-byte accesses, the narrowest but bytes.
+  const unsigned blocks = blocks_for((largest / 4 + kUnroll - 1) / kUnroll);
+  copy_list<<<blocks, kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(args);
   const cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) {
     FERRY_WARN(Coll, "copy list launch failed: %s", cudaGetErrorString(error));

@@ -408,6 +408,9 @@ class CudaBackend final : public Backend {
     ensure_device_for_thread(device_count_);
     return FERRY_CUDA(cudaGetDevice(device));
   }
+  bool chosen_device(int* device) override {
+    return cuda_thread_has_context() && cudaGetDevice(device) == cudaSuccess;
+  }
 
  private:
   int device_count_;

@@ -78,6 +78,9 @@ class Backend {
     *device = 0;
     return Status::kOk;
   }
+  // The device this thread has chosen, if it has (nothing is set up to
+  // answer: CUDA makes no context).
+  virtual bool chosen_device(int* device) { return ok(current_device(device)); }
 
   virtual Status device_alloc(std::size_t bytes, void** ptr) = 0;
   virtual Status device_free(void* ptr) = 0;

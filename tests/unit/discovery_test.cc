@@ -334,7 +334,7 @@ constexpr auto kCuda = static_cast<std::int32_t>(gpu::BackendKind::kCuda);
 
 std::vector<RankIdentity> one_machine(int n, std::int32_t backend) {
   std::vector<RankIdentity> ranks;
-  for (int r = 0; r < n; ++r) ranks.push_back({42, 1000 + r, backend, 1, 0});
+  for (int r = 0; r < n; ++r) ranks.push_back({42, 1000 + r, backend, 1, backend != 0, 0, 0, 0});
   return ranks;
 }
 
@@ -489,6 +489,8 @@ TEST(TopoPlan, NoWorkerWhereTwoProcessesTakeTurnsOnOneGpu) {
   EXPECT_FALSE(ranks_take_turns_on_a_gpu(ranks));  // the same key on two machines
   ranks[2].host_hash = ranks[0].host_hash;
   EXPECT_TRUE(ranks_take_turns_on_a_gpu(ranks));
+  ranks[2].has_device = 0;
+  EXPECT_FALSE(ranks_take_turns_on_a_gpu(ranks));
   EXPECT_FALSE(ranks_take_turns_on_a_gpu(one_machine(4, kEmulated)));  // host threads: no time slices
 }
 
@@ -497,6 +499,9 @@ TEST(TopoPlan, TheLowestRankOnEachGpuLeadsIt) {
   const std::uint64_t gpu_of_rank[] = {7, 8, 7, 9, 8, 7};
   for (int r = 0; r < 6; ++r) ranks[r].device_key = gpu_of_rank[r];
   EXPECT_EQ(gpu_leaders(ranks), (std::vector<int>{0, 1, 0, 3, 1, 0}));
+  ranks[2].has_device = 0;  // no device chosen: no GPU of its own to share
+  EXPECT_EQ(gpu_leaders(ranks), (std::vector<int>{0, 1, 2, 3, 1, 0}));
+  ranks[2].has_device = 1;
   ranks[5].host_hash = 99;  // the same key on another machine is another GPU
   ranks[4].backend = kEmulated;
   EXPECT_EQ(gpu_leaders(ranks), (std::vector<int>{0, 1, 0, 3, 4, 5}));
