@@ -15,6 +15,7 @@
 
 #include "engine/collectives/collectives.h"
 #include "engine/collectives/executor.h"
+#include "engine/collectives/schedule.h"
 #include "engine/common/params.h"
 #include "engine/transport/p2p.h"
 #include "engine/transport/shm.h"
@@ -33,20 +34,30 @@ enum class Kind : std::uint32_t { kAllreduce = 1, kBcast = 2, kAlltoallv = 3 };
 // read everyone's entries, which says when a slot may be written again; and
 // how far it has finished reading its peers' buffers (bcast and alltoallv
 // pull from the root's or senders' buffers, which those ranks must keep
-// until then).
+// until then); and, where ranks share a GPU and its leader does the device
+// work of all of them (Communicator::gpu_leader), how far a leader has
+// finished it: a call is done on every rank once every leader is through it.
 constexpr std::uint64_t kBoardEntries = 1024;
 struct BoardEntry {
   std::atomic<std::uint64_t> call;  // the call this entry is for (1, 2, ...); written last
   std::uint32_t eligible;
   Kind kind;
-  ExportedBuffer buffer;                   // Ibcast: the root's; Ialltoallv: the send buffer
+  // Ibcast: the root's (with GPU leaders: every rank's); Ialltoallv: the
+  // send buffer; Iallreduce with GPU leaders: the input.
+  ExportedBuffer buffer;
   std::uint64_t offsets[kMaxDirectRanks];  // Ialltoallv: where the block for each rank starts
+  // With GPU leaders, what a leader writes for this rank: Ialltoallv's
+  // receive buffer and its blocks; Iallreduce's output.
+  ExportedBuffer received;
+  std::uint64_t recv_offsets[kMaxDirectRanks];
+  std::uint64_t recv_bytes[kMaxDirectRanks];
 };
-static_assert(sizeof(BoardEntry) == 256, "BoardEntry is shared between processes; keep its layout fixed");
+static_assert(sizeof(BoardEntry) == 624, "BoardEntry is shared between processes; keep its layout fixed");
 struct BoardPart {
   BoardEntry entries[kBoardEntries];
   alignas(64) std::atomic<std::uint64_t> read_through;
   alignas(64) std::atomic<std::uint64_t> pulled_through;
+  alignas(64) std::atomic<std::uint64_t> led_through;
 };
 
 enum class Stage {
@@ -97,8 +108,10 @@ struct CommState {
   gpu::Backend* backend = nullptr;
   int device = 0;
   // The copy-engine push's landing slots are made (not where ranks share a
-  // GPU): the same on every rank. Without them MPI_Iallreduce is staged.
+  // GPU): the same on every rank. Without them MPI_Iallreduce is staged,
+  // unless GPU leaders do the work.
   bool allreduce_ready = false;
+  bool by_leaders = false;  // Communicator::by_gpu_leaders: the same on every rank
   std::unique_ptr<SharedSegments> board;
   PeerMemory peers{true};
   gpu::Stream pull_stream = nullptr;  // Ibcast's and Ialltoallv's copies, in call order
@@ -226,12 +239,103 @@ Status queue_pulls_locked(CommState& state, Op& op) {
   return state.backend->event_record(op.done_event, state.pull_stream);
 }
 
+// With GPU leaders, this leader's device work for the ranks of its GPU:
+// Ibcast's copies of the root's buffer into theirs, Ialltoallv's blocks into
+// their receive buffers (copy-list kernels), Iallreduce's slice of every
+// rank's input into every rank's output (a slice a leader).
+Status queue_led_work_locked(CommState& state, Op& op) {
+  Communicator& engine = *state.engine;
+  const int n = engine.size();
+  const int me = engine.rank();
+  const auto entry = [&](int rank) -> const BoardEntry& { return state.part(rank).entries[op.call % kBoardEntries]; };
+  // This rank's buffers as they are, a peer's mapped here.
+  const auto buffer_of = [&](int rank, const ExportedBuffer& exported, void* own, void** out) {
+    if (rank == me) {
+      *out = own;
+      return Status::kOk;
+    }
+    return map_peer_locked(state, op, exported, out);
+  };
+  FERRY_TRACE(Coll, "%s, call %llu: the device work of its GPU's ranks, as their leader",
+              function_name(function_of(op.kind)), static_cast<unsigned long long>(op.call));
+  FERRY_CHECK(state.backend->set_device(state.device));
+  if (op.kind == Kind::kAllreduce) {
+    DirectReduceArgs args{};
+    int leaders = 0, part = 0;
+    for (int r = 0; r < n; ++r) {
+      if (engine.gpu_leader(r) != r) continue;
+      part += r < me;
+      ++leaders;
+    }
+    const std::size_t count = static_cast<std::size_t>(op.count);
+    const ElementRange slice =
+        direct_slice(part, leaders, count, std::max<std::size_t>(1, 16 / data_type_size(op.type)));
+    const std::size_t offset = slice.begin * data_type_size(op.type);
+    void* own_input = const_cast<void*>(op.send ? op.send : op.recv);
+    for (int r = 0; r < n; ++r) {
+      void* input = nullptr;
+      void* output = nullptr;
+      FERRY_CHECK(buffer_of(r, entry(r).buffer, own_input, &input));
+      FERRY_CHECK(buffer_of(r, entry(r).received, op.recv, &output));
+      args.inputs[r] = static_cast<char*>(input) + offset;
+      args.outputs[r] = static_cast<char*>(output) + offset;
+    }
+    args.ninputs = args.noutputs = n;
+    args.count = slice.size();
+    args.type = op.type;
+    args.op = op.reduce;
+    FERRY_CHECK(launch_direct_reduce(state.backend, args, state.pull_stream));
+  } else {
+    CopyListArgs list{};
+    const auto add = [&](void* destination, const void* source, std::uint64_t bytes) {
+      if (bytes == 0) return Status::kOk;
+      list.destinations[list.count] = destination;
+      list.sources[list.count] = source;
+      list.bytes[list.count] = bytes;
+      if (++list.count < kMaxListedCopies) return Status::kOk;
+      const Status launched = launch_copies(state.backend, list, state.pull_stream);
+      list.count = 0;
+      return launched;
+    };
+    for (int receiver = 0; receiver < n; ++receiver) {
+      if (engine.gpu_leader(receiver) != me) continue;
+      if (op.kind == Kind::kBcast) {
+        if (receiver == op.root) continue;
+        void *source = nullptr, *destination = nullptr;
+        FERRY_CHECK(buffer_of(op.root, entry(op.root).buffer, op.recv, &source));
+        FERRY_CHECK(buffer_of(receiver, entry(receiver).buffer, op.recv, &destination));
+        FERRY_CHECK(add(destination, source, op.bytes));
+        continue;
+      }
+      void* received = nullptr;
+      FERRY_CHECK(buffer_of(receiver, entry(receiver).received, op.recv, &received));
+      for (int sender = 0; sender < n; ++sender) {
+        const std::uint64_t bytes = entry(receiver).recv_bytes[sender];
+        if (bytes == 0) continue;
+        void* sent = nullptr;
+        FERRY_CHECK(buffer_of(sender, entry(sender).buffer, const_cast<void*>(op.send), &sent));
+        FERRY_CHECK(add(static_cast<char*>(received) + entry(receiver).recv_offsets[sender],
+                        static_cast<const char*>(sent) + entry(sender).offsets[receiver], bytes));
+      }
+    }
+    FERRY_CHECK(launch_copies(state.backend, list, state.pull_stream));
+  }
+  return state.backend->event_record(op.done_event, state.pull_stream);
+}
+
 void queue_on_engine_locked(CommState& state, Op& op) {
   record_route(function_of(op.kind), {Route::kEngine, "every rank's buffers on the engine's device"});
   op.backend = state.backend;
+  if (state.by_leaders && state.engine->gpu_leader(state.engine->rank()) != state.engine->rank()) {
+    // Its GPU's leader does the work; this rank waits for the leaders.
+    op.deadline = handshake_deadline();
+    op.stage = Stage::kAwaitPeers;
+    return;
+  }
   const Status status = [&] {
     FERRY_CHECK(state.backend->set_device(state.device));
     FERRY_CHECK(state.backend->event_create(&op.done_event));
+    if (state.by_leaders) return queue_led_work_locked(state, op);
     if (op.kind != Kind::kAllreduce) return queue_pulls_locked(state, op);
     return queue_nonblocking_allreduce(*state.engine, op.send, op.recv, static_cast<std::size_t>(op.count), op.type,
                                        op.reduce, op.done_event);
@@ -239,7 +343,8 @@ void queue_on_engine_locked(CommState& state, Op& op) {
   op.deadline = handshake_deadline();
   if (!ok(status)) {
     FERRY_WARN(Coll, "%s on the engine failed: %s", function_name(function_of(op.kind)), status_name(status));
-    if (op.kind == Kind::kAllreduce) abandon_nonblocking_allreduces(*state.engine, op.recv, status);
+    if (op.kind == Kind::kAllreduce && !state.by_leaders)
+      abandon_nonblocking_allreduces(*state.engine, op.recv, status);
     finish_locked(op, status == Status::kOutOfMemory ? MPI_ERR_NO_MEM : MPI_ERR_OTHER);
     return;
   }
@@ -326,6 +431,22 @@ bool peers_pulled(CommState& state, std::uint64_t call) {
   return true;
 }
 
+// With GPU leaders: whether every leader is through call (so every buffer of
+// it is read and written).
+bool leaders_through(CommState& state, std::uint64_t call) {
+  for (int r = 0; r < state.engine->size(); ++r)
+    if (state.engine->gpu_leader(r) == r && state.part(r).led_through.load(std::memory_order_acquire) < call)
+      return false;
+  return true;
+}
+
+// Raises a mark of this rank's on the board to call: calls finish in call
+// order on one stream, but an earlier call's event may be seen done after a
+// later one's, so the mark only grows.
+void raise_mark(std::atomic<std::uint64_t>& mark, std::uint64_t call) {
+  if (mark.load(std::memory_order_relaxed) < call) mark.store(call, std::memory_order_release);
+}
+
 // Looks once at each issued call of state; true when any finished.
 bool poll_locked(CommState& state, bool mpi_thread) {
   bool finished = false;
@@ -338,28 +459,28 @@ bool poll_locked(CommState& state, bool mpi_thread) {
       if (!ok(status) || (!done && timed_out)) {
         FERRY_WARN(Coll, "%s on the engine %s", function_name(function_of(op.kind)),
                    ok(status) ? "timed out" : status_name(status));
-        if (op.kind == Kind::kAllreduce)
+        if (op.kind == Kind::kAllreduce && !state.by_leaders)
           abandon_nonblocking_allreduces(*state.engine, op.recv, ok(status) ? Status::kTimeout : status);
         finish_locked(op, MPI_ERR_OTHER);
         finished = true;
         continue;  // finish_locked removed it
       }
       if (done) {
-        if (op.kind == Kind::kAllreduce) {
+        if (op.kind == Kind::kAllreduce && !state.by_leaders) {
           finish_locked(op, MPI_SUCCESS);
           finished = true;
           continue;
         }
-        // Pulls finish in call order (one stream), but an earlier call's
-        // event may be seen done after a later one's: the mark only grows.
-        std::atomic<std::uint64_t>& pulled = state.part(state.engine->rank()).pulled_through;
-        if (pulled.load(std::memory_order_relaxed) < op.call) pulled.store(op.call, std::memory_order_release);
+        BoardPart& mine = state.part(state.engine->rank());
+        raise_mark(state.by_leaders ? mine.led_through : mine.pulled_through, op.call);
         op.stage = Stage::kAwaitPeers;
       }
     }
     if (op.stage == Stage::kAwaitPeers) {
-      const bool others_read = op.kind == Kind::kBcast && state.engine->rank() != op.root ? true
-                                                                                           : peers_pulled(state, op.call);
+      const bool others_read = state.by_leaders ? leaders_through(state, op.call)
+                               : op.kind == Kind::kBcast && state.engine->rank() != op.root
+                                   ? true
+                                   : peers_pulled(state, op.call);
       if (others_read || timed_out) {
         if (!others_read) FERRY_WARN(Coll, "%s: peers did not finish reading within FERRY_HANDSHAKE_TIMEOUT",
                                      function_name(function_of(op.kind)));
@@ -445,6 +566,7 @@ CommState* state_for(MPI_Comm comm) {
   const Status status = [&] {
     if (!ready) return Status::kOk;
     FERRY_CHECK(state->backend->current_device(&state->device));
+    state->by_leaders = engine->by_gpu_leaders();
     FERRY_CHECK(
         prepare_nonblocking_allreduce(*engine, state->backend, state->device, &state->allreduce_ready));
     FERRY_CHECK(SharedSegments::create(engine->bootstrap(), nullptr, sizeof(BoardPart), &state->board));
@@ -562,7 +684,7 @@ bool start_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype
     return false;
   RouteDecision route;
   CommState* state = taking(FunctionId::kIallreduce, comm, {sendbuf, recvbuf}, &route);
-  if (!state || !state->allreduce_ready) return false;
+  if (!state || !(state->allreduce_ready || state->by_leaders)) return false;
   count_bytes(FunctionId::kIallreduce, count, datatype);
   auto call = std::make_unique<Op>();
   call->kind = Kind::kAllreduce;
@@ -573,10 +695,19 @@ bool start_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype
   call->mpi_op = op;
   call->type = type;
   call->reduce = reduce;
+  // With GPU leaders, one of them reads the input and writes the output.
+  ExportedBuffer input{}, output{};
   call->eligible = route.route == Route::kEngine &&
-                   nonblocking_allreduce_possible(*state->engine, call->send, recvbuf, count, type, reduce);
+                   (state->by_leaders ? exported(*state, call->send ? call->send : recvbuf, &input) &&
+                                            exported(*state, recvbuf, &output)
+                                      : nonblocking_allreduce_possible(*state->engine, call->send, recvbuf, count,
+                                                                       type, reduce));
   *result = start_call(
-      *state, std::move(call), route.route == Route::kPmpi, [](BoardEntry&) {},
+      *state, std::move(call), route.route == Route::kPmpi,
+      [&](BoardEntry& entry) {
+        entry.buffer = input;
+        entry.received = output;
+      },
       [&](MPI_Comm fallback) { return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, fallback, request); },
       request);
   return true;
@@ -599,8 +730,10 @@ bool start_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_C
   ExportedBuffer mine{};
   const bool root_valid = root >= 0 && root < state->engine->size();
   const gpu::PointerInfo info = gpu::classify(buffer);
+  // The root's buffer is pulled; with GPU leaders, every rank's is written
+  // by one.
   call->eligible = route.route == Route::kEngine && root_valid && count > 0 && dense_data_type(datatype, &element) &&
-                   (state->engine->rank() == root
+                   (state->engine->rank() == root || state->by_leaders
                         ? exported(*state, buffer, &mine)
                         : info.kind == gpu::MemoryKind::kDevice && info.device == state->device);
   call->bytes = static_cast<std::size_t>(count) * element;
@@ -641,15 +774,21 @@ bool start_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
     call->recv_bytes.push_back(static_cast<std::size_t>(recvcounts[p]) * recv_size);
     call->recv_offsets.push_back(static_cast<std::size_t>(rdispls[p]) * recv_size);
   }
-  ExportedBuffer mine{};
+  ExportedBuffer mine{}, received{};
   const gpu::PointerInfo recv_info = gpu::classify(recvbuf);
+  // With GPU leaders, one of them writes the receive buffer.
   call->eligible = route.route == Route::kEngine && layout_ok && exported(*state, sendbuf, &mine) &&
-                   recv_info.kind == gpu::MemoryKind::kDevice && recv_info.device == state->device;
+                   (state->by_leaders ? exported(*state, recvbuf, &received)
+                                      : recv_info.kind == gpu::MemoryKind::kDevice && recv_info.device == state->device);
+  const Op& made = *call;
   *result = start_call(
       *state, std::move(call), route.route == Route::kPmpi,
       [&](BoardEntry& entry) {
         entry.buffer = mine;
         std::copy(offsets, offsets + kMaxDirectRanks, entry.offsets);
+        entry.received = received;
+        std::copy(made.recv_offsets.begin(), made.recv_offsets.end(), entry.recv_offsets);
+        std::copy(made.recv_bytes.begin(), made.recv_bytes.end(), entry.recv_bytes);
       },
       [&](MPI_Comm fallback) {
         return PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,

@@ -291,8 +291,11 @@ void progress_without_mpi_calls() {
   const Datatype f64{MPI_DOUBLE, "MPI_DOUBLE"};
   const std::string detail = "no MPI call until the result is there";
   // Ranks sharing a GPU stage MPI_Iallreduce (its copy-engine push would
-  // wait on the other process's time slices): its result needs the wait.
-  const bool allreduce_moves_alone = !ranks_share_a_gpu();
+  // wait on the other process's time slices) unless one rank a GPU does the
+  // device work (FERRY_GPU_LEADER; by default only where the GPU takes
+  // turns, which this program cannot see): then its result needs the wait.
+  const char* leading = std::getenv("FERRY_GPU_LEADER");
+  const bool allreduce_moves_alone = !ranks_share_a_gpu() || (leading && std::string(leading) == "on");
   MPI_Request requests[3];
   std::vector<Posted> posted;
   posted.push_back(post_sum<double>(MPI_COMM_WORLD, f64, 100003, Layout::device, &requests[0], detail));
