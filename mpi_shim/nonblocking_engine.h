@@ -8,7 +8,11 @@
 // copy-engine pulls from the peers' buffers for bcast and alltoallv): no
 // MPI call is needed for it to move, so it overlaps the application's
 // computation. A rank whose buffers the peers pull from completes once
-// they say (on the board) that they have read them. When some rank cannot (host buffers there),
+// they say (on the board) that they have read them. Where ranks share a GPU
+// and its leader does their device work (Communicator::gpu_leader), the
+// leaders queue it for their GPU's ranks (Iallreduce too, as a direct
+// reduce) and every rank completes once every leader says it is through.
+// When some rank cannot (host buffers there),
 // every rank runs the call through the real MPI on a duplicate of the
 // communicator (device buffers staged), posted by the next MPI call the
 // application makes. The completion calls (requests.cc) complete the
