@@ -51,8 +51,11 @@ struct BoardEntry {
   ExportedBuffer received;
   std::uint64_t recv_offsets[kMaxDirectRanks];
   std::uint64_t recv_bytes[kMaxDirectRanks];
+  // Set by a GPU leader whose device work for the call failed.
+  std::atomic<std::uint32_t> led_failed;
+  std::uint32_t reserved;
 };
-static_assert(sizeof(BoardEntry) == 624, "BoardEntry is shared between processes; keep its layout fixed");
+static_assert(sizeof(BoardEntry) == 632, "BoardEntry is shared between processes; keep its layout fixed");
 struct BoardPart {
   BoardEntry entries[kBoardEntries];
   alignas(64) std::atomic<std::uint64_t> read_through;
@@ -323,10 +326,21 @@ Status queue_led_work_locked(CommState& state, Op& op) {
   return state.backend->event_record(op.done_event, state.pull_stream);
 }
 
+// Whether this rank is a GPU leader of state's communicator.
+bool leads(CommState& state) {
+  return state.by_leaders && state.engine->gpu_leader(state.engine->rank()) == state.engine->rank();
+}
+
+// A leader's device work for op failed: the ranks waiting for it see so.
+void mark_led_failure_locked(CommState& state, const Op& op) {
+  if (leads(state))
+    state.part(state.engine->rank()).entries[op.call % kBoardEntries].led_failed.store(1, std::memory_order_release);
+}
+
 void queue_on_engine_locked(CommState& state, Op& op) {
   record_route(function_of(op.kind), {Route::kEngine, "every rank's buffers on the engine's device"});
   op.backend = state.backend;
-  if (state.by_leaders && state.engine->gpu_leader(state.engine->rank()) != state.engine->rank()) {
+  if (state.by_leaders && !leads(state)) {
     // Its GPU's leader does the work; this rank waits for the leaders.
     op.deadline = handshake_deadline();
     op.stage = Stage::kAwaitPeers;
@@ -345,6 +359,7 @@ void queue_on_engine_locked(CommState& state, Op& op) {
     FERRY_WARN(Coll, "%s on the engine failed: %s", function_name(function_of(op.kind)), status_name(status));
     if (op.kind == Kind::kAllreduce && !state.by_leaders)
       abandon_nonblocking_allreduces(*state.engine, op.recv, status);
+    mark_led_failure_locked(state, op);
     finish_locked(op, status == Status::kOutOfMemory ? MPI_ERR_NO_MEM : MPI_ERR_OTHER);
     return;
   }
@@ -440,6 +455,19 @@ bool leaders_through(CommState& state, std::uint64_t call) {
   return true;
 }
 
+// With GPU leaders: whether a leader failed its device work for call (its
+// board entry says so; one that no longer holds call cannot tell, and counts
+// as failed). Asked after leaders_through, which a leader raises later.
+bool leader_failed(CommState& state, std::uint64_t call) {
+  for (int r = 0; r < state.engine->size(); ++r) {
+    if (state.engine->gpu_leader(r) != r) continue;
+    const BoardEntry& entry = state.part(r).entries[call % kBoardEntries];
+    if (entry.call.load(std::memory_order_acquire) != call || entry.led_failed.load(std::memory_order_acquire))
+      return true;
+  }
+  return false;
+}
+
 // Raises a mark of this rank's on the board to call: calls finish in call
 // order on one stream, but an earlier call's event may be seen done after a
 // later one's, so the mark only grows.
@@ -461,6 +489,7 @@ bool poll_locked(CommState& state, bool mpi_thread) {
                    ok(status) ? "timed out" : status_name(status));
         if (op.kind == Kind::kAllreduce && !state.by_leaders)
           abandon_nonblocking_allreduces(*state.engine, op.recv, ok(status) ? Status::kTimeout : status);
+        mark_led_failure_locked(state, op);
         finish_locked(op, MPI_ERR_OTHER);
         finished = true;
         continue;  // finish_locked removed it
@@ -476,11 +505,24 @@ bool poll_locked(CommState& state, bool mpi_thread) {
         op.stage = Stage::kAwaitPeers;
       }
     }
-    if (op.stage == Stage::kAwaitPeers) {
-      const bool others_read = state.by_leaders ? leaders_through(state, op.call)
-                               : op.kind == Kind::kBcast && state.engine->rank() != op.root
-                                   ? true
-                                   : peers_pulled(state, op.call);
+    if (op.stage == Stage::kAwaitPeers && state.by_leaders) {
+      const bool through = leaders_through(state, op.call);
+      if (leader_failed(state, op.call) || (!through && timed_out)) {
+        FERRY_WARN(Coll, "%s: %s", function_name(function_of(op.kind)),
+                   through || !timed_out ? "a GPU leader failed its part"
+                                         : "GPU leaders did not finish within FERRY_HANDSHAKE_TIMEOUT");
+        finish_locked(op, MPI_ERR_OTHER);
+        finished = true;
+        continue;
+      }
+      if (through) {
+        finish_locked(op, MPI_SUCCESS);
+        finished = true;
+        continue;
+      }
+    } else if (op.stage == Stage::kAwaitPeers) {
+      const bool others_read =
+          (op.kind == Kind::kBcast && state.engine->rank() != op.root) || peers_pulled(state, op.call);
       if (others_read || timed_out) {
         if (!others_read) FERRY_WARN(Coll, "%s: peers did not finish reading within FERRY_HANDSHAKE_TIMEOUT",
                                      function_name(function_of(op.kind)));
@@ -622,6 +664,7 @@ int start_call(CommState& state, std::unique_ptr<Op> op, bool host_only, FillEnt
   entry.eligible = op->eligible ? 1 : 0;
   entry.kind = op->kind;
   fill_entry(entry);
+  entry.led_failed.store(0, std::memory_order_relaxed);
   entry.call.store(call, std::memory_order_release);
 
   if (!op->eligible && host_only && state.unissued.empty()) {
@@ -777,9 +820,12 @@ bool start_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
   ExportedBuffer mine{}, received{};
   const gpu::PointerInfo recv_info = gpu::classify(recvbuf);
   // With GPU leaders, one of them writes the receive buffer.
-  call->eligible = route.route == Route::kEngine && layout_ok && exported(*state, sendbuf, &mine) &&
-                   (state->by_leaders ? exported(*state, recvbuf, &received)
-                                      : recv_info.kind == gpu::MemoryKind::kDevice && recv_info.device == state->device);
+  const auto receive_ready = [&] {
+    return state->by_leaders ? exported(*state, recvbuf, &received)
+                             : recv_info.kind == gpu::MemoryKind::kDevice && recv_info.device == state->device;
+  };
+  call->eligible =
+      route.route == Route::kEngine && layout_ok && exported(*state, sendbuf, &mine) && receive_ready();
   const Op& made = *call;
   *result = start_call(
       *state, std::move(call), route.route == Route::kPmpi,
