@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <complex>
 #include <cstring>
 #include <random>
@@ -209,6 +210,37 @@ TEST(EngineAllreduce, TheForcedAlgorithmRuns) {
     device()->device_free(buffer);
   });
   EXPECT_GE(allreduce_choice_count(forced), before + 3) << algorithm_info(forced).name << " did not run";
+}
+
+// Under FERRY_GPU_LEADER=on (the engine_collectives.gpu_leader test), every
+// rank shares the emulated device, so rank 0 does the device work of all:
+// the tests above then check its results for every rank, and this one that
+// it is so.
+TEST(EngineAllreduce, OneRankDoesTheDeviceWorkOfEveryRankOnItsGpu) {
+  if (params().gpu_leader != "on") GTEST_SKIP() << "needs FERRY_GPU_LEADER=on";
+  constexpr int kRanks = 5;
+  constexpr std::size_t kCount = 100003;
+  run_ranks(kRanks, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
+    std::unique_ptr<Communicator> comm;
+    ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
+    ASSERT_TRUE(comm->by_gpu_leaders());
+    EXPECT_EQ(comm->gpu_leader(rank), 0);
+    auto value = [](int r, std::size_t i) { return static_cast<std::int64_t>((i * 2654435761u + r * 97) % 100000); };
+    std::vector<std::int64_t> mine(kCount);
+    for (std::size_t i = 0; i < kCount; ++i) mine[i] = value(rank, i);
+    void* buffer = device_copy_of(mine.data(), kCount * sizeof(std::int64_t));
+    bool ran = false;
+    ASSERT_EQ(allreduce(*comm, nullptr, buffer, kCount, DataType::kInt64, ReduceOp::kMax, true, &ran), Status::kOk);
+    ASSERT_TRUE(ran);
+    const std::vector<char> got = host_copy_of(buffer, kCount * sizeof(std::int64_t));
+    for (std::size_t i = 0; i < kCount; ++i) {
+      std::int64_t expected = value(0, i), actual = 0;
+      for (int r = 1; r < kRanks; ++r) expected = std::max(expected, value(r, i));
+      std::memcpy(&actual, got.data() + i * sizeof(actual), sizeof(actual));
+      ASSERT_EQ(actual, expected) << "rank " << rank << " element " << i;
+    }
+    device()->device_free(buffer);
+  });
 }
 
 TEST(EngineAllreduce, AnIneligibleRankMakesEveryRankFallBack) {
