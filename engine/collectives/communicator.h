@@ -36,10 +36,10 @@ static_assert(sizeof(RankIdentity) == 40, "RankIdentity travels between processe
 
 // Whether two ranks in two processes use one GPU of one machine whose
 // processes' kernels take turns (CUDA without MPS; one process's kernels run
-// at once). A resident kernel (the engine worker) then holds
-// the GPU through its process's time slices: a call waits out the other
-// process's slice at every step (2.5 ms an 8-byte LL allreduce on one H200),
-// so such a communicator runs no worker.
+// at once). A resident kernel (the engine worker) then holds the GPU through
+// its process's time slices: a call waits out the other process's slice at
+// every step (2.5 ms an 8-byte LL allreduce on one H200), so such a
+// communicator runs no worker.
 bool ranks_take_turns_on_a_gpu(const std::vector<RankIdentity>& ranks);
 
 // For each rank, the lowest rank on its GPU (one machine, one device
@@ -213,8 +213,8 @@ class Communicator {
 
   std::unique_ptr<Bootstrap> bootstrap_;
   bool all_peers_mapped_ = false;
-  bool no_worker_ = false;          // ranks_take_turns_on_a_gpu
-  std::vector<int> gpu_leader_;     // gpu_leaders, or empty: each rank does its own device work
+  bool no_worker_ = false;       // ranks_take_turns_on_a_gpu
+  std::vector<int> gpu_leader_;  // gpu_leaders, or empty: each rank does its own device work
   std::vector<PeerTransport> transports_;
   PeerMemory peer_memory_;
   std::unique_ptr<SharedSegments> shm_;
