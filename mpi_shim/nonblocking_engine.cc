@@ -264,15 +264,9 @@ Status queue_led_work_locked(CommState& state, Op& op) {
   FERRY_CHECK(state.backend->set_device(state.device));
   if (op.kind == Kind::kAllreduce) {
     DirectReduceArgs args{};
-    int leaders = 0, part = 0;
-    for (int r = 0; r < n; ++r) {
-      if (engine.gpu_leader(r) != r) continue;
-      part += r < me;
-      ++leaders;
-    }
     const std::size_t count = static_cast<std::size_t>(op.count);
-    const ElementRange slice =
-        direct_slice(part, leaders, count, std::max<std::size_t>(1, 16 / data_type_size(op.type)));
+    const ElementRange slice = direct_slice(engine.gpu_leaders_before_me(), engine.gpu_leader_count(), count,
+                                            std::max<std::size_t>(1, 16 / data_type_size(op.type)));
     const std::size_t offset = slice.begin * data_type_size(op.type);
     void* own_input = const_cast<void*>(op.send ? op.send : op.recv);
     for (int r = 0; r < n; ++r) {

@@ -653,12 +653,7 @@ Status run_allreduce_by_gpu_leaders(Communicator& comm, const std::vector<Handsh
                                     const void* input, void* output, std::size_t count, DataType type, ReduceOp op) {
   const int me = comm.rank();
   if (comm.gpu_leader(me) != me) return Status::kOk;
-  int leaders = 0, part = 0;
-  for (int r = 0; r < comm.size(); ++r) {
-    if (comm.gpu_leader(r) != r) continue;
-    part += r < me;
-    ++leaders;
-  }
+  const int part = comm.gpu_leaders_before_me(), leaders = comm.gpu_leader_count();
   FERRY_TRACE(Coll, "allreduce of %zu elements: slice %d of %d for every rank, as its GPU's leader", count, part,
               leaders);
   MappedBuffers buffers{};

@@ -280,6 +280,18 @@ Status Communicator::scratch_for(gpu::Backend* backend, int device, std::size_t 
   return Status::kOk;
 }
 
+int Communicator::gpu_leader_count() const {
+  int leaders = 0;
+  for (int r = 0; r < static_cast<int>(gpu_leader_.size()); ++r) leaders += gpu_leader_[r] == r;
+  return leaders;
+}
+
+int Communicator::gpu_leaders_before_me() const {
+  int before = 0;
+  for (int r = 0; r < rank(); ++r) before += gpu_leader_[r] == r;
+  return before;
+}
+
 Worker* Communicator::worker_for(gpu::Backend* backend, int device) {
   if (no_worker_) return nullptr;
   auto it = workers_.find({backend, device});

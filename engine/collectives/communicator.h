@@ -101,6 +101,10 @@ class Communicator {
   // (FERRY_GPU_LEADER; gpu_leaders), and which rank leads rank's GPU.
   bool by_gpu_leaders() const { return !gpu_leader_.empty(); }
   int gpu_leader(int rank) const { return gpu_leader_[rank]; }
+  // How many GPU leaders there are, and how many of them come before this
+  // rank (its slice of an allreduce they share).
+  int gpu_leader_count() const;
+  int gpu_leaders_before_me() const;
 
   // Stream `index` on device of backend, created on first use and kept
   // (urgent: gpu::Backend::stream_create_urgent, when it is created).

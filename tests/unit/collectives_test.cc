@@ -225,6 +225,8 @@ TEST(EngineAllreduce, OneRankDoesTheDeviceWorkOfEveryRankOnItsGpu) {
     ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
     ASSERT_TRUE(comm->by_gpu_leaders());
     EXPECT_EQ(comm->gpu_leader(rank), 0);
+    EXPECT_EQ(comm->gpu_leader_count(), 1);
+    EXPECT_EQ(comm->gpu_leaders_before_me(), rank == 0 ? 0 : 1);
     auto value = [](int r, std::size_t i) { return static_cast<std::int64_t>((i * 2654435761u + r * 97) % 100000); };
     std::vector<std::int64_t> mine(kCount);
     for (std::size_t i = 0; i < kCount; ++i) mine[i] = value(rank, i);
