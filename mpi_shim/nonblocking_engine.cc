@@ -264,9 +264,8 @@ Status queue_led_work_locked(CommState& state, Op& op) {
   FERRY_CHECK(state.backend->set_device(state.device));
   if (op.kind == Kind::kAllreduce) {
     DirectReduceArgs args{};
-    const std::size_t count = static_cast<std::size_t>(op.count);
-    const ElementRange slice = direct_slice(engine.gpu_leaders_before_me(), engine.gpu_leader_count(), count,
-                                            std::max<std::size_t>(1, 16 / data_type_size(op.type)));
+    const ElementRange slice = direct_part(engine.gpu_leaders_before_me(), engine.gpu_leader_count(),
+                                           static_cast<std::size_t>(op.count), op.type);
     const std::size_t offset = slice.begin * data_type_size(op.type);
     void* own_input = const_cast<void*>(op.send ? op.send : op.recv);
     for (int r = 0; r < n; ++r) {
@@ -282,40 +281,35 @@ Status queue_led_work_locked(CommState& state, Op& op) {
     args.type = op.type;
     args.op = op.reduce;
     FERRY_CHECK(launch_direct_reduce(state.backend, args, state.pull_stream));
+  } else if (op.kind == Kind::kBcast) {
+    CopyListLauncher copies(state.backend, state.pull_stream);
+    void* source = nullptr;  // the root's, mapped at the first receiver
+    for (int receiver = 0; receiver < n; ++receiver) {
+      if (receiver == op.root || engine.gpu_leader(receiver) != me) continue;
+      if (!source) FERRY_CHECK(buffer_of(op.root, entry(op.root).buffer, op.recv, &source));
+      void* destination = nullptr;
+      FERRY_CHECK(buffer_of(receiver, entry(receiver).buffer, op.recv, &destination));
+      FERRY_CHECK(copies.add(destination, source, op.bytes));
+    }
+    FERRY_CHECK(copies.finish());
   } else {
-    CopyListArgs list{};
-    const auto add = [&](void* destination, const void* source, std::uint64_t bytes) {
-      if (bytes == 0) return Status::kOk;
-      list.destinations[list.count] = destination;
-      list.sources[list.count] = source;
-      list.bytes[list.count] = bytes;
-      if (++list.count < kMaxListedCopies) return Status::kOk;
-      const Status launched = launch_copies(state.backend, list, state.pull_stream);
-      list.count = 0;
-      return launched;
-    };
+    // Each sender's buffer, mapped at its first block for this GPU's ranks.
+    std::vector<void*> sent(n, nullptr);
+    CopyListLauncher blocks(state.backend, state.pull_stream);
     for (int receiver = 0; receiver < n; ++receiver) {
       if (engine.gpu_leader(receiver) != me) continue;
-      if (op.kind == Kind::kBcast) {
-        if (receiver == op.root) continue;
-        void *source = nullptr, *destination = nullptr;
-        FERRY_CHECK(buffer_of(op.root, entry(op.root).buffer, op.recv, &source));
-        FERRY_CHECK(buffer_of(receiver, entry(receiver).buffer, op.recv, &destination));
-        FERRY_CHECK(add(destination, source, op.bytes));
-        continue;
-      }
       void* received = nullptr;
       FERRY_CHECK(buffer_of(receiver, entry(receiver).received, op.recv, &received));
       for (int sender = 0; sender < n; ++sender) {
         const std::uint64_t bytes = entry(receiver).recv_bytes[sender];
         if (bytes == 0) continue;
-        void* sent = nullptr;
-        FERRY_CHECK(buffer_of(sender, entry(sender).buffer, const_cast<void*>(op.send), &sent));
-        FERRY_CHECK(add(static_cast<char*>(received) + entry(receiver).recv_offsets[sender],
-                        static_cast<const char*>(sent) + entry(sender).offsets[receiver], bytes));
+        if (!sent[sender])
+          FERRY_CHECK(buffer_of(sender, entry(sender).buffer, const_cast<void*>(op.send), &sent[sender]));
+        FERRY_CHECK(blocks.add(static_cast<char*>(received) + entry(receiver).recv_offsets[sender],
+                               static_cast<const char*>(sent[sender]) + entry(sender).offsets[receiver], bytes));
       }
     }
-    FERRY_CHECK(launch_copies(state.backend, list, state.pull_stream));
+    FERRY_CHECK(blocks.finish());
   }
   return state.backend->event_record(op.done_event, state.pull_stream);
 }

@@ -194,11 +194,6 @@ Status run_on_worker(Worker& worker, std::size_t bytes, WorkItem item) {
   return worker.run(item);
 }
 
-// Slices of a direct reduce start on 16-byte boundaries.
-ElementRange direct_part(int part, int parts, std::size_t count, DataType type) {
-  return direct_slice(part, parts, count, std::max<std::size_t>(1, 16 / data_type_size(type)));
-}
-
 // One-shot and two-shot: SM loads straight from the peers' buffers. The
 // elements of slice of every rank's input are reduced into this rank's
 // output (one-shot: the whole range), or into every rank's (two-shot: a
@@ -681,17 +676,13 @@ Status run_bcast_by_gpu_leaders(Communicator& comm, const std::vector<Handshake>
   std::vector<void*> mapped(wanted.size());
   FERRY_CHECK(comm.peer_memory().import_buffers(wanted.data(), wanted.size(), mapped.data()));
   const void* source = root == me ? buffer : mapped.back();
-  CopyListArgs copies{};
-  for (std::size_t i = 0, next = 0; i < receivers.size(); ++i) {
-    copies.sources[i] = source;
-    copies.destinations[i] = receivers[i] == me ? buffer : mapped[next++];
-    copies.bytes[i] = bytes;
-  }
-  copies.count = static_cast<std::int32_t>(receivers.size());
   gpu::Stream stream = nullptr;
   FERRY_CHECK(where.backend->set_device(where.device));
   FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
-  FERRY_CHECK(launch_copies(where.backend, copies, stream));
+  CopyListLauncher copies(where.backend, stream);
+  std::size_t next = 0;
+  for (int r : receivers) FERRY_CHECK(copies.add(r == me ? buffer : mapped[next++], source, bytes));
+  FERRY_CHECK(copies.finish());
   return where.backend->stream_synchronize(stream);
 }
 
@@ -727,24 +718,16 @@ Status run_alltoallv_by_gpu_leaders(Communicator& comm, const std::vector<Handsh
   FERRY_CHECK(where.backend->set_device(where.device));
   FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
   // One kernel a list of blocks.
-  CopyListArgs list{};
-  int blocks = 0;
+  CopyListLauncher blocks(where.backend, stream);
   for (int receiver = 0; receiver < n; ++receiver) {
     if (comm.gpu_leader(receiver) != me) continue;
-    for (int sender = 0; sender < n; ++sender) {
-      const std::uint64_t bytes = layout(receiver, kRecvBytes, sender);
-      if (bytes == 0) continue;
-      list.sources[list.count] = at(sends[sender], layout(sender, kSendOffsets, receiver));
-      list.destinations[list.count] = at(recvs[receiver], layout(receiver, kRecvOffsets, sender));
-      list.bytes[list.count] = bytes;
-      ++blocks;
-      if (++list.count < kMaxListedCopies) continue;
-      FERRY_CHECK(launch_copies(where.backend, list, stream));
-      list.count = 0;
-    }
+    for (int sender = 0; sender < n; ++sender)
+      FERRY_CHECK(blocks.add(at(recvs[receiver], layout(receiver, kRecvOffsets, sender)),
+                             at(sends[sender], layout(sender, kSendOffsets, receiver)),
+                             layout(receiver, kRecvBytes, sender)));
   }
-  FERRY_CHECK(launch_copies(where.backend, list, stream));
-  FERRY_TRACE(Coll, "alltoallv: %d blocks into the buffers of its GPU's ranks, as their leader", blocks);
+  FERRY_CHECK(blocks.finish());
+  FERRY_TRACE(Coll, "alltoallv: %d blocks into the buffers of its GPU's ranks, as their leader", blocks.copies());
   return where.backend->stream_synchronize(stream);
 }
 

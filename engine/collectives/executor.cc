@@ -68,4 +68,19 @@ Status launch_copies(gpu::Backend* backend, const CopyListArgs& args, gpu::Strea
   }
 }
 
+Status CopyListLauncher::add(void* destination, const void* source, std::uint64_t bytes) {
+  if (bytes == 0) return Status::kOk;
+  list_.destinations[list_.count] = destination;
+  list_.sources[list_.count] = source;
+  list_.bytes[list_.count] = bytes;
+  ++copies_;
+  return ++list_.count < kMaxListedCopies ? Status::kOk : finish();
+}
+
+Status CopyListLauncher::finish() {
+  const Status launched = launch_copies(backend_, list_, stream_);
+  list_.count = 0;
+  return launched;
+}
+
 }  // namespace ferry

@@ -40,6 +40,23 @@ struct CopyListArgs {
 
 Status launch_copies(gpu::Backend* backend, const CopyListArgs& args, gpu::Stream stream);
 
+// Copies gathered into lists, each launched on stream (launch_copies) as
+// it fills; finish() launches the rest.
+class CopyListLauncher {
+ public:
+  CopyListLauncher(gpu::Backend* backend, gpu::Stream stream) : backend_(backend), stream_(stream) {}
+  // An empty copy adds nothing.
+  Status add(void* destination, const void* source, std::uint64_t bytes);
+  Status finish();
+  int copies() const { return copies_; }  // added so far
+
+ private:
+  gpu::Backend* backend_;
+  gpu::Stream stream_;
+  CopyListArgs list_{};
+  int copies_ = 0;
+};
+
 // The emulated device's direct reduce, run now on the calling thread.
 Status run_direct_reduce_on_host(gpu::Backend* backend, const DirectReduceArgs& args);
 

@@ -16,6 +16,10 @@ ElementRange direct_slice(int rank, int nranks, std::size_t count, std::size_t a
   return {begin, end};
 }
 
+ElementRange direct_part(int part, int parts, std::size_t count, DataType type) {
+  return direct_slice(part, parts, count, std::max<std::size_t>(1, 16 / data_type_size(type)));
+}
+
 std::size_t pipeline_chunk_elements(std::size_t slice_elements, std::size_t element_bytes,
                                     std::size_t max_chunk_bytes) {
   // At least four chunks keep the pull, reduce and push stages overlapped;

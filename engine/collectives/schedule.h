@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "engine/common/types.h"
 #include "engine/topology/search.h"
 
 namespace ferry {
@@ -23,6 +24,8 @@ struct ElementRange {
 // output. Slices tile [0, count), are disjoint, and start on multiples of
 // align elements (so vector loads stay aligned) except where count runs out.
 ElementRange direct_slice(int rank, int nranks, std::size_t count, std::size_t align);
+// direct_slice for elements of type, slices starting on 16-byte boundaries.
+ElementRange direct_part(int part, int parts, std::size_t count, DataType type);
 
 // The pipeline chunks of a slice: chunk c covers [begin + c * chunk, ...).
 std::size_t pipeline_chunk_elements(std::size_t slice_elements, std::size_t element_bytes,
