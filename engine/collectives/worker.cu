@@ -17,6 +17,11 @@
 #include "engine/collectives/pack_device.cuh"
 #include "engine/collectives/worker.h"
 #include "engine/collectives/worker_common.h"
+#ifdef FERRY_WORKER_TIMELINE
+#include <cstdio>
+
+#include "engine/common/params.h"
+#endif
 
 namespace ferry {
 namespace {
@@ -31,6 +36,16 @@ Status from_cuda(cudaError_t error, const char* what) {
 }
 #define FERRY_CUDA(call) from_cuda((call), #call)
 constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread and input
+
+#ifdef FERRY_WORKER_TIMELINE
+// Diagnostic builds only (cmake -DFERRY_WORKER_TIMELINE=ON): block 0's time
+// in each phase of its items, summed on the GPU and printed (FERRY_STATS)
+// when the worker goes away. Phases: the doorbell seen to the item decoded
+// and every thread told; the block's share; the fence before the report.
+enum TimelinePhase { kTimelineTake, kTimelineRun, kTimelineFence, kTimelinePhases };
+__device__ unsigned long long g_timeline_ns[kTimelinePhases];
+__device__ unsigned long long g_timeline_items;
+#endif
 
 // What the worker's blocks share in device memory. Block 0 passes an item
 // shared among all blocks on as its doorbell words, again as LL words
@@ -110,8 +125,30 @@ __device__ __forceinline__ void store_line(void* at, std::uint32_t data0, std::u
                : "memory");
 }
 
+// A bounded wait's limit, set only once a wait has spun a while: a call
+// whose data is already there needs none, and a deadline set at the start
+// of every call measured 0.25 us slower on an 8-byte LL allreduce on one
+// H200 (bench/RESULTS.md).
+class WaitLimit {
+ public:
+  __device__ explicit WaitLimit(std::uint32_t timeout_ms) : timeout_ms_(timeout_ms) {}
+  // Called every kSpinsPerCheck spins: true once the limit has passed since
+  // the first check.
+  __device__ bool passed() {
+    if (timeout_ms_ == 0) return false;
+    const std::uint64_t now = now_ns();
+    if (deadline_ == 0) deadline_ = now + timeout_ms_ * 1000000ull;
+    return now > deadline_;
+  }
+  static constexpr unsigned kSpinsPerCheck = 1024;
+
+ private:
+  std::uint32_t timeout_ms_;
+  std::uint64_t deadline_ = 0;
+};
+
 // Waits until both lines of a chunk carry flag; false on timeout.
-__device__ bool wait_chunk(const void* at, std::uint32_t flag, std::uint64_t deadline, uint4* data) {
+__device__ bool wait_chunk(const void* at, std::uint32_t flag, WaitLimit& limit, uint4* data) {
   for (unsigned spins = 0;; ++spins) {
     std::uint32_t a0, f0, a1, f1, b0, g0, b1, g1;
     asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -126,12 +163,8 @@ __device__ bool wait_chunk(const void* at, std::uint32_t flag, std::uint64_t dea
       *data = make_uint4(a0, a1, b0, b1);
       return true;
     }
-    if (spins % 1024 == 1023 && now_ns() > deadline) return false;
+    if (spins % WaitLimit::kSpinsPerCheck == WaitLimit::kSpinsPerCheck - 1 && limit.passed()) return false;
   }
-}
-
-__device__ std::uint64_t deadline_after(std::uint32_t timeout_ms) {
-  return timeout_ms ? now_ns() + timeout_ms * 1000000ull : ~0ull;
 }
 
 // Up to 16 bytes at `at`, `valid` of them (zeros after): 8- or 4-byte loads
@@ -221,13 +254,60 @@ struct ChunkWalk {
 
 __device__ std::size_t chunks_of(std::size_t bytes) { return (bytes + kLlChunkBytes - 1) / kLlChunkBytes; }
 
+// How an LL allreduce reduces a 16-byte pack of peer data into its own:
+// the one step that depends on (type, op). The pairs most calls reduce
+// each get a body of their own, inlined into the kernel (TypedPackReduce);
+// every other pair shares one body that picks its reduction per pack
+// (AnyPackReduce). A body per pair behind a call cost an 8-byte call
+// 0.6 us on one H200, mostly the call's saved registers coming back from
+// local memory, which the worker's fences leave out of L1; choosing per
+// pack cost 0.15 us more than a body of its own at 8 bytes, and up to 0.7
+// at 32-256 KiB between two ranks (bench/RESULTS.md).
+template <typename T, ReduceOp Op>
+struct TypedPackReduce {
+  __device__ void operator()(uint4& acc, const uint4& value) const {
+    Pack<T> into, from;
+    memcpy(&into, &acc, 16);
+    memcpy(&from, &value, 16);
+    into = reduce_pack<T, Op>(into, from);
+    memcpy(&acc, &into, 16);
+  }
+};
+
+struct AnyPackReduce {
+  DataType type;
+  ReduceOp op;
+
+  struct Visitor {
+    uint4& acc;
+    const uint4& value;
+    template <typename T, ReduceOp Op>
+    __device__ void run() {
+      TypedPackReduce<T, Op>{}(acc, value);
+    }
+  };
+  __device__ void operator()(uint4& acc, const uint4& value) const {
+    Visitor visitor{acc, value};
+    dispatch_reduction(type, op, visitor);
+  }
+};
+
+struct ElementBytes {
+  std::size_t bytes = 0;
+  template <typename T, ReduceOp Op>
+  __device__ void run() {
+    bytes = sizeof(T);
+  }
+};
+
 // Every thread sends its chunks to every peer first, then reduces, in rank
 // order (the same result on every rank), what arrives for them. Its own
 // chunk is read again for the reduction: no other thread writes it, even
 // in place.
-template <typename T, ReduceOp Op>
-__device__ __forceinline__ bool ll_allreduce_share(const LlAllreduceArgs& a, unsigned block, unsigned blocks) {
-  const std::size_t bytes = a.count * sizeof(T);
+template <typename PackReduce>
+__device__ __forceinline__ bool ll_allreduce_share(const LlAllreduceArgs& a, std::size_t element_bytes,
+                                                   PackReduce reduce, unsigned block, unsigned blocks) {
+  const std::size_t bytes = a.count * element_bytes;
   const std::size_t chunks = chunks_of(bytes);
   const auto* input = static_cast<const unsigned char*>(a.input);
   const ChunkWalk walk(block, blocks);
@@ -240,10 +320,10 @@ __device__ __forceinline__ bool ll_allreduce_share(const LlAllreduceArgs& a, uns
       store_line(line + sizeof(LlLine), own.z, own.w, a.flag);
     }
   }
-  const std::uint64_t deadline = deadline_after(a.timeout_ms);
+  WaitLimit limit(a.timeout_ms);
   bool ok = true;
   for (std::size_t c = walk.first; c < chunks && ok; c += walk.stride) {
-    Pack<T> acc;
+    uint4 acc;
     const uint4 own = load_chunk(input, c, bytes);  // in flight while the peers' lines are polled
     for (int r = 0; r < a.nranks && ok; ++r) {
       uint4 data;
@@ -251,15 +331,14 @@ __device__ __forceinline__ bool ll_allreduce_share(const LlAllreduceArgs& a, uns
         data = own;
       } else {
         ok = wait_chunk(static_cast<const char*>(a.buffers[a.rank]) + ll_chunk_offset(a.parity, r, c, a.nranks),
-                        a.flag, deadline, &data);
+                        a.flag, limit, &data);
       }
-      Pack<T> value;
-      memcpy(&value, &data, 16);
-      acc = r == 0 ? value : reduce_pack<T, Op>(acc, value);
+      if (r == 0)
+        acc = data;
+      else
+        reduce(acc, data);
     }
-    uint4 result;
-    memcpy(&result, &acc, 16);
-    if (ok) store_chunk(static_cast<unsigned char*>(a.output), c, bytes, result);
+    if (ok) store_chunk(static_cast<unsigned char*>(a.output), c, bytes, acc);
   }
   return ok;
 }
@@ -285,11 +364,11 @@ __device__ void ll_send(void* receiver_buffer, const LlRoute& route, int sender,
 // This thread's chunks from sender's slot of this rank's buffer into dst;
 // false on timeout.
 __device__ bool ll_receive(const void* own_buffer, const LlRoute& route, int sender, void* dst, std::size_t bytes,
-                           std::uint64_t deadline, const ChunkWalk& walk) {
+                           WaitLimit& limit, const ChunkWalk& walk) {
   for (std::size_t c = walk.first; c < chunks_of(bytes); c += walk.stride) {
     uint4 v;
     if (!wait_chunk(static_cast<const char*>(own_buffer) + ll_chunk_offset(route.parity, sender, c, route.nranks),
-                    route.flag, deadline, &v))
+                    route.flag, limit, &v))
       return false;
     store_chunk(static_cast<unsigned char*>(dst), c, bytes, v);
   }
@@ -304,7 +383,8 @@ __device__ bool ll_bcast_share(const LlBcastArgs& b, unsigned block, unsigned bl
       if (p != b.root) ll_send(b.buffers[p], route, b.root, b.buffer, b.bytes, walk);
     return true;
   }
-  return ll_receive(b.buffers[b.rank], route, b.root, b.buffer, b.bytes, deadline_after(b.timeout_ms), walk);
+  WaitLimit limit(b.timeout_ms);
+  return ll_receive(b.buffers[b.rank], route, b.root, b.buffer, b.bytes, limit, walk);
 }
 
 __device__ bool ll_alltoallv_share(const LlAlltoallvArgs& a, unsigned block, unsigned blocks) {
@@ -316,11 +396,11 @@ __device__ bool ll_alltoallv_share(const LlAlltoallvArgs& a, unsigned block, uns
   for (std::size_t c = walk.first; c < chunks_of(own); c += walk.stride)
     store_chunk(static_cast<unsigned char*>(a.recv[a.rank]), c, own,
                 load_chunk(static_cast<const unsigned char*>(a.send[a.rank]), c, own));
-  const std::uint64_t deadline = deadline_after(a.timeout_ms);
+  WaitLimit limit(a.timeout_ms);
   bool ok = true;
   for (int p = 0; p < a.nranks && ok; ++p)
     if (p != a.rank && a.recv_bytes[p] > 0)
-      ok = ll_receive(a.buffers[a.rank], route, p, a.recv[p], a.recv_bytes[p], deadline, walk);
+      ok = ll_receive(a.buffers[a.rank], route, p, a.recv[p], a.recv_bytes[p], limit, walk);
   return ok;
 }
 
@@ -374,7 +454,7 @@ __device__ std::size_t ll128_lines_of(std::size_t bytes) { return (bytes + kLl12
 // Waits until this lane's lines (those `active`) carry flag, for the whole
 // warp at once (the wait is warp-uniform); false on timeout.
 __device__ bool wait_ll128(const char* const (&at)[kLl128Unroll], const bool (&active)[kLl128Unroll], bool flag_lane,
-                           std::uint64_t flag_word, std::uint64_t deadline, uint4 (&data)[kLl128Unroll]) {
+                           std::uint64_t flag_word, WaitLimit& limit, uint4 (&data)[kLl128Unroll]) {
   for (unsigned spins = 0;; ++spins) {
     std::uint64_t low[kLl128Unroll], high[kLl128Unroll];
 #pragma unroll
@@ -394,7 +474,8 @@ __device__ bool wait_ll128(const char* const (&at)[kLl128Unroll], const bool (&a
       }
       return true;
     }
-    if (spins % 1024 == 1023 && __any_sync(kFullWarp, now_ns() > deadline)) return false;
+    if (spins % WaitLimit::kSpinsPerCheck == WaitLimit::kSpinsPerCheck - 1 && __any_sync(kFullWarp, limit.passed()))
+      return false;
   }
 }
 
@@ -443,7 +524,7 @@ __device__ __forceinline__ bool ll128_allreduce_share(const LlAllreduceArgs& a, 
   const std::uint64_t flag_word = ll128_flag_word(a.flag);
   const bool flag_lane = walk.lane_in_line == kLl128LanesPerLine - 1;
   const std::size_t lane_offset = walk.lane_in_line * 16;
-  const std::uint64_t deadline = deadline_after(a.timeout_ms);
+  WaitLimit limit(a.timeout_ms);
   bool ok = true;
   for (std::size_t base = walk.first; base < lines && ok; base += walk.stride) {
     bool active[kLl128Unroll];
@@ -467,7 +548,7 @@ __device__ __forceinline__ bool ll128_allreduce_share(const LlAllreduceArgs& a, 
 #pragma unroll
         for (int u = 0; u < kLl128Unroll; ++u) at[u] = slot + (active[u] ? walk.line(base, u) : 0) * kLl128LineBytes;
         __syncwarp();
-        ok = wait_ll128(at, active, flag_lane, flag_word, deadline, data);
+        ok = wait_ll128(at, active, flag_lane, flag_word, limit, data);
       }
 #pragma unroll
       for (int u = 0; u < kLl128Unroll; ++u) {
@@ -498,42 +579,16 @@ struct WorkerLl128Allreduce {
   }
 };
 
-struct WorkerLlAllreduce {
-  const LlAllreduceArgs& args;
-  unsigned block, blocks;
-  bool ok = true;
-
-  template <typename T, ReduceOp Op>
-  __device__ void run() {
-    ok = ll_allreduce_share<T, Op>(args, block, blocks);
-  }
-};
-
-// One function per kind of item, every (type, op) pair's body inlined
-// into it: the kernel calls a handful of functions rather than one per
-// pair. Each call site costs every thread a save area of stack, and the
-// driver sets aside stack for every thread the GPU can hold: with a call
-// per pair, 25 KB a thread, 6.4 GB of an H200 while the worker runs
-// (bench/worker-latency).
+// Direct reduces and LL128 allreduces: one function per kind of item,
+// every (type, op) pair's body inlined into it, so the kernel calls a
+// handful of functions rather than one per pair. Each call site costs
+// every thread a save area of stack, and the driver sets aside stack for
+// every thread the GPU can hold: with a call per pair, 25 KB a thread,
+// 6.4 GB of an H200 while the worker runs (bench/worker-latency).
 __device__ __noinline__ bool direct_reduce_item(const DirectReduceArgs& args, unsigned block, unsigned blocks) {
   WorkerReduce visitor{args, block, blocks};
   return dispatch_reduction(args.type, args.op, visitor);
 }
-
-// 1: done; 0: timed out; -1: the pair is not one it reduces.
-__device__ __noinline__ int ll_allreduce_item(const LlAllreduceArgs& args, unsigned block, unsigned blocks) {
-  WorkerLlAllreduce visitor{args, block, blocks};
-  if (!dispatch_reduction(args.type, args.op, visitor)) return -1;
-  return visitor.ok;
-}
-
-struct ElementBytes {
-  std::size_t bytes = 0;
-  template <typename T, ReduceOp Op>
-  __device__ void run() {
-    bytes = sizeof(T);
-  }
-};
 
 __device__ __noinline__ int ll128_allreduce_item(const LlAllreduceArgs& args, unsigned block, unsigned blocks) {
   if (!ll128_reduces(args.type, args.op)) return -1;
@@ -543,6 +598,29 @@ __device__ __noinline__ int ll128_allreduce_item(const LlAllreduceArgs& args, un
   WorkerLl128Allreduce visitor{args, block, blocks};
   dispatch_reduction(args.type, args.op, visitor);
   return visitor.ok;
+}
+
+// An LL allreduce: 1 done, 0 timed out, -1 a pair MPI does not define.
+// Sums of floats, doubles and 32- and 64-bit integers, and minima and
+// maxima of doubles (time steps, norms) have bodies of their own.
+__device__ __forceinline__ int ll_allreduce_item(const LlAllreduceArgs& a, unsigned block, unsigned blocks) {
+  using Op = ReduceOp;
+  const auto is = [&](DataType type, ReduceOp op) { return a.type == type && a.op == op; };
+  if (is(DataType::kFloat32, Op::kSum))
+    return ll_allreduce_share(a, 4, TypedPackReduce<float, Op::kSum>{}, block, blocks);
+  if (is(DataType::kFloat64, Op::kSum))
+    return ll_allreduce_share(a, 8, TypedPackReduce<double, Op::kSum>{}, block, blocks);
+  if (is(DataType::kFloat64, Op::kMin))
+    return ll_allreduce_share(a, 8, TypedPackReduce<double, Op::kMin>{}, block, blocks);
+  if (is(DataType::kFloat64, Op::kMax))
+    return ll_allreduce_share(a, 8, TypedPackReduce<double, Op::kMax>{}, block, blocks);
+  if (is(DataType::kInt32, Op::kSum))
+    return ll_allreduce_share(a, 4, TypedPackReduce<std::int32_t, Op::kSum>{}, block, blocks);
+  if (is(DataType::kInt64, Op::kSum))
+    return ll_allreduce_share(a, 8, TypedPackReduce<std::int64_t, Op::kSum>{}, block, blocks);
+  ElementBytes element;
+  if (!dispatch_reduction(a.type, a.op, element)) return -1;
+  return ll_allreduce_share(a, element.bytes, AnyPackReduce{a.type, a.op}, block, blocks);
 }
 
 // Runs this block's share; returns 0 or the Status the item failed with.
@@ -689,10 +767,16 @@ __global__ void __launch_bounds__(kWorkerThreads, 4)
   const bool leader = blockIdx.x == 0;
   std::uint32_t last = last_shared ? doorbell_flag(last_shared) : 0;  // other blocks: the last item run
   for (;;) {
+#ifdef FERRY_WORKER_TIMELINE
+    std::uint64_t arrived_ns = 0;
+#endif
     if (threadIdx.x < 32) {
       std::uint64_t published = 0;
       const bool arrived =
           leader ? wait_doorbell(box, next, idle_ns, words) : wait_published(state, last, launch, words, &published);
+#ifdef FERRY_WORKER_TIMELINE
+      arrived_ns = now_ns();
+#endif
       // A shared item whose words hold it all goes on to the other blocks
       // at once, before decoding: 1.4 us sooner on 2x H200 than after the
       // block's barriers (bench/worker-latency).
@@ -724,8 +808,12 @@ __global__ void __launch_bounds__(kWorkerThreads, 4)
         continue;
       }
     }
-    if (!decoded) copy_item(&item, leader ? &box->item : &state->item);
-    __syncthreads();
+    // An item the doorbell held whole is in `item` since the barrier above;
+    // another is copied in first.
+    if (!decoded) {
+      copy_item(&item, leader ? &box->item : &state->item);
+      __syncthreads();
+    }
     if (leader) {
       next = sequence + 1;
       if (share > 1 && !decoded) {  // the item itself goes first, then its words
@@ -736,9 +824,15 @@ __global__ void __launch_bounds__(kWorkerThreads, 4)
       }
     }
 
+#ifdef FERRY_WORKER_TIMELINE
+    const std::uint64_t started_ns = now_ns();
+#endif
     const std::int32_t failure = run_share(item, blockIdx.x, share);
     __syncthreads();
     if (threadIdx.x != 0) continue;
+#ifdef FERRY_WORKER_TIMELINE
+    const std::uint64_t ran_ns = now_ns();
+#endif
     if (failure) *reinterpret_cast<volatile std::int32_t*>(&box->failed) = failure;
     // The block's results (ordered before this thread's fence by the
     // barrier) are in place before the report. The fence must be SC: with a
@@ -758,6 +852,15 @@ __global__ void __launch_bounds__(kWorkerThreads, 4)
     else
       __threadfence();
     *reinterpret_cast<volatile std::uint64_t*>(leader ? &box->done : &box->block_done[blockIdx.x]) = sequence;
+#ifdef FERRY_WORKER_TIMELINE
+    if (leader) {
+      const std::uint64_t fenced_ns = now_ns();
+      g_timeline_ns[kTimelineTake] += started_ns - arrived_ns;
+      g_timeline_ns[kTimelineRun] += ran_ns - started_ns;
+      g_timeline_ns[kTimelineFence] += fenced_ns - ran_ns;
+      ++g_timeline_items;
+    }
+#endif
   }
 }
 
@@ -804,6 +907,15 @@ class CudaWorkerDevice final : public WorkerDevice {
 
   ~CudaWorkerDevice() override {
     join();
+#ifdef FERRY_WORKER_TIMELINE
+    unsigned long long ns[kTimelinePhases] = {}, items = 0;
+    if (params().stats && cudaMemcpyFromSymbol(ns, g_timeline_ns, sizeof(ns)) == cudaSuccess &&
+        cudaMemcpyFromSymbol(&items, g_timeline_items, sizeof(items)) == cudaSuccess && items > 0)
+      std::fprintf(stderr,
+                   "ferry worker timeline (device %d, block 0, %llu items), mean ns: take %.0f run %.0f fence %.0f\n",
+                   device_, items, double(ns[kTimelineTake]) / items, double(ns[kTimelineRun]) / items,
+                   double(ns[kTimelineFence]) / items);
+#endif
     if (stream_) cudaStreamDestroy(stream_);
     if (state_) cudaFree(state_);
     if (box_) cudaFreeHost(box_);
