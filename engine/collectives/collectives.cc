@@ -440,8 +440,12 @@ bool ll_ready(Communicator& comm, EngineTransport transport, const Placement& wh
          comm.ll_possible(where.backend, where.device);
 }
 
-// Bcast's default LL range (the pull beyond, as measured on 2x H200).
+// Bcast's default LL range, the pull beyond: as measured on 2x H200, and,
+// with every rank on one GPU (MPS), up to 256 KiB (bench/RESULTS.md: 8.1-8.7
+// against 13.3-13.4 us at 32-256 KiB on one H200, two ranks; 14.1 against
+// 13.5 at 512 KiB).
 constexpr std::size_t kLlBcastMaxBytes = 16 << 10;
+constexpr std::size_t kLlBcastOneGpuMaxBytes = 256 << 10;
 
 // Worker blocks for an LL call that moves bytes per rank: one block answers
 // small calls without handing the item to the others; larger ones take a
@@ -925,7 +929,8 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
     // FERRY_TUNE's algorithm where it can run, else the engine's choice:
     // above 16 KiB the copy engine's pull measured faster than LL on every
     // worker block (2x H200: 10.1 against 11.1 us at 32 KiB; LL on blocks
-    // by size, worker.h, is not yet measured over NVLink).
+    // by size, worker.h, is not yet measured over NVLink), but not with
+    // every rank on one GPU (kLlBcastOneGpuMaxBytes).
     // Asked only where LL is wanted: the check starts the engine worker.
     auto ll_possible = [&] { return ll_ready(comm, transport, where, bytes); };
     const bool chain_possible = transport == EngineTransport::kP2p && comm.size() >= kChainMinRanks &&
@@ -933,10 +938,12 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
     BcastAlgorithm planned = tuned_bcast(bytes);
     if ((planned == BcastAlgorithm::kLl && !ll_possible()) || (planned == BcastAlgorithm::kChain && !chain_possible))
       planned = BcastAlgorithm::kCount;
-    if (planned == BcastAlgorithm::kCount)
-      planned = bytes <= kLlBcastMaxBytes && ll_possible() ? BcastAlgorithm::kLl
-                : bytes >= kChainMinBytes && chain_possible   ? BcastAlgorithm::kChain
-                                                              : BcastAlgorithm::kPull;
+    if (planned == BcastAlgorithm::kCount) {
+      const std::size_t ll_max_bytes = comm.on_one_gpu() ? kLlBcastOneGpuMaxBytes : kLlBcastMaxBytes;
+      planned = bytes <= ll_max_bytes && ll_possible()            ? BcastAlgorithm::kLl
+                : bytes >= kChainMinBytes && chain_possible       ? BcastAlgorithm::kChain
+                                                                  : BcastAlgorithm::kPull;
+    }
     if (planned == BcastAlgorithm::kChain && !gate.try_enter(where.backend, where.device))
       planned = BcastAlgorithm::kPull;
     mine.algorithm = planned == BcastAlgorithm::kLl      ? kLlPath

@@ -144,6 +144,14 @@ bool ranks_take_turns_on_a_gpu(const std::vector<RankIdentity>& ranks) {
   return false;
 }
 
+bool ranks_share_one_gpu(const std::vector<RankIdentity>& ranks) {
+  for (const RankIdentity& r : ranks)
+    if (!r.has_device || r.host_hash != ranks[0].host_hash || r.backend != ranks[0].backend ||
+        r.device_key != ranks[0].device_key)
+      return false;
+  return !ranks.empty();
+}
+
 std::vector<int> gpu_leaders(const std::vector<RankIdentity>& ranks) {
   const int n = static_cast<int>(ranks.size());
   std::vector<int> leader(n);
@@ -178,6 +186,7 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   std::vector<RankIdentity> ranks(n);
   FERRY_CHECK(comm->bootstrap_->allgather(&mine, ranks.data(), sizeof(mine)));
   comm->no_worker_ = ranks_take_turns_on_a_gpu(ranks);
+  comm->on_one_gpu_ = ranks_share_one_gpu(ranks);
   if (comm->no_worker_) FERRY_INFO(Coll, "ranks share a GPU without MPS: no engine worker on this communicator");
   const std::string& leading = params().gpu_leader;
   if (leading == "on" || (leading != "off" && comm->no_worker_)) comm->gpu_leader_ = gpu_leaders(ranks);

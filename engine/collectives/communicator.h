@@ -42,6 +42,12 @@ static_assert(sizeof(RankIdentity) == 40, "RankIdentity travels between processe
 // communicator runs no worker.
 bool ranks_take_turns_on_a_gpu(const std::vector<RankIdentity>& ranks);
 
+// Whether every rank uses one and the same GPU (one machine, one device
+// backend, one device key; each had chosen its device at set-up), as
+// several processes under MPS do: their LL lines then stay in that GPU's
+// memory.
+bool ranks_share_one_gpu(const std::vector<RankIdentity>& ranks);
+
 // For each rank, the lowest rank on its GPU (one machine, one device
 // backend, one device key); empty when no two ranks share a GPU.
 std::vector<int> gpu_leaders(const std::vector<RankIdentity>& ranks);
@@ -105,6 +111,8 @@ class Communicator {
   // rank (its slice of an allreduce they share).
   int gpu_leader_count() const;
   int gpu_leaders_before_me() const;
+  // Every rank on one GPU (ranks_share_one_gpu).
+  bool on_one_gpu() const { return on_one_gpu_; }
 
   // Stream `index` on device of backend, created on first use and kept
   // (urgent: gpu::Backend::stream_create_urgent, when it is created).
@@ -218,6 +226,7 @@ class Communicator {
   std::unique_ptr<Bootstrap> bootstrap_;
   bool all_peers_mapped_ = false;
   bool no_worker_ = false;       // ranks_take_turns_on_a_gpu
+  bool on_one_gpu_ = false;      // ranks_share_one_gpu
   std::vector<int> gpu_leader_;  // gpu_leaders, or empty: each rank does its own device work
   std::vector<PeerTransport> transports_;
   PeerMemory peer_memory_;

@@ -313,6 +313,34 @@ TEST(EngineBcast, TheForcedAlgorithmRuns) {
   EXPECT_GE(bcast_choice_count(forced), before + 3) << bcast_algorithm_info(forced).name << " did not run";
 }
 
+// With every rank on one GPU (here the ranks share this process's device),
+// the engine's own choice for a bcast of 16-256 KiB is LL; above, the pull.
+TEST(EngineBcast, EveryRankOnOneGpuTakesLlUpTo256KiB) {
+  if (!params().stats || !params().tune.empty() || !params().worker || params().gpu_leader == "on")
+    GTEST_SKIP() << "needs FERRY_STATS=1, no FERRY_TUNE, the worker, and no forced GPU leader";
+  for (std::size_t bytes : {std::size_t{100001}, std::size_t{256} << 10, (std::size_t{256} << 10) + 4}) {
+    const bool ll = bytes <= (std::size_t{256} << 10);
+    const std::uint64_t before = bcast_choice_count(ll ? BcastAlgorithm::kLl : BcastAlgorithm::kPull);
+    std::vector<char> payload(bytes);
+    std::mt19937 rng(11);
+    for (auto& b : payload) b = static_cast<char>(rng());
+    run_ranks(2, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
+      std::unique_ptr<Communicator> comm;
+      ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
+      ASSERT_TRUE(comm->on_one_gpu());
+      std::vector<char> initial = rank == 0 ? payload : std::vector<char>(bytes, 0x5a);
+      void* buffer = device_copy_of(initial.data(), bytes);
+      bool ran = false;
+      ASSERT_EQ(bcast(*comm, buffer, bytes, 0, true, &ran), Status::kOk);
+      ASSERT_TRUE(ran);
+      EXPECT_EQ(host_copy_of(buffer, bytes), payload) << "rank " << rank;
+      device()->device_free(buffer);
+    });
+    EXPECT_EQ(bcast_choice_count(ll ? BcastAlgorithm::kLl : BcastAlgorithm::kPull), before + 2)
+        << bytes << " bytes: " << (ll ? "LL" : "the pull") << " did not run";
+  }
+}
+
 TEST(EngineAlltoallv, UnevenBlocksWithGaps) {
   for (int nranks : {1, 2, 3, 4, 6}) {
     run_ranks(nranks, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {

@@ -494,6 +494,26 @@ TEST(TopoPlan, NoWorkerWhereTwoProcessesTakeTurnsOnOneGpu) {
   EXPECT_FALSE(ranks_take_turns_on_a_gpu(one_machine(4, kEmulated)));  // host threads: no time slices
 }
 
+TEST(TopoPlan, EveryRankOnOneGpu) {
+  std::vector<RankIdentity> ranks = one_machine(3, kCuda);
+  for (RankIdentity& r : ranks) r.device_key = 7;
+  EXPECT_TRUE(ranks_share_one_gpu(ranks));  // three processes on one GPU (MPS)
+  ranks[1].device_key = 8;
+  EXPECT_FALSE(ranks_share_one_gpu(ranks));  // rank 1 on another GPU
+  ranks[1].device_key = 7;
+  ranks[2].has_device = 0;
+  EXPECT_FALSE(ranks_share_one_gpu(ranks));  // rank 2 had chosen none
+  ranks[2].has_device = 1;
+  ranks[2].host_hash = 99;
+  EXPECT_FALSE(ranks_share_one_gpu(ranks));  // the same key on another machine
+  ranks[2].host_hash = ranks[0].host_hash;
+  ranks[2].backend = kEmulated;
+  EXPECT_FALSE(ranks_share_one_gpu(ranks));
+  EXPECT_TRUE(ranks_share_one_gpu(one_machine(1, kCuda)));
+  EXPECT_FALSE(ranks_share_one_gpu(one_machine(2, 0)));  // no device backend
+  EXPECT_FALSE(ranks_share_one_gpu({}));
+}
+
 TEST(TopoPlan, TheLowestRankOnEachGpuLeadsIt) {
   std::vector<RankIdentity> ranks = one_machine(6, kCuda);
   const std::uint64_t gpu_of_rank[] = {7, 8, 7, 9, 8, 7};
