@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <complex>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <type_traits>
 
@@ -285,6 +286,28 @@ TEST(EngineBcast, EveryRootAndSize) {
   }
 }
 
+// Every one of nranks ranks bcasts `bytes` of random data from root on the
+// engine and checks what it got; check(comm) runs on each rank's
+// communicator before the call.
+void bcast_random_bytes(int nranks, std::size_t bytes, int root, unsigned seed,
+                        const std::function<void(Communicator&)>& check = {}) {
+  std::vector<char> payload(bytes);
+  std::mt19937 rng(seed);
+  for (auto& b : payload) b = static_cast<char>(rng());
+  run_ranks(nranks, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
+    std::unique_ptr<Communicator> comm;
+    ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
+    if (check) check(*comm);
+    std::vector<char> initial = rank == root ? payload : std::vector<char>(bytes, 0x5a);
+    void* buffer = device_copy_of(initial.data(), bytes);
+    bool ran = false;
+    ASSERT_EQ(bcast(*comm, buffer, bytes, root, true, &ran), Status::kOk);
+    ASSERT_TRUE(ran);
+    EXPECT_EQ(host_copy_of(buffer, bytes), payload) << "rank " << rank;
+    device()->device_free(buffer);
+  });
+}
+
 // Under FERRY_TUNE forcing one bcast algorithm for every size (the
 // engine_bcast.tune.* tests, with FERRY_STATS=1), that algorithm ran.
 TEST(EngineBcast, TheForcedAlgorithmRuns) {
@@ -295,21 +318,8 @@ TEST(EngineBcast, TheForcedAlgorithmRuns) {
     GTEST_SKIP() << "needs FERRY_TUNE=bcast:0-:<algorithm> and FERRY_STATS=1";
   const BcastAlgorithm forced = rules[0].bcast;
   const std::uint64_t before = bcast_choice_count(forced);
-  constexpr std::size_t kBytes = 100001;  // past one LL block's share, within LL's slots at 3 ranks
-  std::vector<char> payload(kBytes);
-  std::mt19937 rng(7);
-  for (auto& b : payload) b = static_cast<char>(rng());
-  run_ranks(3, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
-    std::unique_ptr<Communicator> comm;
-    ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
-    std::vector<char> initial = rank == 1 ? payload : std::vector<char>(kBytes, 0x5a);
-    void* buffer = device_copy_of(initial.data(), kBytes);
-    bool ran = false;
-    ASSERT_EQ(bcast(*comm, buffer, kBytes, 1, true, &ran), Status::kOk);
-    ASSERT_TRUE(ran);
-    EXPECT_EQ(host_copy_of(buffer, kBytes), payload) << "rank " << rank;
-    device()->device_free(buffer);
-  });
+  // Past one LL block's share, within LL's slots at 3 ranks.
+  bcast_random_bytes(3, 100001, 1, 7);
   EXPECT_GE(bcast_choice_count(forced), before + 3) << bcast_algorithm_info(forced).name << " did not run";
 }
 
@@ -321,21 +331,7 @@ TEST(EngineBcast, EveryRankOnOneGpuTakesLlUpTo256KiB) {
   for (std::size_t bytes : {std::size_t{100001}, std::size_t{256} << 10, (std::size_t{256} << 10) + 4}) {
     const bool ll = bytes <= (std::size_t{256} << 10);
     const std::uint64_t before = bcast_choice_count(ll ? BcastAlgorithm::kLl : BcastAlgorithm::kPull);
-    std::vector<char> payload(bytes);
-    std::mt19937 rng(11);
-    for (auto& b : payload) b = static_cast<char>(rng());
-    run_ranks(2, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
-      std::unique_ptr<Communicator> comm;
-      ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
-      ASSERT_TRUE(comm->on_one_gpu());
-      std::vector<char> initial = rank == 0 ? payload : std::vector<char>(bytes, 0x5a);
-      void* buffer = device_copy_of(initial.data(), bytes);
-      bool ran = false;
-      ASSERT_EQ(bcast(*comm, buffer, bytes, 0, true, &ran), Status::kOk);
-      ASSERT_TRUE(ran);
-      EXPECT_EQ(host_copy_of(buffer, bytes), payload) << "rank " << rank;
-      device()->device_free(buffer);
-    });
+    bcast_random_bytes(2, bytes, 0, 11, [](Communicator& comm) { EXPECT_TRUE(comm.on_one_gpu()); });
     EXPECT_EQ(bcast_choice_count(ll ? BcastAlgorithm::kLl : BcastAlgorithm::kPull), before + 2)
         << bytes << " bytes: " << (ll ? "LL" : "the pull") << " did not run";
   }
