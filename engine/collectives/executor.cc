@@ -33,6 +33,12 @@ Status run_direct_reduce_on_host(gpu::Backend* backend, const DirectReduceArgs& 
   return dispatch_reduction(args.type, args.op, visitor) ? Status::kOk : Status::kUnsupported;
 }
 
+Status run_copies_on_host(gpu::Backend* backend, const CopyListArgs& args) {
+  for (int k = 0; k < args.count; ++k)
+    std::memmove(backend->host_view(args.destinations[k]), backend->host_view(args.sources[k]), args.bytes[k]);
+  return Status::kOk;
+}
+
 Status launch_direct_reduce(gpu::Backend* backend, const DirectReduceArgs& args, gpu::Stream stream) {
   if (args.ninputs < 1 || args.ninputs > kMaxDirectRanks || args.noutputs < 1 || args.noutputs > kMaxDirectRanks)
     return Status::kInvalidArgument;
@@ -60,9 +66,7 @@ Status launch_copies(gpu::Backend* backend, const CopyListArgs& args, gpu::Strea
 #endif
     case gpu::BackendKind::kEmulated:
       FERRY_CHECK(backend->stream_synchronize(stream));
-      for (int k = 0; k < args.count; ++k)
-        std::memmove(backend->host_view(args.destinations[k]), backend->host_view(args.sources[k]), args.bytes[k]);
-      return Status::kOk;
+      return run_copies_on_host(backend, args);
     default:
       return Status::kUnsupported;
   }

@@ -57,8 +57,10 @@ class CopyListLauncher {
   int copies_ = 0;
 };
 
-// The emulated device's direct reduce, run now on the calling thread.
+// The emulated device's direct reduce and copy list, run now on the
+// calling thread.
 Status run_direct_reduce_on_host(gpu::Backend* backend, const DirectReduceArgs& args);
+Status run_copies_on_host(gpu::Backend* backend, const CopyListArgs& args);
 
 #ifdef FERRY_HAVE_CUDA
 Status cuda_launch_direct_reduce(const DirectReduceArgs& args, gpu::Stream stream);

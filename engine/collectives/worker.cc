@@ -280,10 +280,7 @@ Status run_work_item_on_host(gpu::Backend* backend, const WorkItem& item) {
     case WorkKind::kDirectReduce:
       return run_direct_reduce_on_host(backend, item.reduce);
     case WorkKind::kCopies:
-      for (int c = 0; c < item.copies.count; ++c)
-        std::memmove(backend->host_view(item.copies.destinations[c]), backend->host_view(item.copies.sources[c]),
-                     item.copies.bytes[c]);
-      return Status::kOk;
+      return run_copies_on_host(backend, item.copies);
     case WorkKind::kLlAllreduce: {
       if (item.ll.count * data_type_size(item.ll.type) > ll_max_bytes(item.ll.nranks)) return Status::kInvalidArgument;
       HostLlAllreduce visitor{item.ll, backend};
