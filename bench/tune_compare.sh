@@ -63,12 +63,20 @@ set_setting_args() {
   done <<<"${exports[$1]}"
 }
 
+# ferry-bench under setting <s>, with Ferry's log level <level> unless it
+# is empty, its output into <log>; further arguments go to ferry-bench.
+run_bench() {  # <setting index> <level> <log> [ferry-bench arguments...]
+  local s=$1 log=$3 level_args=()
+  [[ -n $2 ]] && level_args=(-x "FERRY_DEBUG=$2")
+  shift 3
+  set_setting_args "$s"
+  mpirun -n "$ranks" --oversubscribe "${extra_args[@]}" -x "LD_PRELOAD=$ferry_library" "${setting_args[@]}" \
+      "${level_args[@]}" "$bench_binary" --ops "$ops" --sizes "$sizes" --nccl none --no-staged "$@" >"$log" 2>&1
+}
+
 run_setting() {  # <setting index> <round>
   local s=$1 csv="$results/$1.$2.csv"
-  set_setting_args "$s"
-  if ! mpirun -n "$ranks" --oversubscribe "${extra_args[@]}" -x "LD_PRELOAD=$ferry_library" "${setting_args[@]}" \
-      "$bench_binary" --ops "$ops" --sizes "$sizes" --iters "$iterations" --nccl none --no-staged \
-      --csv "$csv" >"$results/$1.$2.log" 2>&1; then
+  if ! run_bench "$s" "" "$results/$1.$2.log" --iters "$iterations" --csv "$csv"; then
     echo "error: ferry-bench failed under setting '${settings[s]}' (round $2):" >&2
     tail -n 20 "$results/$1.$2.log" >&2
     exit 1
@@ -78,10 +86,7 @@ run_setting() {  # <setting index> <round>
 # A short run per setting with Ferry's warnings on, so that a setting it
 # does not take (a misspelt FERRY_TUNE, say) shows before the timings.
 for ((s = 0; s < ${#settings[@]}; s++)); do
-  set_setting_args "$s"
-  mpirun -n "$ranks" --oversubscribe "${extra_args[@]}" -x "LD_PRELOAD=$ferry_library" "${setting_args[@]}" \
-      -x FERRY_DEBUG=WARN "$bench_binary" --ops "$ops" --sizes "$sizes" --iters 1 --warmup 0 --nccl none \
-      --no-staged >"$results/$s.check.log" 2>&1 || true
+  run_bench "$s" WARN "$results/$s.check.log" --iters 1 --warmup 0 || true
   if grep -q ' ferry WARN ' "$results/$s.check.log"; then
     echo "warning: Ferry warned under setting '${settings[s]}':" >&2
     grep ' ferry WARN ' "$results/$s.check.log" | sed 's/^[^ ]* ferry WARN/ferry WARN/' | sort -u >&2
