@@ -22,6 +22,7 @@ const char* backend_kind_name(BackendKind kind) {
 
 #ifndef FERRY_HAVE_CUDA
 Backend* cuda_backend() { return nullptr; }
+std::uint64_t cuda_graph_copies() { return 0; }
 #endif
 
 Backend* active_backend() {

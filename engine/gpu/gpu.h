@@ -95,6 +95,12 @@ class Backend {
   // Blocking copy; dst and src may each be host or this backend's device memory.
   virtual Status copy(void* dst, const void* src, std::size_t bytes) = 0;
   virtual Status copy_async(void* dst, const void* src, std::size_t bytes, Stream stream) = 0;
+  // A copy on stream, after the work queued there, that returns once the
+  // bytes are in dst (and that work is done).
+  virtual Status copy_and_wait(void* dst, const void* src, std::size_t bytes, Stream stream) {
+    FERRY_CHECK(copy_async(dst, src, bytes, stream));
+    return stream_synchronize(stream);
+  }
 
   virtual Status stream_create(Stream* stream) = 0;
   // A stream whose kernels the GPU schedules before those of ordinary
@@ -183,6 +189,10 @@ Backend* emulated_backend();
 // The CUDA backend if it was compiled in and a GPU is usable, else nullptr.
 // Probing starts the CUDA driver: call only when CUDA is wanted.
 Backend* cuda_backend();
+
+// Device-to-device copies the CUDA backend's copy() made through its copy
+// graph so far (0 without CUDA); for tests.
+std::uint64_t cuda_graph_copies();
 
 // Classifies a pointer without starting any GPU runtime: a process that has
 // not loaded one pays only for the emulated-device lookup.
