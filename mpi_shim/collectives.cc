@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/collectives/collectives.h"
+#include "engine/gpu/gpu.h"
 #include "handlers.h"
 #include "mpi_shim/collective_staging.h"
 #include "mpi_shim/engine_route.h"
@@ -47,6 +48,7 @@ bool alltoallv_layout(const void* sendbuf, const int* sendcounts, const int* sdi
 int handle_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                      MPI_Comm comm) {
   const FunctionId id = FunctionId::kAllreduce;
+  gpu::CallBuffers classified;
   RouteDecision route = decide_route(id, {sendbuf, recvbuf}, true);
   DataType type = DataType::kFloat32;
   ReduceOp reduce_op = ReduceOp::kSum;
@@ -92,6 +94,7 @@ int handle_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_C
   const FunctionId id = FunctionId::kBcast;
   count_bytes(id, count, datatype);
   auto pmpi = [&](void* b) { return PMPI_Bcast(b, count, datatype, root, comm); };
+  gpu::CallBuffers classified;
   RouteDecision route = decide_route(id, {buffer}, true);
   int element_size = 0;
   if (route.route == Route::kEngine && !(count > 0 && dense_data_type(datatype, &element_size)))
@@ -172,6 +175,7 @@ int handle_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
   auto pmpi = [&](const void* s, void* r) {
     return PMPI_Alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm);
   };
+  gpu::CallBuffers classified;
   RouteDecision route = decide_route(id, {sendbuf, recvbuf}, true);
   AlltoallvLayout layout;
   if (route.route == Route::kEngine &&

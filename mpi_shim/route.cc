@@ -28,7 +28,7 @@ ForcedRoute forced_route() {
 bool is_device_buffer(const void* buffer) {
   if (buffer == nullptr || buffer == MPI_IN_PLACE || buffer == MPI_BOTTOM) return false;
   // Managed memory is host-accessible: the real MPI handles it correctly.
-  return gpu::classify(buffer).kind == gpu::MemoryKind::kDevice;
+  return gpu::CallBuffers::remember(buffer).kind == gpu::MemoryKind::kDevice;
 }
 
 }  // namespace

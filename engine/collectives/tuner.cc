@@ -458,8 +458,24 @@ const std::vector<TuneRule>& tune_rules() {
 AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_place) {
   const std::vector<TuneRule>& rules = tune_rules();
   const MachineModel& machine = default_machine_model();
-  bool from_rule = false;
-  const AllreduceAlgorithm choice = choose_allreduce(nranks, bytes, any_in_place, rules, machine, &from_rule);
+  // The rules and the model never change, so the answer for the call before
+  // holds for a call like it (loops repeat one size; the model costs ~0.1 us).
+  struct LastChoice {
+    int nranks = -1;
+    std::size_t bytes = 0;
+    bool any_in_place = false;
+    bool from_rule = false;
+    AllreduceAlgorithm choice{};
+  };
+  thread_local LastChoice last;
+  if (last.nranks != nranks || last.bytes != bytes || last.any_in_place != any_in_place) {
+    last.choice = choose_allreduce(nranks, bytes, any_in_place, rules, machine, &last.from_rule);
+    last.nranks = nranks;
+    last.bytes = bytes;
+    last.any_in_place = any_in_place;
+  }
+  const AllreduceAlgorithm choice = last.choice;
+  const bool from_rule = last.from_rule;
   FERRY_TRACE(Coll, "allreduce of %zu bytes on %d ranks%s: %s (%s; %.1f us predicted on %s)", bytes, nranks,
               any_in_place ? " in place" : "", algorithm_info(choice).name, from_rule ? "FERRY_TUNE" : "model",
               predict_allreduce_us(choice, bytes, nranks, machine), machine.name);

@@ -42,7 +42,32 @@ Backend* active_backend() {
   return backend;
 }
 
+namespace {
+thread_local CallBuffers* t_innermost_call = nullptr;
+}  // namespace
+
+CallBuffers::CallBuffers() : outer_(t_innermost_call) { t_innermost_call = this; }
+CallBuffers::~CallBuffers() { t_innermost_call = outer_; }
+
+const PointerInfo* CallBuffers::known(const void* ptr) {
+  for (const CallBuffers* scope = t_innermost_call; scope; scope = scope->outer_)
+    for (int i = 0; i < scope->count_; ++i)
+      if (scope->pointers_[i] == ptr) return &scope->infos_[i];
+  return nullptr;
+}
+
+PointerInfo CallBuffers::remember(const void* ptr) {
+  const PointerInfo info = classify(ptr);
+  CallBuffers* scope = t_innermost_call;
+  if (scope && scope->count_ < kMaxPointers && !known(ptr)) {
+    scope->pointers_[scope->count_] = ptr;
+    scope->infos_[scope->count_++] = info;
+  }
+  return info;
+}
+
 PointerInfo classify(const void* ptr) {
+  if (const PointerInfo* known = CallBuffers::known(ptr)) return *known;
   PointerInfo info;
   if (emulated_backend()->query_pointer(ptr, &info)) return info;
 #ifdef FERRY_HAVE_CUDA

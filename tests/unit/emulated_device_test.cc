@@ -42,6 +42,35 @@ TEST_F(EmulatedDevice, ClassifiesWholeAllocationAndForgetsItWhenFreed) {
   EXPECT_EQ(classify(buffer).kind, MemoryKind::kHost);
 }
 
+// Within a CallBuffers scope classify() answers from what the scope
+// remembered (here even after the memory was freed, which MPI forbids during
+// a call, to show where the answer comes from); outside it, from the device.
+TEST_F(EmulatedDevice, CallBuffersRememberTheirClassificationForTheScope) {
+  void* buffer = nullptr;
+  ASSERT_EQ(device->device_alloc(256, &buffer), Status::kOk);
+  int on_stack = 0;
+  {
+    CallBuffers call;
+    EXPECT_EQ(CallBuffers::remember(buffer).kind, MemoryKind::kDevice);
+    EXPECT_EQ(CallBuffers::remember(&on_stack).kind, MemoryKind::kHost);
+    ASSERT_NE(CallBuffers::known(buffer), nullptr);
+    EXPECT_EQ(CallBuffers::known(static_cast<char*>(buffer) + 1), nullptr) << "only the pointers given";
+    ASSERT_EQ(device->device_free(buffer), Status::kOk);
+    EXPECT_EQ(classify(buffer).kind, MemoryKind::kDevice);
+    EXPECT_EQ(classify(buffer).size, 256u);
+    {
+      CallBuffers inner;  // nested: the outer scope's answers still hold
+      EXPECT_EQ(classify(buffer).kind, MemoryKind::kDevice);
+      EXPECT_EQ(classify(&on_stack).kind, MemoryKind::kHost);
+    }
+  }
+  EXPECT_EQ(CallBuffers::known(buffer), nullptr);
+  EXPECT_EQ(classify(buffer).kind, MemoryKind::kHost);
+  // Without a scope, remember() only classifies.
+  EXPECT_EQ(CallBuffers::remember(buffer).kind, MemoryKind::kHost);
+  EXPECT_EQ(CallBuffers::known(buffer), nullptr);
+}
+
 TEST_F(EmulatedDevice, HostCodeTouchingDeviceMemoryFaultsLikeAGpuPointer) {
   void* buffer = nullptr;
   ASSERT_EQ(device->device_alloc(64, &buffer), Status::kOk);
