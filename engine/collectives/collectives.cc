@@ -928,6 +928,12 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   Placement where;
   SimpleGate gate;
   Handshake mine{CollectiveKind::kBcast, 0, 0, 0, {}, {}};
+  // One rank holds the root's bytes already (4.5 us on the worker before).
+  if (comm.size() == 1 && eligible && bytes > 0 && root == 0 && placement_of(buffer).backend) {
+    *ran = true;
+    clock.count_call();
+    return Status::kOk;
+  }
   if (eligible && bytes > 0 && transport != EngineTransport::kNone && root >= 0 && root < comm.size()) {
     where = placement_of(buffer);
     // FERRY_TUNE's algorithm where it can run, else the engine's choice:
@@ -943,8 +949,7 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
     if ((planned == BcastAlgorithm::kLl && !ll_possible()) || (planned == BcastAlgorithm::kChain && !chain_possible))
       planned = BcastAlgorithm::kCount;
     if (planned == BcastAlgorithm::kCount) {
-      // One rank alone pulls nothing (1.0 us against LL's 4.5 on one H200).
-      const bool one_gpu = comm.size() > 1 && comm.on_one_gpu();
+      const bool one_gpu = comm.on_one_gpu();
       const std::size_t ll_max_bytes = one_gpu ? kLlBcastOneGpuMaxBytes : kLlBcastMaxBytes;
       planned = bytes <= ll_max_bytes && ll_possible()            ? BcastAlgorithm::kLl
                 : bytes >= kChainMinBytes && chain_possible       ? BcastAlgorithm::kChain

@@ -340,6 +340,20 @@ TEST(EngineBcast, EveryRankOnOneGpuTakesLlUpTo256KiB) {
   }
 }
 
+// A bcast on a communicator of one rank moves nothing and runs no algorithm.
+TEST(EngineBcast, OneRankMovesNothing) {
+  if (!params().stats) GTEST_SKIP() << "needs FERRY_STATS=1";
+  std::uint64_t before = 0;
+  for (int a = 0; a < static_cast<int>(BcastAlgorithm::kCount); ++a)
+    before += bcast_choice_count(static_cast<BcastAlgorithm>(a));
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{4099}, std::size_t{1} << 20})
+    bcast_random_bytes(1, bytes, 0, 13);
+  std::uint64_t after = 0;
+  for (int a = 0; a < static_cast<int>(BcastAlgorithm::kCount); ++a)
+    after += bcast_choice_count(static_cast<BcastAlgorithm>(a));
+  EXPECT_EQ(after, before) << "a one-rank bcast ran an algorithm";
+}
+
 TEST(EngineAlltoallv, UnevenBlocksWithGaps) {
   for (int nranks : {1, 2, 3, 4, 6}) {
     run_ranks(nranks, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
