@@ -735,7 +735,9 @@ struct Eligible {
 
 bool eligible(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, Eligible* out) {
   // Cheapest first: host buffers, most of what a program sends, stop here.
-  if (!active() || !valid_tag(tag) || !buf || gpu::classify(buf).kind != gpu::MemoryKind::kDevice) return false;
+  if (!active() || !valid_tag(tag) || !buf) return false;
+  const gpu::PointerInfo info = gpu::classify(buf);
+  if (info.kind != gpu::MemoryKind::kDevice) return false;
   const std::int64_t bytes = message_bytes(count, type);
   if (bytes <= 0 || bytes < params().pt2pt_min_bytes) return false;
   Extent extent;
@@ -744,7 +746,7 @@ bool eligible(const void* buf, int count, MPI_Datatype type, int dest, int tag, 
     return false;
   out->bytes = bytes;
   out->data = static_cast<const char*>(buf) + extent.lb;
-  out->info = gpu::classify(out->data);
+  out->info = extent.lb == 0 ? info : gpu::classify(out->data);
   out->backend = gpu::owner_backend(out->info);
   if (out->info.kind != gpu::MemoryKind::kDevice || !out->backend) return false;
   return peer_rank(comm, dest, &out->to);

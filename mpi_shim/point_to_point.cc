@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "engine/gpu/gpu.h"
 #include "handlers.h"
 #include "mpi_shim/requests.h"
 #include "mpi_shim/route.h"
@@ -122,8 +123,9 @@ int handle_Recv(void* buf, int count, MPI_Datatype datatype, int source, int tag
   // that carries its data is staged, at its own size. (Invalid arguments go
   // to the real MPI as they are, for its error.)
   Extent extent;
+  gpu::CallBuffers classified;  // buf's copy asks again
   if (peer::checks_receives(comm) && extent_of(count, datatype, &extent) &&
-      gpu::classify(buf).kind == gpu::MemoryKind::kDevice) {
+      gpu::CallBuffers::remember(buf).kind == gpu::MemoryKind::kDevice) {
     MPI_Status local;
     MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
     MPI_Message message = MPI_MESSAGE_NULL;

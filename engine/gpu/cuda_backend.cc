@@ -279,9 +279,10 @@ class GraphCopier {
   bool broken_ = false;
 };
 
+// (classify: a call's buffers are known already, gpu::CallBuffers.)
 bool is_device_memory(const void* ptr) {
-  PointerInfo info;
-  return cuda_query_pointer(ptr, &info) && info.kind == MemoryKind::kDevice;
+  const PointerInfo info = classify(ptr);
+  return info.owner == BackendKind::kCuda && info.kind == MemoryKind::kDevice;
 }
 
 class CudaBackend final : public Backend {
