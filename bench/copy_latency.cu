@@ -1,10 +1,11 @@
-// The ways a blocking receive can move a small message from one device
-// buffer to another and know it is there, timed with the host clock (median
-// of many, each call from an idle GPU): a copy-engine copy waited for by
-// synchronizing, a one-block kernel that copies and raises a word in mapped
-// host memory the host spins on, and the same kernel replayed from a CUDA
-// graph whose node takes each call's arguments. Within one GPU, and from
-// the second GPU's memory when there is one (peer access on).
+// The ways a blocking call can make a small copy and know it is done, timed
+// with the host clock (median of many, each call from an idle GPU): a
+// copy-engine copy waited for by synchronizing; a kernel (a block per 4 KiB,
+// 32 at most) that copies and raises a word in mapped host memory the host
+// spins on, launched, or replayed from a CUDA graph whose node takes each
+// call's arguments; and a graph of a copy-engine copy and a stream write of
+// that word. Within one GPU, from the second GPU's memory when there is one
+// (peer access on), and between the GPU and pinned host memory.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -75,7 +76,8 @@ unsigned blocks_for(std::size_t bytes) {
 }
 
 // Each way copies src to dst kIterations times; results checked at the end.
-bool time_ways(char* dst, const char* src, std::size_t bytes, cudaStream_t stream, cudaStream_t blocking,
+bool time_ways(char* dst, const char* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream,
+               cudaStream_t blocking,
                std::uint32_t* done_host,
                std::uint32_t* done_device, unsigned* finished, Ways* ways) {
   const unsigned blocks = blocks_for(bytes);
@@ -83,7 +85,7 @@ bool time_ways(char* dst, const char* src, std::size_t bytes, cudaStream_t strea
   for (double& sample : t) {
     const auto start = Clock::now();
     // Device to device, cudaMemcpy returns before the copy is done.
-    cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice);
+    cudaMemcpy(dst, src, bytes, kind);
     if (!check(cudaStreamSynchronize(cudaStreamLegacy), "cudaMemcpy")) return false;
     sample = since_us(start);
   }
@@ -91,7 +93,7 @@ bool time_ways(char* dst, const char* src, std::size_t bytes, cudaStream_t strea
 
   for (double& sample : t) {
     const auto start = Clock::now();
-    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+    cudaMemcpyAsync(dst, src, bytes, kind, stream);
     if (!check(cudaStreamSynchronize(stream), "cudaMemcpyAsync")) return false;
     sample = since_us(start);
   }
@@ -160,7 +162,7 @@ bool time_ways(char* dst, const char* src, std::size_t bytes, cudaStream_t strea
 
   // A copy-engine copy and a stream write of the flag, as one graph: no SM.
   cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-  cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+  cudaMemcpyAsync(dst, src, bytes, kind, stream);
   cuStreamWriteValue32(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(done_device), 1, 0);
   if (!check(cudaStreamEndCapture(stream, &graph), "capture of a copy") ||
       !check(cudaGraphInstantiate(&exec, graph, 0), "instantiate a copy"))
@@ -174,7 +176,7 @@ bool time_ways(char* dst, const char* src, std::size_t bytes, cudaStream_t strea
     for (double& sample : t) {
       __atomic_store_n(done_host, 0u, __ATOMIC_RELEASE);
       const auto start = Clock::now();
-      cudaGraphExecMemcpyNodeSetParams1D(exec, copy_node, dst, src, bytes, cudaMemcpyDeviceToDevice);
+      cudaGraphExecMemcpyNodeSetParams1D(exec, copy_node, dst, src, bytes, kind);
       if (!check(cudaGraphLaunch(exec, into), "copy graph launch")) return false;
       spin_until(done_host, 1);
       sample = since_us(start);
@@ -225,27 +227,47 @@ int main() {
   if (remote) cudaMemcpy(remote, pattern.data(), pattern.size(), cudaMemcpyHostToDevice);
 
   std::printf("one small device copy, waited for, host clock, median of %d (us)\n", kIterations);
-  std::printf("%-6s %6s %12s %11s %12s %11s %10s %11s %10s %10s %12s %11s\n", "from", "bytes", "memcpy+sync",
+  std::printf("%-9s %6s %12s %11s %12s %11s %10s %11s %10s %10s %12s %11s\n", "from", "bytes", "memcpy+sync",
               "async+sync", "kernel+flag", "graph+flag", "graph blk", "graph same", "ce graph", "ce legacy",
               "launch call", "set params");
+  // Pinned host memory (the staged path's), mapped: the kernels reach it too.
+  char* pinned = nullptr;
+  if (!check(cudaHostAlloc(reinterpret_cast<void**>(&pinned), kMaxBytes + 16, cudaHostAllocMapped), "pinned"))
+    return 1;
+  std::memcpy(pinned, pattern.data(), pattern.size());
+  struct Direction {
+    const char* name;
+    char* dst;
+    const char* src;
+    cudaMemcpyKind kind;
+  };
+  const Direction directions[] = {{"local", dst, src, cudaMemcpyDeviceToDevice},
+                                  {"peer", dst, remote, cudaMemcpyDeviceToDevice},
+                                  {"to host", pinned, src, cudaMemcpyDeviceToHost},
+                                  {"from host", dst, pinned, cudaMemcpyHostToDevice}};
   int failures = 0;
-  for (const char* from : {"local", "peer"}) {
-    const char* source = std::strcmp(from, "local") == 0 ? src : remote;
-    if (!source) continue;
+  for (const Direction& way : directions) {
+    if (!way.src) continue;
     for (std::size_t bytes : {std::size_t{8}, std::size_t{13}, std::size_t{4096}, std::size_t{16384}, std::size_t{65536}}) {
-      cudaMemset(dst, 0, kMaxBytes + 16);
+      if (way.dst == pinned)
+        std::memset(pinned, 0, kMaxBytes + 16);
+      else
+        cudaMemset(way.dst, 0, kMaxBytes + 16);
       Ways ways{};
       const std::size_t first = bytes % 2;  // odd sizes at an odd address
-      if (!time_ways(dst + first, source + first, bytes, stream, blocking, done_host, done_device, finished,
-                     &ways))
+      if (!time_ways(way.dst + first, way.src + first, bytes, way.kind, stream, blocking, done_host, done_device,
+                     finished, &ways))
         return 1;
-      cudaMemcpy(back.data(), dst, back.size(), cudaMemcpyDeviceToHost);
+      if (way.dst == pinned)
+        std::memcpy(back.data(), pinned, back.size());
+      else
+        cudaMemcpy(back.data(), way.dst, back.size(), cudaMemcpyDeviceToHost);
       if (std::memcmp(back.data() + first, pattern.data() + first, bytes) != 0) {
-        std::fprintf(stderr, "copy-latency: %s %zu bytes copied wrong\n", from, bytes);
+        std::fprintf(stderr, "copy-latency: %s %zu bytes copied wrong\n", way.name, bytes);
         ++failures;
       }
-      std::printf("%-6s %6zu %12.2f %11.2f %12.2f %11.2f %10.2f %11.2f %10.2f %10.2f %12.2f %11.2f\n", from, bytes,
-                  ways.memcpy_sync, ways.async_sync, ways.kernel_flag, ways.graph_flag, ways.graph_blocking,
+      std::printf("%-9s %6zu %12.2f %11.2f %12.2f %11.2f %10.2f %11.2f %10.2f %10.2f %12.2f %11.2f\n", way.name,
+                  bytes, ways.memcpy_sync, ways.async_sync, ways.kernel_flag, ways.graph_flag, ways.graph_blocking,
                   ways.graph_same, ways.copy_graph, ways.copy_graph_legacy, ways.launch_call, ways.set_params);
     }
   }

@@ -185,8 +185,8 @@ class GraphCopier {
     *done = false;
     std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
     if (!lock.owns_lock() || broken_) return Status::kOk;
-    // Pointers from another context than the graph's are refused here.
-    // (cudaMemcpyDefault is refused here: the kind must be named.)
+    // Refused: pointers of another context than the graph's, and
+    // cudaMemcpyDefault (the kind must be named).
     const cudaError_t taken =
         cudaGraphExecMemcpyNodeSetParams1D(exec_, copy_node_, dst, src, bytes, cudaMemcpyDeviceToDevice);
     if (taken != cudaSuccess) {
@@ -197,8 +197,12 @@ class GraphCopier {
     __atomic_store_n(done_word_, 0u, __ATOMIC_RELAXED);
     const cudaError_t launched = cudaGraphLaunch(exec_, stream);
     if (launched != cudaSuccess) {
+      // Nothing queued (e.g. another context is current): copies take
+      // cudaMemcpy from now on.
+      FERRY_INFO(Gpu, "copy graph: launch failed (%s); device copies take cudaMemcpy", cudaGetErrorString(launched));
+      cudaGetLastError();
       broken_ = true;
-      return from_cuda(launched, "cudaGraphLaunch (device copy)");
+      return Status::kOk;
     }
     // The stream is asked now and then, so a failed copy returns its error
     // instead of leaving the caller spinning (and the wait ends if the word
