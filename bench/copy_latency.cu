@@ -63,8 +63,8 @@ bool check(cudaError_t e, const char* what) {
 }
 
 struct Ways {
-  double memcpy_sync, async_sync, kernel_flag, graph_flag, graph_blocking, graph_same, copy_graph, copy_graph_legacy, launch_call,
-      set_params;
+  double memcpy_sync, async_sync, kernel_flag, graph_flag, graph_blocking, graph_same, copy_graph, copy_graph_legacy;
+  double launch_call, set_params;
 };
 
 constexpr int kIterations = 3000;
@@ -77,14 +77,13 @@ unsigned blocks_for(std::size_t bytes) {
 
 // Each way copies src to dst kIterations times; results checked at the end.
 bool time_ways(char* dst, const char* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream,
-               cudaStream_t blocking,
-               std::uint32_t* done_host,
-               std::uint32_t* done_device, unsigned* finished, Ways* ways) {
+               cudaStream_t blocking, std::uint32_t* done_host, std::uint32_t* done_device, unsigned* finished,
+               Ways* ways) {
   const unsigned blocks = blocks_for(bytes);
   std::vector<double> t(kIterations);
   for (double& sample : t) {
     const auto start = Clock::now();
-    // Device to device, cudaMemcpy returns before the copy is done.
+    // Device to device, cudaMemcpy may return before the copy is done.
     cudaMemcpy(dst, src, bytes, kind);
     if (!check(cudaStreamSynchronize(cudaStreamLegacy), "cudaMemcpy")) return false;
     sample = since_us(start);
@@ -145,7 +144,8 @@ bool time_ways(char* dst, const char* src, std::size_t bytes, cudaMemcpyKind kin
     *result = median(t);
     return check(cudaStreamSynchronize(into), "graph");
   };
-  if (!time_graph(stream, &ways->graph_flag, &ways->set_params) || !time_graph(blocking, &ways->graph_blocking, nullptr))
+  if (!time_graph(stream, &ways->graph_flag, &ways->set_params) ||
+      !time_graph(blocking, &ways->graph_blocking, nullptr))
     return false;
   // The same arguments every call (the flag's value too: reset by the host).
   for (double& sample : t) {
@@ -208,7 +208,8 @@ int main() {
   int least = 0, greatest = 0;
   cudaDeviceGetStreamPriorityRange(&least, &greatest);
   if (!check(cudaStreamCreateWithPriority(&blocking, cudaStreamDefault, greatest), "blocking stream")) return 1;
-  if (!check(cudaMalloc(&dst, kMaxBytes + 16), "cudaMalloc") || !check(cudaMalloc(&src, kMaxBytes + 16), "cudaMalloc") ||
+  if (!check(cudaMalloc(&dst, kMaxBytes + 16), "cudaMalloc") ||
+      !check(cudaMalloc(&src, kMaxBytes + 16), "cudaMalloc") ||
       !check(cudaHostAlloc(reinterpret_cast<void**>(&done_host), 64, cudaHostAllocMapped), "cudaHostAlloc") ||
       !check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&done_device), done_host, 0), "mapped pointer") ||
       !check(cudaMalloc(&finished, sizeof(unsigned)), "cudaMalloc") ||
@@ -248,7 +249,7 @@ int main() {
   int failures = 0;
   for (const Direction& way : directions) {
     if (!way.src) continue;
-    for (std::size_t bytes : {std::size_t{8}, std::size_t{13}, std::size_t{4096}, std::size_t{16384}, std::size_t{65536}}) {
+    for (std::size_t bytes : {8, 13, 4096, 16384, 65536}) {
       if (way.dst == pinned)
         std::memset(pinned, 0, kMaxBytes + 16);
       else

@@ -250,8 +250,9 @@ class GraphCopier {
                 fine(cudaStreamBeginCapture(capture, cudaStreamCaptureModeThreadLocal), "capture");
     if (made) {
       // (Both queued even if the first fails: the capture must be ended.)
-      const bool copied = fine(cudaMemcpyAsync(static_cast<char*>(scratch_) + 8, scratch_, 8, cudaMemcpyDeviceToDevice, capture),
-                               "copy in capture");
+      char* words = static_cast<char*>(scratch_);
+      const bool copied =
+          fine(cudaMemcpyAsync(words + 8, words, 8, cudaMemcpyDeviceToDevice, capture), "copy in capture");
       const bool written = ok(FERRY_CU(d, write_value(reinterpret_cast<CUstream>(capture),
                                                       reinterpret_cast<CUdeviceptr>(word_on_device), 1,
                                                       CU_STREAM_WRITE_VALUE_DEFAULT)));
