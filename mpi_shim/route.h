@@ -26,9 +26,10 @@ struct RouteDecision {
 
 // This rank's choice from its own buffers (MPI_IN_PLACE, MPI_BOTTOM and null
 // are ignored; a gpu::CallBuffers the handler opened remembers their
-// classification for the engine) and whether the engine runs this call. A handler that gets
-// kEngine checks the call's arguments next and demotes it to kStaged if the
-// engine does not support them, so host-only calls never pay for that check.
+// classification for the engine) and whether the engine runs this call. A
+// handler that gets kEngine checks the call's arguments next and demotes it
+// to kStaged if the engine does not support them, so host-only calls never
+// pay for that check.
 RouteDecision decide_route(FunctionId id, std::initializer_list<const void*> buffers, bool engine_supported);
 
 // Counts the route in the stats and logs it with its reason.
