@@ -213,6 +213,42 @@ TEST(EngineAllreduce, TheForcedAlgorithmRuns) {
   EXPECT_GE(allreduce_choice_count(forced), before + 3) << algorithm_info(forced).name << " did not run";
 }
 
+// On a communicator of one rank an allreduce in place moves nothing and
+// runs no algorithm; out of place it copies the input.
+TEST(EngineAllreduce, OneRankInPlaceMovesNothing) {
+  if (!params().stats) GTEST_SKIP() << "needs FERRY_STATS=1";
+  auto runs = [] {
+    std::uint64_t total = 0;
+    for (int a = 0; a < static_cast<int>(AllreduceAlgorithm::kCount); ++a)
+      total += allreduce_choice_count(static_cast<AllreduceAlgorithm>(a));
+    return total;
+  };
+  const std::uint64_t before = runs();
+  run_ranks(1, [&](int, std::unique_ptr<Bootstrap> bootstrap) {
+    std::unique_ptr<Communicator> comm;
+    ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
+    std::vector<double> mine(1001);
+    std::mt19937 rng(17);
+    for (double& v : mine) v = std::uniform_real_distribution<double>(-1, 1)(rng);
+    void* buffer = device_copy_of(mine.data(), mine.size() * sizeof(double));
+    bool ran = false;
+    ASSERT_EQ(allreduce(*comm, nullptr, buffer, mine.size(), DataType::kFloat64, ReduceOp::kProd, true, &ran),
+              Status::kOk);
+    EXPECT_TRUE(ran);
+    EXPECT_EQ(host_copy_of(buffer, mine.size() * sizeof(double)),
+              std::vector<char>(reinterpret_cast<char*>(mine.data()),
+                                reinterpret_cast<char*>(mine.data() + mine.size())));
+    EXPECT_EQ(runs(), before) << "a one-rank allreduce in place ran an algorithm";
+    void* output = device_copy_of(mine.data(), mine.size() * sizeof(double));
+    ASSERT_EQ(allreduce(*comm, buffer, output, mine.size(), DataType::kFloat64, ReduceOp::kMax, true, &ran),
+              Status::kOk);
+    EXPECT_TRUE(ran);
+    EXPECT_EQ(host_copy_of(output, mine.size() * sizeof(double)), host_copy_of(buffer, mine.size() * sizeof(double)));
+    device()->device_free(output);
+    device()->device_free(buffer);
+  });
+}
+
 // Under FERRY_GPU_LEADER=on (the engine_collectives.gpu_leader test), every
 // rank shares the emulated device, so rank 0 does the device work of all:
 // the tests above then check its results for every rank, and this one that
