@@ -6,24 +6,18 @@
 // the graph is busy with another thread's copy.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "engine/gpu/gpu.h"
+#include "tests/unit/unit_test_device.h"
 
 namespace ferry {
 namespace {
 
-gpu::Backend* device() {
-  static gpu::Backend* const chosen = [] {
-    const char* wanted = std::getenv("FERRY_UNIT_TEST_DEVICE");
-    return wanted && std::strcmp(wanted, "cuda") == 0 ? gpu::cuda_backend() : gpu::emulated_backend();
-  }();
-  return chosen;
-}
+gpu::Backend* device() { return testing::unit_test_device(); }
 
 bool on_cuda() { return device() && device()->kind() == gpu::BackendKind::kCuda; }
 

@@ -18,16 +18,12 @@
 #include <thread>
 #include <vector>
 
+#include "tests/unit/unit_test_device.h"
+
 namespace ferry {
 namespace {
 
-gpu::Backend* device() {
-  static gpu::Backend* const chosen = [] {
-    const char* wanted = std::getenv("FERRY_UNIT_TEST_DEVICE");
-    return wanted && std::strcmp(wanted, "cuda") == 0 ? gpu::cuda_backend() : gpu::emulated_backend();
-  }();
-  return chosen;
-}
+gpu::Backend* device() { return testing::unit_test_device(); }
 
 struct DeviceBuffer {
   explicit DeviceBuffer(std::size_t bytes) : bytes(bytes) {
