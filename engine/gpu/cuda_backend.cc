@@ -142,8 +142,9 @@ void ensure_device_for_pointer(const void* ptr) {
 }
 
 // Copies between device buffers through a CUDA graph: a copy-engine copy
-// whose node takes each call's pointers, then a stream write of a word in
-// mapped host memory that the caller spins on. On an H200 this returns
+// whose node takes each call's pointers (or still holds them from a copy
+// before), then a stream write of a word in mapped host memory that the
+// caller spins on. On an H200 this returns
 // 2-3 us sooner than cudaMemcpy and a synchronize (bench/copy-latency), and,
 // unlike a copy kernel, needs no SM an application kernel may be holding.
 // Launched on the caller's stream (copy(): the legacy default stream, where
@@ -185,17 +186,10 @@ class GraphCopier {
     *done = false;
     std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
     if (!lock.owns_lock() || broken_) return Status::kOk;
-    // Refused: pointers of another context than the graph's, and
-    // cudaMemcpyDefault (the kind must be named).
-    const cudaError_t taken =
-        cudaGraphExecMemcpyNodeSetParams1D(exec_, copy_node_, dst, src, bytes, cudaMemcpyDeviceToDevice);
-    if (taken != cudaSuccess) {
-      FERRY_TRACE(Gpu, "copy graph refused %p -> %p (%zu bytes): %s", src, dst, bytes, cudaGetErrorString(taken));
-      cudaGetLastError();
-      return Status::kOk;
-    }
+    Exec* exec = exec_for(dst, src, bytes);
+    if (!exec) return Status::kOk;
     __atomic_store_n(done_word_, 0u, __ATOMIC_RELAXED);
-    const cudaError_t launched = cudaGraphLaunch(exec_, stream);
+    const cudaError_t launched = cudaGraphLaunch(exec->exec, stream);
     if (launched != cudaSuccess) {
       // Nothing queued (e.g. another context is current): copies take
       // cudaMemcpy from now on.
@@ -225,6 +219,48 @@ class GraphCopier {
 
  private:
   static constexpr int kMaxDevices = 64;
+  // Instantiations of the graph, each keeping the pointers of its last copy:
+  // a copy like one of them launches it as it is, ~1 us sooner than after an
+  // update (bench/copy-latency). Loops repeat their copies.
+  static constexpr int kExecs = 8;
+  struct Exec {
+    cudaGraphExec_t exec = nullptr;
+    void* dst = nullptr;  // null: holds no copy that can be launched as it is
+    const void* src = nullptr;
+    std::size_t bytes = 0;
+    std::uint64_t used = 0;
+  };
+
+  // The instantiation that copies src to dst, updated for it if none does
+  // (the least recently used; instantiated at its first use); nullptr when
+  // the graph cannot take these pointers.
+  Exec* exec_for(void* dst, const void* src, std::size_t bytes) {
+    Exec* oldest = &execs_[0];
+    for (Exec& e : execs_) {
+      if (e.exec && e.dst == dst && e.src == src && e.bytes == bytes) {
+        e.used = ++uses_;
+        return &e;
+      }
+      if (e.used < oldest->used) oldest = &e;
+    }
+    if (!oldest->exec && cudaGraphInstantiate(&oldest->exec, graph_, 0) != cudaSuccess) {
+      oldest->exec = nullptr;
+      cudaGetLastError();
+      return nullptr;
+    }
+    oldest->dst = nullptr;
+    // Refused: pointers of another context than the graph's, and
+    // cudaMemcpyDefault (the kind must be named).
+    const cudaError_t taken =
+        cudaGraphExecMemcpyNodeSetParams1D(oldest->exec, copy_node_, dst, src, bytes, cudaMemcpyDeviceToDevice);
+    if (taken != cudaSuccess) {
+      FERRY_TRACE(Gpu, "copy graph refused %p -> %p (%zu bytes): %s", src, dst, bytes, cudaGetErrorString(taken));
+      cudaGetLastError();
+      return nullptr;
+    }
+    *oldest = Exec{oldest->exec, dst, src, bytes, ++uses_};
+    return oldest;
+  }
 
   // Captures the graph on a stream of its own, copying between two words of
   // a scratch allocation; later calls give it their own pointers.
@@ -267,8 +303,8 @@ class GraphCopier {
       FERRY_INFO(Gpu, "copy graph: the captured copy is not a copy node");
       made = false;
     }
-    made = made && copy_node_ && fine(cudaGraphInstantiate(&exec_, graph, 0), "instantiate");
-    // The graph stays: its node names the exec's node in every update.
+    made = made && copy_node_ && fine(cudaGraphInstantiate(&execs_[0].exec, graph, 0), "instantiate");
+    // The graph stays: its node names the copy in every instantiation's update.
     graph_ = graph;
     if (capture) cudaStreamDestroy(capture);
     return made;
@@ -277,8 +313,9 @@ class GraphCopier {
   static inline std::atomic<std::uint64_t> copies_{0};
   std::mutex mutex_;
   cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
-  cudaGraphNode_t copy_node_ = nullptr;  // graph_'s, the copy in exec_
+  cudaGraphNode_t copy_node_ = nullptr;  // graph_'s, the copy in each Exec
+  Exec execs_[kExecs];
+  std::uint64_t uses_ = 0;
   void* scratch_ = nullptr;
   std::uint32_t* done_word_ = nullptr;  // mapped host memory
   bool broken_ = false;

@@ -6,6 +6,7 @@
 // the graph is busy with another thread's copy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -101,6 +102,35 @@ TEST(DeviceCopy, OrderedAfterCopiesQueuedBefore) {
   }
   device()->stream_destroy(stream);
   device()->pinned_free(pinned);
+}
+
+// Copies that repeat (the same pointers and size) and ones that differ, more
+// of them than the CUDA backend keeps copies ready for, each with new data.
+TEST(DeviceCopy, RepeatedCopiesAmongNewOnesStayRight) {
+  constexpr std::size_t kBytes = 1 << 16;
+  DeviceMemory source(kBytes), target(kBytes);
+  struct Copy {
+    std::size_t from, to, bytes;
+  };
+  std::vector<Copy> copies;
+  for (std::size_t i = 0; i < 13; ++i) copies.push_back({i * 7, i * 4096 + i, 1 + i * 301});
+  std::mt19937 rng(3);
+  int checked = 0;
+  for (int round = 0; round < 4; ++round) {
+    std::vector<std::size_t> order(copies.size() * 2);
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i % copies.size();
+    std::shuffle(order.begin(), order.end(), rng);
+    for (std::size_t which : order) {
+      const Copy& c = copies[which];
+      const std::vector<char> data = random_bytes(c.bytes, 100 * round + checked);
+      ASSERT_EQ(device()->copy(source.at(c.from), data.data(), c.bytes), Status::kOk);
+      ASSERT_EQ(device()->copy(target.at(c.to), source.at(c.from), c.bytes), Status::kOk);
+      const std::vector<char> all = target.read();
+      ASSERT_EQ(std::memcmp(all.data() + c.to, data.data(), c.bytes), 0)
+          << "copy " << which << " (" << c.bytes << " bytes) in round " << round;
+      ++checked;
+    }
+  }
 }
 
 TEST(DeviceCopy, ManyThreadsAtOnce) {
