@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -198,17 +199,18 @@ class GraphCopier {
       broken_ = true;
       return Status::kOk;
     }
-    // The stream is asked now and then, so a failed copy returns its error
-    // instead of leaving the caller spinning (and the wait ends if the word
-    // was missed).
+    // Spun for as long as the short copies this is for take; a copy still
+    // waiting for other work after kSpin is waited for by synchronizing,
+    // which spins or blocks as the application chose, and reports errors.
+    const auto spin_end = std::chrono::steady_clock::now() + kSpin;
     for (unsigned spins = 1; __atomic_load_n(done_word_, __ATOMIC_ACQUIRE) == 0; ++spins) {
-      if (spins % 4096) continue;
-      const cudaError_t state = cudaStreamQuery(stream);
-      if (state == cudaSuccess) break;  // the word is written by then
-      if (state != cudaErrorNotReady) {
+      if (spins % 1024 || std::chrono::steady_clock::now() < spin_end) continue;
+      const cudaError_t state = cudaStreamSynchronize(stream);
+      if (state != cudaSuccess) {
         broken_ = true;
         return from_cuda(state, "device copy graph");
       }
+      break;  // the word is written by then
     }
     copies_.fetch_add(1, std::memory_order_relaxed);
     *done = true;
@@ -219,6 +221,7 @@ class GraphCopier {
 
  private:
   static constexpr int kMaxDevices = 64;
+  static constexpr std::chrono::microseconds kSpin{50};
   // Instantiations of the graph, each keeping the pointers of its last copy:
   // a copy like one of them launches it as it is, ~1 us sooner than after an
   // update (bench/copy-latency). Loops repeat their copies.
