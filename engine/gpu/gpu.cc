@@ -100,8 +100,9 @@ bool probe_device_runtime() {
 
 Status copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return Status::kOk;
-  const PointerInfo d = classify(dst);
-  const PointerInfo s = classify(src);
+  CallBuffers classified;  // the backend's copy asks again
+  const PointerInfo d = CallBuffers::remember(dst);
+  const PointerInfo s = CallBuffers::remember(src);
   if (d.owner == BackendKind::kEmulated || s.owner == BackendKind::kEmulated) {
     if (d.owner == BackendKind::kCuda || s.owner == BackendKind::kCuda) return Status::kUnsupported;
     return emulated_backend()->copy(dst, src, bytes);
