@@ -96,10 +96,7 @@ class PhaseClock {
 Status agree(Communicator& comm, Handshake& mine, std::vector<Handshake>* all, bool* everyone, PhaseClock& clock) {
   clock.mark(EnginePhase::kSetup);
   all->resize(comm.size());
-  if (comm.size() == 1)
-    (*all)[0] = mine;  // no one to ask
-  else
-    FERRY_CHECK(comm.bootstrap().allgather(&mine, all->data(), sizeof(Handshake)));
+  FERRY_CHECK(comm.bootstrap().allgather(&mine, all->data(), sizeof(Handshake)));
   *everyone = true;
   for (const Handshake& h : *all) {
     if (h.kind != mine.kind) {
@@ -118,8 +115,7 @@ Status finish_together(Communicator& comm, Status local, PhaseClock& clock) {
   clock.mark(EnginePhase::kRun);
   std::vector<std::int32_t> statuses(comm.size());
   const std::int32_t mine = static_cast<std::int32_t>(local);
-  statuses[0] = mine;
-  if (comm.size() > 1) FERRY_CHECK(comm.bootstrap().allgather(&mine, statuses.data(), sizeof(mine)));
+  FERRY_CHECK(comm.bootstrap().allgather(&mine, statuses.data(), sizeof(mine)));
   for (int r = 0; r < comm.size(); ++r) {
     if (statuses[r] != 0) {
       if (r != comm.rank())
