@@ -61,8 +61,9 @@ constexpr float kUntouched = 1e9f;
 
 constexpr const char* kUsage =
     "usage: mpirun -np N -x LD_PRELOAD=/path/libferry.so ferry-bench [options]\n"
-    "  --ops LIST          allreduce,bcast,alltoallv,sendrecv,send (default: the first three);\n"
+    "  --ops LIST          allreduce,bcast,alltoallv,sendrecv,isendrecv,send (default: the first three);\n"
     "                      sendrecv: every rank sends to the next and receives from the previous;\n"
+    "                      isendrecv: the same as MPI_Irecv, MPI_Isend and MPI_Waitall (a halo exchange);\n"
     "                      send: each even rank sends to the odd rank after it (MPI_Send, MPI_Recv)\n"
     "  --sizes LIST        bytes per rank, e.g. 8,32K,2M,1G (rounded down to whole floats)\n"
     "  --min-size S        first size of the x4 series (default 8)\n"
@@ -80,9 +81,10 @@ struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-enum class Op { kAllreduce, kBcast, kAlltoallv, kSendrecv, kSend };
+enum class Op { kAllreduce, kBcast, kAlltoallv, kSendrecv, kIsendrecv, kSend };
 constexpr std::array<Op, 3> kDefaultOps{Op::kAllreduce, Op::kBcast, Op::kAlltoallv};
-constexpr std::array<Op, 5> kKnownOps{Op::kAllreduce, Op::kBcast, Op::kAlltoallv, Op::kSendrecv, Op::kSend};
+constexpr std::array<Op, 6> kKnownOps{Op::kAllreduce, Op::kBcast,      Op::kAlltoallv,
+                                      Op::kSendrecv,  Op::kIsendrecv, Op::kSend};
 
 const char* op_name(Op op) {
   switch (op) {
@@ -90,6 +92,7 @@ const char* op_name(Op op) {
     case Op::kBcast: return "bcast";
     case Op::kAlltoallv: return "alltoallv";
     case Op::kSendrecv: return "sendrecv";
+    case Op::kIsendrecv: return "isendrecv";
     case Op::kSend: return "send";
   }
   return "?";
@@ -102,6 +105,7 @@ double busbw_factor(Op op, int nranks) {
     case Op::kBcast: return 1.0;
     case Op::kAlltoallv: return static_cast<double>(nranks - 1) / nranks;
     case Op::kSendrecv: return 1.0;
+    case Op::kIsendrecv: return 1.0;
     case Op::kSend: return 1.0;
   }
   return 0;
@@ -172,7 +176,7 @@ std::vector<Op> parse_ops(const std::string& list) {
   for (const std::string& name : split_list(list)) {
     const auto known = std::find_if(kKnownOps.begin(), kKnownOps.end(), [&](Op op) { return name == op_name(op); });
     if (known == kKnownOps.end())
-      throw UsageError("unknown operation '" + name + "' (allreduce, bcast, alltoallv, sendrecv, send)");
+      throw UsageError("unknown operation '" + name + "' (allreduce, bcast, alltoallv, sendrecv, isendrecv, send)");
     ops.push_back(*known);
   }
   if (ops.empty()) throw UsageError("--ops names no operation");
@@ -391,6 +395,18 @@ void run_mpi(const Case& c, float* send, float* recv) {
                 "MPI_Sendrecv");
       break;
     }
+    case Op::kIsendrecv: {
+      int rank = 0, nranks = 1;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+      MPI_Request requests[2];
+      check_mpi(MPI_Irecv(recv, count, MPI_FLOAT, previous_rank(rank, nranks), 0, MPI_COMM_WORLD, &requests[0]),
+                "MPI_Irecv");
+      check_mpi(MPI_Isend(send, count, MPI_FLOAT, next_rank(rank, nranks), 0, MPI_COMM_WORLD, &requests[1]),
+                "MPI_Isend");
+      check_mpi(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
+      break;
+    }
     case Op::kSend: {
       int rank = 0, nranks = 1;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -505,7 +521,8 @@ class NcclMethod final : public Method {
         }
         check(api_.group_end(), "ncclGroupEnd");
         break;
-      case Op::kSendrecv: {
+      case Op::kSendrecv:
+      case Op::kIsendrecv: {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         check(api_.group_start(), "ncclGroupStart");
@@ -642,7 +659,8 @@ class Harness {
             expected_[peer * block + k] = input_value(c.seed, peer, rank_ * block + k);
         break;
       }
-      case Op::kSendrecv: {
+      case Op::kSendrecv:
+      case Op::kIsendrecv: {
         const int from = previous_rank(rank_, nranks_);
         for (std::size_t i = 0; i < c.count; ++i) {
           input_[i] = input_value(c.seed, rank_, i);

@@ -61,9 +61,14 @@ struct Envelope {
   std::int32_t claim_pid;
   std::uint64_t claim_nonce;
   std::uint64_t claim_ticket;  // this offer's, in the word's upper half
-  ExportedBuffer buffer;       // kPeerMemory only
+  // Nonzero: the receive that claims the offer says on the replies
+  // communicator, with reply_tag, once it has copied the buffer (a
+  // nonblocking send's request is the receive of that word).
+  std::uint32_t reply_when_copied;
+  std::uint32_t reserved;
+  ExportedBuffer buffer;  // kPeerMemory only
 };
-static_assert(sizeof(Envelope) == 176, "Envelope travels between processes; keep its layout fixed");
+static_assert(sizeof(Envelope) == 184, "Envelope travels between processes; keep its layout fixed");
 
 // A claim word (host shared memory, one per offer in flight): the offer's
 // ticket, so a late receive cannot take a later offer in the same word,
@@ -116,8 +121,19 @@ struct SendInFlight {
   Bounce* bounce;
 };
 
+struct NonblockingOffer;
+
 struct State {
+  // Messages to a receiver: envelopes, and a withdrawn offer's bounce
+  // envelope (on its reply tag).
   MPI_Comm control = MPI_COMM_NULL;
+  // Messages back to a sender, on the reply tag of its send: a bounce
+  // buffer's acknowledgement, a claimed nonblocking offer's word that its
+  // buffer is copied; and a sender's word to itself that ends an offer it
+  // withdrew. Apart from control, since both ranks of a pair draw reply tags
+  // from counters of their own: a message back must never match a receive
+  // of a message to this rank.
+  MPI_Comm answers = MPI_COMM_NULL;
   int tag_ub = 32767;
   std::atomic<std::uint32_t> replies{0};
   std::mutex comms_mutex;
@@ -146,6 +162,11 @@ struct State {
   std::uint64_t claims_nonce = 0;
   std::vector<int> free_claims;
   std::map<std::pair<int, std::uint64_t>, std::atomic<std::uint64_t>*> peer_claims;
+  // Nonblocking offers by the request the user holds.
+  std::mutex offers_mutex;
+  std::unordered_map<MPI_Request, std::unique_ptr<NonblockingOffer>> offers;
+  std::atomic<int> live_offers{0};
+  std::atomic<std::uint64_t> straight_blocking{0}, straight_nonblocking{0}, bounced{0};
 };
 
 State& state() {
@@ -436,9 +457,11 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
   int replied = MPI_SUCCESS;
   if (claim) {
     claim->store(claim_word(env.claim_ticket, kClaimDone), std::memory_order_release);
+    if (env.reply_when_copied)
+      replied = PMPI_Send(nullptr, 0, MPI_BYTE, world, env.reply_tag, s.answers);
   } else {
     const std::int32_t reply = copied == Status::kTimeout ? kFailed : kCopied;
-    replied = PMPI_Send(&reply, 1, MPI_INT32_T, world, env.reply_tag, s.control);
+    replied = PMPI_Send(&reply, 1, MPI_INT32_T, world, env.reply_tag, s.answers);
   }
   if (!ok(copied)) {
     FERRY_WARN(Shim, "copying a %llu-byte message out of peer memory failed: %s",
@@ -592,6 +615,11 @@ void start() {
   for (int r = 0; r < size; ++r) s.host_of[r] = all[2 * r];
   if (PMPI_Comm_dup(MPI_COMM_WORLD, &s.control) != MPI_SUCCESS) return;
   PMPI_Comm_set_errhandler(s.control, MPI_ERRORS_RETURN);
+  if (PMPI_Comm_dup(MPI_COMM_WORLD, &s.answers) != MPI_SUCCESS) {
+    PMPI_Comm_free(&s.control);
+    return;
+  }
+  PMPI_Comm_set_errhandler(s.answers, MPI_ERRORS_RETURN);
   void* tag_ub = nullptr;
   int found = 0;
   if (PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found) == MPI_SUCCESS && found)
@@ -643,6 +671,7 @@ void stop() {
   }
   g_active.store(false, std::memory_order_release);
   PMPI_Comm_free(&s.control);
+  PMPI_Comm_free(&s.answers);
   std::lock_guard<std::mutex> lock(s.comms_mutex);
   s.comms.clear();
 }
@@ -805,11 +834,13 @@ void give_back_bounce(Bounce* bounce) {
   bounce->busy = false;
 }
 
-// Starts a blocking send that offers its own buffer: reserves a bounce
-// buffer for the case the offer is withdrawn, sends the envelope and the
-// marker. False in *handled when no offer could be made (nothing sent).
-int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, MPI_Comm comm, Offer* offer,
-                bool* handled) {
+// Starts a send that offers its own buffer: reserves a bounce buffer for
+// the case the offer is withdrawn, sends the envelope and the marker. A
+// nonblocking one (request) first posts *request, the receive of the word
+// that ends the offer, and lets its marker go. False in *handled when no
+// offer could be made (nothing sent).
+int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, MPI_Comm comm, MPI_Request* request,
+                Offer* offer, bool* handled) {
   *handled = false;
   State& s = state();
   Bounce* bounce = nullptr;
@@ -827,29 +858,75 @@ int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, 
   env.claim_nonce = s.claims_nonce;
   env.claim_ticket = ticket;
   env.chunk_bytes = env.bytes;
-  if (slot < 0 || !ok(s.memory.export_buffer(e.data, e.info, &env.buffer))) {
+  env.reply_when_copied = request != nullptr;
+  auto not_offered = [&] {
     if (slot >= 0) give_claim(slot);
     give_back_bounce(bounce);
     return MPI_SUCCESS;
-  }
+  };
+  if (slot < 0 || !ok(s.memory.export_buffer(e.data, e.info, &env.buffer))) return not_offered();
+  if (request && PMPI_Irecv(nullptr, 0, MPI_BYTE, MPI_ANY_SOURCE, env.reply_tag, s.answers, request) != MPI_SUCCESS)
+    return not_offered();
   s.claims[slot].store(claim_word(ticket, kOffered), std::memory_order_release);
   if (PMPI_Send(&env, sizeof(env), MPI_BYTE, e.to.world, kEnvelopeTag, s.control) != MPI_SUCCESS) {
-    give_claim(slot);
-    give_back_bounce(bounce);
-    return MPI_SUCCESS;
+    if (request) {
+      PMPI_Cancel(request);
+      PMPI_Request_free(request);
+    }
+    return not_offered();
   }
   *handled = true;
   *offer = Offer{e, bounce, slot, ticket, env, comm};
   record_route(id, RouteDecision{Route::kEngine, "peer memory"});
-  const int rc = send_marker(mode, dest, tag, comm, nullptr);
+  if (!request) {
+    const int rc = send_marker(mode, dest, tag, comm, nullptr);
+    return rc == MPI_SUCCESS ? rc : raise_error(comm, rc);
+  }
+  // The marker completes on its own (it is empty); *request stands for the send.
+  MPI_Request marker = MPI_REQUEST_NULL;
+  int rc = send_marker(mode, dest, tag, comm, &marker);
+  if (rc == MPI_SUCCESS) rc = PMPI_Request_free(&marker);
   return rc == MPI_SUCCESS ? rc : raise_error(comm, rc);
 }
 
-// Finishes an offer: returns once the receive that claimed it has copied
-// the buffer, or, when nothing claimed it within FERRY_PT2PT_CLAIM_US (from
-// now), withdraws it, fills the bounce buffer and sends its envelope (on
-// the reply tag the receive then listens to), without waiting for the
-// receive, as MPI's progress rule needs.
+// A withdrawn offer's data goes through its bounce buffer: filled, its
+// envelope sent (on the reply tag the receive then listens to), and
+// returns once the send buffer has been read. A nonblocking offer's
+// request is ended (end_request) once the buffer has been read and before
+// the envelope goes, so that the bounce buffer's acknowledgement, on the
+// same reply tag, cannot end it. An MPI error class.
+int send_withdrawn(Offer& offer, const std::function<int()>& end_request = nullptr) {
+  State& s = state();
+  Bounce* bounce = offer.bounce;
+  Envelope bounced = offer.env;
+  bounced.claim_slot = -1;
+  bounced.reply_when_copied = 0;
+  auto buffer_read = [&] { return ok(offer.e.backend->event_synchronize(bounce->filled)); };
+  if (!ok(s.memory.export_buffer(bounce->ptr, &bounced.buffer)) || !ok(fill_bounce(*bounce, offer.e.data, &bounced)) ||
+      (end_request && !buffer_read())) {
+    give_back_bounce(bounce);
+    if (end_request) end_request();
+    return MPI_ERR_OTHER;
+  }
+  s.bounced.fetch_add(1, std::memory_order_relaxed);
+  int rc = end_request ? end_request() : MPI_SUCCESS;
+  if (rc == MPI_SUCCESS) {
+    std::lock_guard<std::mutex> lock(s.bounce_mutex);
+    MPI_Request reply = MPI_REQUEST_NULL;
+    rc = PMPI_Irecv(&bounce->reply, 1, MPI_INT32_T, offer.e.to.world, bounced.reply_tag, s.answers, &reply);
+    if (rc == MPI_SUCCESS) s.in_flight.push_back(SendInFlight{reply, bounce});
+  }
+  if (rc == MPI_SUCCESS)
+    rc = PMPI_Send(&bounced, sizeof(bounced), MPI_BYTE, offer.e.to.world, bounced.reply_tag, s.control);
+  if (rc != MPI_SUCCESS || end_request) return rc;
+  // A blocking send waits for its buffer to be read while the receive
+  // already copies the chunks that are there.
+  return buffer_read() ? MPI_SUCCESS : MPI_ERR_OTHER;
+}
+
+// Finishes a blocking send's offer: returns once the receive that claimed
+// it has copied the buffer, or, when nothing claimed it within
+// FERRY_PT2PT_CLAIM_US (from now), withdraws it.
 int offer_finish(Offer& offer) {
   State& s = state();
   std::atomic<std::uint64_t>& claim = s.claims[offer.slot];
@@ -877,41 +954,154 @@ int offer_finish(Offer& offer) {
     if (polls > 1024) std::this_thread::yield();
   }
   give_claim(offer.slot);
-  Bounce* bounce = offer.bounce;
   if (!withdrawn) {
-    give_back_bounce(bounce);
+    s.straight_blocking.fetch_add(1, std::memory_order_relaxed);
+    give_back_bounce(offer.bounce);
     return MPI_SUCCESS;
   }
-  Envelope bounced = offer.env;
-  bounced.claim_slot = -1;
-  if (!ok(s.memory.export_buffer(bounce->ptr, &bounced.buffer)) || !ok(fill_bounce(*bounce, offer.e.data, &bounced))) {
-    give_back_bounce(bounce);
-    return raise_error(offer.comm, MPI_ERR_OTHER);
+  const int rc = send_withdrawn(offer);
+  return rc == MPI_SUCCESS ? rc : raise_error(offer.comm, rc);
+}
+
+// A nonblocking send's offer, from the call that made it to the completion
+// call that finishes its request.
+struct NonblockingOffer {
+  Offer offer;
+  bool looked_at = false;  // by a completion call: its time runs from then
+  std::chrono::steady_clock::time_point offer_ends, gives_up;
+  bool ended = false;      // copied, withdrawn or given up on: its request's word is on its way
+  bool withdrawn = false;
+  bool slot_lost = false;  // claimed and never finished: its claim word stays out of use
+  int error = MPI_SUCCESS;
+};
+
+// Completes an offer's request from this rank: the word, sent to itself.
+int end_here(const NonblockingOffer& n) {
+  const State& s = state();
+  return PMPI_Send(nullptr, 0, MPI_BYTE, s.world_rank, n.offer.env.reply_tag, s.answers);
+}
+
+// One look at an offer: it has ended once its receive copied it; it is
+// withdrawn once it waited FERRY_PT2PT_CLAIM_US unclaimed (at once with
+// withdraw_now); a claim never finished is given up on after
+// FERRY_HANDSHAKE_TIMEOUT.
+void look_at(NonblockingOffer& n, bool withdraw_now) {
+  if (n.ended) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (!n.looked_at) {
+    n.looked_at = true;
+    n.offer_ends = now + std::chrono::microseconds(params().pt2pt_claim_us);
+    n.gives_up = handshake_deadline();
   }
-  int rc = MPI_SUCCESS;
-  {
-    std::lock_guard<std::mutex> lock(s.bounce_mutex);
-    MPI_Request reply = MPI_REQUEST_NULL;
-    rc = PMPI_Irecv(&bounce->reply, 1, MPI_INT32_T, offer.e.to.world, bounced.reply_tag, s.control, &reply);
-    if (rc == MPI_SUCCESS) s.in_flight.push_back(SendInFlight{reply, bounce});
+  std::atomic<std::uint64_t>& claim = state().claims[n.offer.slot];
+  const std::uint64_t ticket = n.offer.ticket;
+  std::uint64_t word = claim.load(std::memory_order_acquire);
+  if (word == claim_word(ticket, kClaimDone)) {
+    n.ended = true;
+  } else if (word == claim_word(ticket, kOffered) && (withdraw_now || now > n.offer_ends) &&
+             claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
+    n.ended = n.withdrawn = true;
+    n.error = send_withdrawn(n.offer, [&n] { return end_here(n); });
+  } else if (word == claim_word(ticket, kClaimed) && now > n.gives_up) {
+    FERRY_WARN(Shim, "a receive claimed a %lld-byte message and did not finish within FERRY_HANDSHAKE_TIMEOUT",
+               static_cast<long long>(n.offer.e.bytes));
+    n.ended = n.slot_lost = true;
+    n.error = MPI_ERR_OTHER;
+    end_here(n);
   }
-  if (rc == MPI_SUCCESS)
-    rc = PMPI_Send(&bounced, sizeof(bounced), MPI_BYTE, offer.e.to.world, bounced.reply_tag, s.control);
-  if (rc != MPI_SUCCESS) return raise_error(offer.comm, rc);
-  return ok(offer.e.backend->event_synchronize(bounce->filled)) ? MPI_SUCCESS : raise_error(offer.comm, MPI_ERR_OTHER);
+}
+
+NonblockingOffer* find_offer(MPI_Request request) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.offers_mutex);
+  auto it = s.offers.find(request);
+  return it == s.offers.end() ? nullptr : it->second.get();
 }
 
 }  // namespace
+
+bool offers_live() { return state().live_offers.load(std::memory_order_acquire) > 0; }
+
+bool is_offer(MPI_Request request) { return offers_live() && find_offer(request); }
+
+bool any_offer(int count, const MPI_Request* requests) {
+  if (!offers_live() || !requests) return false;
+  for (int i = 0; i < count; ++i)
+    if (find_offer(requests[i])) return true;
+  return false;
+}
+
+void settle_offers(int count, const MPI_Request* requests, bool wait) {
+  if (!offers_live() || !requests) return;
+  std::vector<NonblockingOffer*> offers;
+  for (int i = 0; i < count; ++i)
+    if (NonblockingOffer* n = find_offer(requests[i])) offers.push_back(n);
+  for (int polls = 0; !offers.empty(); ++polls) {
+    bool all_ended = true;
+    for (NonblockingOffer* n : offers) {
+      look_at(*n, false);
+      all_ended = all_ended && n->ended;
+    }
+    if (all_ended || !wait) return;
+    if (polls > 1024) std::this_thread::yield();
+  }
+}
+
+int finish_offer(MPI_Request request) {
+  State& s = state();
+  std::unique_ptr<NonblockingOffer> n;
+  {
+    std::lock_guard<std::mutex> lock(s.offers_mutex);
+    auto it = s.offers.find(request);
+    if (it == s.offers.end()) return MPI_SUCCESS;
+    n = std::move(it->second);
+    s.offers.erase(it);
+    s.live_offers.fetch_sub(1, std::memory_order_release);
+  }
+  // Its request completed, so the word came: from the receive once it had
+  // copied the buffer, unless this rank ended the offer itself.
+  if (!n->withdrawn && !n->slot_lost) {
+    s.straight_nonblocking.fetch_add(1, std::memory_order_relaxed);
+    give_back_bounce(n->offer.bounce);
+  }
+  if (!n->slot_lost) give_claim(n->offer.slot);
+  return n->error == MPI_SUCCESS ? MPI_SUCCESS : raise_error(n->offer.comm, n->error);
+}
+
+int free_offer(MPI_Request request) {
+  NonblockingOffer* n = offers_live() ? find_offer(request) : nullptr;
+  if (!n) return MPI_SUCCESS;
+  for (look_at(*n, true); !n->ended; look_at(*n, true)) std::this_thread::yield();
+  return finish_offer(request);
+}
+
+SendCounts send_counts() {
+  const State& s = state();
+  return SendCounts{s.straight_blocking.load(), s.straight_nonblocking.load(), s.bounced.load()};
+}
 
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
          MPI_Request* request, bool* handled) {
   *handled = false;
   Eligible e;
   if (mode == Mode::kNone || !eligible(buf, count, type, dest, tag, comm, &e)) return MPI_SUCCESS;
-  if (!request && params().pt2pt_claim_us > 0) {
+  // A nonblocking synchronous send completes once its receive matched, which
+  // its offer's request would not wait for when withdrawn: a bounce buffer.
+  if (params().pt2pt_claim_us > 0 && (!request || mode != Mode::kSynchronous)) {
     Offer offer;
-    const int rc = offer_start(id, mode, e, dest, tag, comm, &offer, handled);
-    if (*handled) return rc == MPI_SUCCESS ? offer_finish(offer) : rc;
+    const int rc = offer_start(id, mode, e, dest, tag, comm, request, &offer, handled);
+    if (*handled && !request) return rc == MPI_SUCCESS ? offer_finish(offer) : rc;
+    if (*handled) {
+      State& s = state();
+      {
+        std::lock_guard<std::mutex> lock(s.offers_mutex);
+        s.offers[*request] = std::make_unique<NonblockingOffer>(NonblockingOffer{offer});
+        s.live_offers.fetch_add(1, std::memory_order_release);
+      }
+      const MPI_Request tracked = *request;
+      track_request(tracked, [tracked] { return finish_offer(tracked); });
+      return rc;
+    }
   }
   const std::int64_t bytes = e.bytes;
   const void* data = e.data;
@@ -932,7 +1122,7 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
   }
   // The reply's receive first, so the reply never waits unexpected.
   MPI_Request reply = MPI_REQUEST_NULL;
-  if (PMPI_Irecv(&bounce->reply, 1, MPI_INT32_T, to.world, env.reply_tag, s.control, &reply) != MPI_SUCCESS) {
+  if (PMPI_Irecv(&bounce->reply, 1, MPI_INT32_T, to.world, env.reply_tag, s.answers, &reply) != MPI_SUCCESS) {
     give_back();
     return MPI_SUCCESS;
   }
@@ -943,6 +1133,7 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
     return MPI_SUCCESS;
   }
   s.in_flight.push_back(SendInFlight{reply, bounce});
+  s.bounced.fetch_add(1, std::memory_order_relaxed);
   *handled = true;
   record_route(id, RouteDecision{Route::kEngine, "peer memory"});
   const int rc = send_marker(mode, dest, tag, comm, request);
@@ -966,7 +1157,7 @@ int sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest
   if (params().pt2pt_claim_us <= 0 || !eligible(sendbuf, sendcount, sendtype, dest, sendtag, comm, &e))
     return MPI_SUCCESS;
   Offer offer;
-  int rc = offer_start(FunctionId::kSendrecv, Mode::kStandard, e, dest, sendtag, comm, &offer, handled);
+  int rc = offer_start(FunctionId::kSendrecv, Mode::kStandard, e, dest, sendtag, comm, nullptr, &offer, handled);
   if (!*handled) return MPI_SUCCESS;
   count_bytes(FunctionId::kSendrecv, sendcount, sendtype);
   // The receive runs while the offer stands (its peer may be claiming it).

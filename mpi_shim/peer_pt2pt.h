@@ -53,12 +53,37 @@ void forget(MPI_Comm comm);
 enum class Mode { kNone, kStandard, kSynchronous, kReady };
 
 // Sends count × type from a device buffer to dest through peer memory when
-// it can: *handled says whether it did (false: send it another way). The
-// data is copied to a bounce buffer of device memory first, so the send
-// completes without waiting for its receive (MPI's progress rule), and
-// *request is the marker's.
+// it can: *handled says whether it did (false: send it another way).
+// A blocking send, and a nonblocking one in standard or ready mode, offer
+// the send buffer itself: the receive copies straight from it if it claims
+// the offer in time. The send withdraws an offer nobody claimed within
+// FERRY_PT2PT_CLAIM_US of its waiting (a blocking send's call, the first
+// completion call that looks at a nonblocking one's request) and goes on
+// through a bounce buffer, so it never waits for its receive (MPI's
+// progress rule, and programs that count on small messages being
+// buffered). A nonblocking offer's *request is a receive of the word that
+// the copy is done (see settle_offers). Any other send copies the data to
+// a bounce buffer of device memory first, and *request is the marker's.
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
          MPI_Request* request, bool* handled);
+
+// Nonblocking offers. Whether any is outstanding (one load), and whether
+// request is one.
+bool offers_live();
+bool is_offer(MPI_Request request);
+bool any_offer(int count, const MPI_Request* requests);
+// Before a completion call on requests: each offer among them that has
+// waited FERRY_PT2PT_CLAIM_US unclaimed is withdrawn (its data goes through
+// a bounce buffer, and its request completes once it is copied there).
+// wait: returns only once every offer among them is copied or withdrawn,
+// so the real MPI's completion of their requests follows at once.
+void settle_offers(int count, const MPI_Request* requests, bool wait);
+// After the real MPI completed an offer's request: gives back what it held.
+// Returns the send's MPI error class. Idempotent.
+int finish_offer(MPI_Request request);
+// MPI_Request_free of an offer's request: withdrawn now if unclaimed (or
+// waited for if claimed), so nothing is held for it after.
+int free_offer(MPI_Request request);
 
 // MPI_Sendrecv whose send offers its buffer (as a blocking send()):
 // receive() makes the receive while the offer stands, so two ranks that
@@ -66,6 +91,13 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
 // nothing was sent (send and receive another way).
 int sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
              const std::function<int()>& receive, MPI_Comm comm, bool* handled);
+
+// The counts FERRY_STATS prints: sends copied straight from the send
+// buffer (blocking and nonblocking) and sends through bounce buffers.
+struct SendCounts {
+  std::uint64_t straight_blocking, straight_nonblocking, bounced;
+};
+SendCounts send_counts();
 
 // Whether send() would take a send of count × type at buf to dest (unless
 // its bounce buffers are all in use).

@@ -404,6 +404,7 @@ int handle_Wait(MPI_Request* request, MPI_Status* status) {
     return PMPI_Wait(request, status);
   }
   if (!request || !is_staged(*request)) return PMPI_Wait(request, status);
+  peer::settle_offers(1, request, true);
   const MPI_Request staged = *request;
   MPI_Status local;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
@@ -428,6 +429,7 @@ int handle_Test(MPI_Request* request, int* flag, MPI_Status* status) {
     return PMPI_Test(request, flag, status);
   }
   if (!request || !is_staged(*request)) return PMPI_Test(request, flag, status);
+  peer::settle_offers(1, request, false);
   const MPI_Request staged = *request;
   MPI_Status local;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
@@ -488,17 +490,60 @@ int finish_all(CompletionArrays& arrays, int count, int result) {
 
 }  // namespace
 
-int handle_Waitall(int count, MPI_Request* requests, MPI_Status* statuses) {
+namespace {
+
+int waitall_now(int count, MPI_Request* requests, MPI_Status* statuses) {
   nbc::progress();
   bool running = false;
   const int persistent_error = nbc::settle_persistent(count, requests, true, &running);
   if (nbc::owns_any(count, requests)) nbc::settle(count, requests, true);
   const int result = [&] {
     if (!any_staged(count, requests)) return PMPI_Waitall(count, requests, statuses);
+    peer::settle_offers(count, requests, true);
     CompletionArrays arrays(count, requests, statuses);
     return finish_all(arrays, count, PMPI_Waitall(count, requests, arrays.statuses));
   }();
   return result != MPI_SUCCESS ? result : persistent_error;
+}
+
+// Nonblocking sends' offers (peer_pt2pt.h) last: a receive among the other
+// requests may be what its sender's offer waits for, as this rank's offers
+// wait for their receives, so those complete first (receives claim the
+// offers they match); then this rank's offers are settled and completed.
+int waitall_offers_last(int count, MPI_Request* requests, MPI_Status* statuses) {
+  CallArray<MPI_Request> others(count), offers(count);
+  CallArray<char> offered(count);
+  CallArray<MPI_Status> other_statuses(count), offer_statuses(count);
+  for (int i = 0; i < count; ++i) {
+    offered[i] = peer::is_offer(requests[i]);
+    others[i] = offered[i] ? MPI_REQUEST_NULL : requests[i];
+    offers[i] = offered[i] ? requests[i] : MPI_REQUEST_NULL;
+  }
+  const int others_result = waitall_now(count, others.data(), other_statuses.data());
+  for (int i = 0; i < count; ++i)
+    if (!offered[i]) requests[i] = others[i];
+  if (others_result != MPI_SUCCESS && others_result != MPI_ERR_IN_STATUS) return others_result;
+  const bool others_failed = others_result == MPI_ERR_IN_STATUS;
+  // After a failure the offers are still pending, as MPI_ERR_IN_STATUS says.
+  const int offers_result = others_failed ? MPI_ERR_IN_STATUS : waitall_now(count, offers.data(), offer_statuses.data());
+  if (offers_result != MPI_SUCCESS && offers_result != MPI_ERR_IN_STATUS) return offers_result;
+  for (int i = 0; i < count; ++i) {
+    if (offered[i] && !others_failed) requests[i] = offers[i];
+    if (statuses == MPI_STATUSES_IGNORE) continue;
+    statuses[i] = offered[i] ? offer_statuses[i] : other_statuses[i];
+    if (offered[i] && others_failed) statuses[i].MPI_ERROR = MPI_ERR_PENDING;
+    // Each half's statuses carry their errors only when that half failed.
+    const bool half_failed = offered[i] ? offers_result != MPI_SUCCESS : others_failed;
+    if (offers_result == MPI_ERR_IN_STATUS && !half_failed) statuses[i].MPI_ERROR = MPI_SUCCESS;
+  }
+  return offers_result;
+}
+
+}  // namespace
+
+int handle_Waitall(int count, MPI_Request* requests, MPI_Status* statuses) {
+  if (peer::any_offer(count, requests)) return waitall_offers_last(count, requests, statuses);
+  return waitall_now(count, requests, statuses);
 }
 
 int handle_Testall(int count, MPI_Request* requests, int* flag, MPI_Status* statuses) {
@@ -512,6 +557,7 @@ int handle_Testall(int count, MPI_Request* requests, int* flag, MPI_Status* stat
   }
   if (nbc::owns_any(count, requests)) nbc::settle(count, requests, false);
   if (!any_staged(count, requests)) return PMPI_Testall(count, requests, flag, statuses);
+  peer::settle_offers(count, requests, false);
   CompletionArrays arrays(count, requests, statuses);
   const int result = PMPI_Testall(count, requests, flag, arrays.statuses);
   return *flag || result == MPI_ERR_IN_STATUS ? finish_all(arrays, count, result) : result;
@@ -520,7 +566,7 @@ int handle_Testall(int count, MPI_Request* requests, int* flag, MPI_Status* stat
 int handle_Waitany(int count, MPI_Request* requests, int* index, MPI_Status* status) {
   nbc::progress();
   // With work of Ferry's among them, whichever finishes first: by testing.
-  if (nbc::owns_any(count, requests) || any_persistent(count, requests)) {
+  if (nbc::owns_any(count, requests) || any_persistent(count, requests) || peer::any_offer(count, requests)) {
     for (int flag = 0;;) {
       const int result = handle_Testany(count, requests, index, &flag, status);
       if (result != MPI_SUCCESS || flag) return result;
@@ -542,6 +588,7 @@ namespace {
 int testany_now(int count, MPI_Request* requests, int* index, int* flag, MPI_Status* status) {
   if (nbc::owns_any(count, requests)) nbc::settle(count, requests, false);
   if (!any_staged(count, requests)) return PMPI_Testany(count, requests, index, flag, status);
+  peer::settle_offers(count, requests, false);
   CallArray<MPI_Request> handles(count);
   std::copy(requests, requests + count, handles.data());
   MPI_Status local;
@@ -590,7 +637,7 @@ int some_like(int incount, MPI_Request* requests, int* outcount, int* indices, M
 
 int handle_Waitsome(int incount, MPI_Request* requests, int* outcount, int* indices, MPI_Status* statuses) {
   nbc::progress();
-  if (nbc::owns_any(incount, requests) || any_persistent(incount, requests)) {
+  if (nbc::owns_any(incount, requests) || any_persistent(incount, requests) || peer::any_offer(incount, requests)) {
     for (;;) {
       const int result = handle_Testsome(incount, requests, outcount, indices, statuses);
       if (result != MPI_SUCCESS || *outcount != 0) return result;
@@ -607,6 +654,7 @@ namespace {
 int testsome_now(int incount, MPI_Request* requests, int* outcount, int* indices, MPI_Status* statuses) {
   if (nbc::owns_any(incount, requests)) nbc::settle(incount, requests, false);
   if (!any_staged(incount, requests)) return PMPI_Testsome(incount, requests, outcount, indices, statuses);
+  peer::settle_offers(incount, requests, false);
   return some_like(incount, requests, outcount, indices, statuses,
                    [&](MPI_Status* st) { return PMPI_Testsome(incount, requests, outcount, indices, st); });
 }
@@ -628,6 +676,7 @@ int handle_Request_free(MPI_Request* request) {
   if (request && nbc::owns(*request)) return nbc::refuse_free(*request);
   if (!request || !is_staged(*request)) return PMPI_Request_free(request);
   const MPI_Request handle = *request;
+  const int offered = peer::free_offer(handle);
   const int result = PMPI_Request_free(request);
   if (result != MPI_SUCCESS) return result;
   std::unique_ptr<Staging> released;
@@ -641,7 +690,7 @@ int handle_Request_free(MPI_Request* request) {
   }
   staged_requests().erase(it);
   outstanding.fetch_sub(1, std::memory_order_release);
-  return MPI_SUCCESS;
+  return offered;
 }
 
 // Leaves the request alone, but when it reports the request complete the
@@ -662,6 +711,7 @@ int handle_Request_get_status(MPI_Request request, int* flag, MPI_Status* status
     return PMPI_Request_get_status(request, flag, status);
   }
   if (!is_staged(request)) return PMPI_Request_get_status(request, flag, status);
+  peer::settle_offers(1, &request, false);
   MPI_Status local;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
   const int result = PMPI_Request_get_status(request, flag, st);

@@ -6,6 +6,7 @@
 #include "engine/collectives/collectives.h"
 #include "engine/collectives/tuner.h"
 #include "engine/common/params.h"
+#include "mpi_shim/peer_pt2pt.h"
 
 namespace ferry::shim {
 namespace {
@@ -64,6 +65,15 @@ void print_stats(int rank) {
     std::fprintf(stderr, "ferry stats rank %d: engine bcast algorithm %-10s %10llu\n", rank,
                  bcast_algorithm_info(static_cast<BcastAlgorithm>(a)).name, static_cast<unsigned long long>(calls));
   }
+  const peer::SendCounts sends = peer::send_counts();
+  if (sends.straight_blocking + sends.straight_nonblocking + sends.bounced > 0)
+    std::fprintf(stderr,
+                 "ferry stats rank %d: peer-memory sends %llu copied from the send buffer (%llu blocking, %llu "
+                 "nonblocking), %llu through bounce buffers\n",
+                 rank, static_cast<unsigned long long>(sends.straight_blocking + sends.straight_nonblocking),
+                 static_cast<unsigned long long>(sends.straight_blocking),
+                 static_cast<unsigned long long>(sends.straight_nonblocking),
+                 static_cast<unsigned long long>(sends.bounced));
   for (int c = 0; c < static_cast<int>(EngineCollective::kCount); ++c) {
     const EngineCallStats engine = engine_call_stats(static_cast<EngineCollective>(c));
     if (engine.calls == 0) continue;

@@ -2,13 +2,17 @@
 // (mpi_shim/peer_pt2pt.h): device and host messages and empty ones on one
 // tag in order, wildcards over many senders, probes of every kind, a
 // receive that is too short, a receive type with holes, a freed and a
-// cancelled send, communicators made every way, MPI_Sendrecv(_replace) and
-// persistent requests. Every case is valid MPI, so the program also runs on
-// plain Open MPI with host buffers (the baseline).
+// cancelled send, communicators made every way, MPI_Sendrecv(_replace),
+// persistent requests, halo exchanges by nonblocking calls and sends that
+// complete before their receive is posted. Every case is valid MPI (the
+// last needs the small message buffered, as Open MPI does), so the program
+// also runs on plain Open MPI with host buffers (the baseline).
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "completion.h"
 #include "suite.h"
 
 using namespace suite;
@@ -387,6 +391,85 @@ void test_early_and_late_receive() {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// A halo exchange around the ring, 16 rounds: each rank posts MPI_Irecv
+// from both neighbours and MPI_Isend of device buffers to both, the sends
+// before the receives in the request array on odd rounds, and completes
+// them with each completion call in turn. A nonblocking send offers its
+// buffer to the receive: the data must arrive whether the offer is taken
+// or withdrawn, and a send buffer may be overwritten once its request is
+// complete.
+void test_halo_exchange() {
+  const uint64_t id = next_case_id();
+  const int rank = world_rank();
+  const int ranks = world_size();
+  const int left = (rank + ranks - 1) % ranks;
+  const int right = (rank + 1) % ranks;
+  constexpr int kRightward = kTag, kLeftward = kTag + 1;
+  // What sender sends in round toward its right (+1) or left (-1) neighbour.
+  auto message = [&](long count, int round, int sender, int toward) {
+    return random_values<double>(count, id + 4 * uint64_t(round) + (toward > 0 ? 0 : 1), sender);
+  };
+  for (int round = 0; round < kCompletions; ++round) {
+    const long count = round % 3 == 2 ? kMedium : kLarge + round;
+    const bool sends_first = round % 2 == 1;
+    const Completion how = completion(round);
+    const Case what{"halo exchange by MPI_Irecv and MPI_Isend", "MPI_DOUBLE", "", count, "device",
+                    completion_name(how) + (sends_first ? ", sends first" : ", receives first")};
+    Buffer to_right = make_buffer(message(count, round, rank, +1), Memory::device);
+    Buffer to_left = make_buffer(message(count, round, rank, -1), Memory::device);
+    const Buffer from_left = make_buffer(poisoned<double>(count), Memory::device);
+    const Buffer from_right = make_buffer(poisoned<double>(count), Memory::device);
+    std::vector<MPI_Request> requests(4, MPI_REQUEST_NULL);
+    const int receives = sends_first ? 2 : 0, sends = sends_first ? 0 : 2;
+    check_mpi(MPI_Irecv(from_left.data(), int(count), MPI_DOUBLE, left, kRightward, MPI_COMM_WORLD,
+                        &requests[receives]),
+              what);
+    check_mpi(MPI_Irecv(from_right.data(), int(count), MPI_DOUBLE, right, kLeftward, MPI_COMM_WORLD,
+                        &requests[receives + 1]),
+              what);
+    check_mpi(MPI_Isend(to_right.data(), int(count), MPI_DOUBLE, right, kRightward, MPI_COMM_WORLD, &requests[sends]),
+              what);
+    check_mpi(MPI_Isend(to_left.data(), int(count), MPI_DOUBLE, left, kLeftward, MPI_COMM_WORLD,
+                        &requests[sends + 1]),
+              what);
+    complete(how, requests, what);
+    to_right.write(poisoned<double>(count).data(), count * sizeof(double));
+    to_left.write(poisoned<double>(count).data(), count * sizeof(double));
+    expect_values(what, from_left, message(count, round, left, +1), "from the left");
+    expect_values(what, from_right, message(count, round, right, -1), "from the right");
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+// Ranks in pairs MPI_Isend a small device message to each other and wait
+// for their send before posting the receive. MPI lets such a send wait for
+// its receive; Open MPI buffers small ones, and programs count on it: the
+// send's offer is withdrawn (its data copied to a bounce buffer), so the
+// send completes, and the buffer is overwritten before the peer receives.
+void test_send_completes_before_its_receive() {
+  const uint64_t id = next_case_id();
+  const int rank = world_rank();
+  const int partner = rank % 2 ? rank - 1 : rank + 1;
+  // Under Open MPI's shared-memory eager limit (4 KiB) for the host baseline.
+  constexpr long kSmall = 101;
+  const Case what{"MPI_Isend, MPI_Wait, then MPI_Recv on both sides", "MPI_DOUBLE", "", kSmall, "device", ""};
+  if (partner < world_size()) {
+    for (const Completion how : {Completion{Call::wait, false}, Completion{Call::test, true},
+                                 Completion{Call::waitall, false}, Completion{Call::testsome, false}}) {
+      Buffer data = make_buffer(random_values<double>(kSmall, id + int(how.call), rank), Memory::device);
+      std::vector<MPI_Request> requests{MPI_REQUEST_NULL};
+      check_mpi(MPI_Isend(data.data(), int(kSmall), MPI_DOUBLE, partner, kTag, MPI_COMM_WORLD, &requests[0]), what);
+      complete(how, requests, what);
+      data.write(poisoned<double>(kSmall).data(), kSmall * sizeof(double));
+      const Buffer into = make_buffer(poisoned<double>(kSmall), Memory::device);
+      check_mpi(MPI_Recv(into.data(), int(kSmall), MPI_DOUBLE, partner, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                what);
+      expect_values(what, into, random_values<double>(kSmall, id + int(how.call), partner), completion_name(how).c_str());
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // Persistent requests, started three times: an empty send and a device one
 // on one tag, received by a persistent host receive and a device one.
 void test_persistent() {
@@ -450,5 +533,7 @@ int main(int argc, char** argv) {
   test_sendrecv();
   test_early_and_late_receive();
   test_persistent();
+  test_halo_exchange();
+  test_send_completes_before_its_receive();
   return suite::finish();
 }
