@@ -548,6 +548,18 @@ int handle_Waitall(int count, MPI_Request* requests, MPI_Status* statuses) {
 
 int handle_Testall(int count, MPI_Request* requests, int* flag, MPI_Status* statuses) {
   nbc::progress();
+  // All or none complete here, so a receive among them that a peer's offer
+  // waits for delivers as soon as it is complete, as MPI_Request_get_status
+  // would: else both ranks of an exchange would wait out their offers. In
+  // order, up to the first one still pending: receives take their
+  // messages' envelopes in the order they matched.
+  if (peer::any_offer(count, requests)) {
+    for (int i = 0; i < count; ++i) {
+      if (!is_staged(requests[i]) || peer::is_offer(requests[i])) continue;
+      int done = 0;
+      if (handle_Request_get_status(requests[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) break;
+    }
+  }
   // A persistent collective still running: not all are complete.
   bool running = false;
   const int persistent_error = nbc::settle_persistent(count, requests, false, &running);
