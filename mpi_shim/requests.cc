@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -35,12 +36,65 @@ struct StagedRequest {
   MPI_Count checked_bytes = 0;    // what MPI_Request_get_status delivered, for the Wait
   int checked_error = MPI_SUCCESS;
   std::function<int()> on_start;  // before every MPI_Start (an empty persistent send)
+  std::uint64_t posted = 0;       // a checked receive's place in receives_in_order()
 };
 
 std::mutex requests_mutex;
 std::unordered_map<MPI_Request, StagedRequest>& staged_requests() {
   static auto* table = new std::unordered_map<MPI_Request, StagedRequest>;
   return *table;
+}
+
+// The checked receives still to deliver, by the order they were posted (or
+// started). A receive that got a marker takes the first envelope of its
+// sender's queue for the communicator and tag, and the real MPI matches
+// receives to messages in the order they were posted: so receives must
+// take their envelopes in that order too, whatever order the application
+// completes them in.
+std::map<std::uint64_t, MPI_Request>& receives_in_order() {
+  static auto* order = new std::map<std::uint64_t, MPI_Request>;
+  return *order;
+}
+std::uint64_t receives_posted = 0;
+
+// Call with requests_mutex held.
+void note_posted_locked(MPI_Request request, StagedRequest& staged) {
+  staged.posted = ++receives_posted;
+  receives_in_order()[staged.posted] = request;
+}
+void forget_posted_locked(StagedRequest& staged) {
+  if (staged.posted) receives_in_order().erase(staged.posted);
+  staged.posted = 0;
+}
+
+// A checked receive's place, 0 for any other request.
+std::uint64_t posted_of(MPI_Request request) {
+  std::lock_guard<std::mutex> lock(requests_mutex);
+  auto it = staged_requests().find(request);
+  return it == staged_requests().end() ? 0 : it->second.posted;
+}
+
+int deliver_early(MPI_Request request, int* flag, MPI_Status* status);
+
+// Before a checked receive posted at `posted` takes its envelope, the
+// receives posted before it that are complete take theirs, as
+// MPI_Request_get_status would. Not where the application's threads may be
+// completing those requests at the same time (MPI_THREAD_MULTIPLE): there
+// each receive takes its envelope when completed.
+void deliver_posted_before(std::uint64_t posted) {
+  int provided = MPI_THREAD_SINGLE;
+  PMPI_Query_thread(&provided);
+  if (provided == MPI_THREAD_MULTIPLE) return;
+  std::vector<MPI_Request> earlier;
+  {
+    std::lock_guard<std::mutex> lock(requests_mutex);
+    for (auto it = receives_in_order().begin(); it != receives_in_order().end() && it->first < posted; ++it)
+      earlier.push_back(it->second);
+  }
+  for (MPI_Request request : earlier) {
+    int done = 0;
+    deliver_early(request, &done, MPI_STATUS_IGNORE);
+  }
 }
 // Lets completion calls skip the table while nothing is staged.
 std::atomic<int> outstanding{0};
@@ -102,6 +156,7 @@ int finish_request(MPI_Request request, MPI_Status& status) {
   CheckedReceive checked;
   MPI_Count early_bytes = 0;
   int early_error = MPI_SUCCESS;
+  std::uint64_t posted = 0;
   {
     std::lock_guard<std::mutex> lock(requests_mutex);
     auto it = staged_requests().find(request);
@@ -113,6 +168,8 @@ int finish_request(MPI_Request request, MPI_Status& status) {
     checked = staged.checked;
     early_bytes = staged.checked_bytes;
     early_error = staged.checked_error;
+    posted = staged.posted;
+    forget_posted_locked(staged);
     if (!staged.delivered) staging = staged.staging.get();
     if (staged.persistent) {
       staged.active = false;
@@ -131,6 +188,7 @@ int finish_request(MPI_Request request, MPI_Status& status) {
     if (early_error != MPI_SUCCESS) status.MPI_ERROR = early_error;
     return early_error;
   }
+  if (posted) deliver_posted_before(posted);
   result = peer::after_receive(checked.comm, checked.buf, checked.count, checked.type, &status);
   return result == MPI_SUCCESS ? result : raise_error(checked.comm, result);
 }
@@ -161,7 +219,8 @@ int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime 
   staged.persistent = lifetime == Lifetime::kPersistent;
   staged.active = !staged.persistent;
   std::lock_guard<std::mutex> lock(requests_mutex);
-  staged_requests()[*request] = std::move(staged);
+  StagedRequest& entry = staged_requests()[*request] = std::move(staged);
+  if (entry.active && checked.on()) note_posted_locked(*request, entry);
   outstanding.fetch_add(1, std::memory_order_release);
   return mpi_result;
 }
@@ -194,7 +253,8 @@ void track_checked_receive(MPI_Request request, const CheckedReceive& checked, L
   tracked.persistent = lifetime == Lifetime::kPersistent;
   tracked.active = !tracked.persistent;
   std::lock_guard<std::mutex> lock(requests_mutex);
-  staged_requests()[request] = std::move(tracked);
+  StagedRequest& entry = staged_requests()[request] = std::move(tracked);
+  if (entry.active) note_posted_locked(request, entry);
   outstanding.fetch_add(1, std::memory_order_release);
 }
 
@@ -346,11 +406,13 @@ void mark_started(const std::vector<MPI_Request>& before, const MPI_Request* aft
     if (it == staged_requests().end()) continue;
     it->second.active = true;
     it->second.delivered = false;
+    StagedRequest* entry = &it->second;
     if (after[i] != before[i]) {
       StagedRequest moved = std::move(it->second);
       staged_requests().erase(it);
-      staged_requests()[after[i]] = std::move(moved);
+      entry = &(staged_requests()[after[i]] = std::move(moved));
     }
+    if (entry->checked.on()) note_posted_locked(after[i], *entry);
   }
 }
 
@@ -476,13 +538,43 @@ struct CompletionArrays {
   int finish(int index) { return finish_request(handles[index], statuses[index]); }
 };
 
+// The completed requests at handles[at[0..n)], sorted so that checked
+// receives come in the order they were posted (receives_in_order()).
+void in_posting_order(const MPI_Request* handles, int* at, int n) {
+  CallArray<std::uint64_t> posted(n);
+  for (int k = 0; k < n; ++k) posted[k] = posted_of(handles[at[k]]);
+  CallArray<int> order(n);
+  for (int k = 0; k < n; ++k) order[k] = k;
+  std::stable_sort(order.data(), order.data() + n, [&](int a, int b) { return posted[a] < posted[b]; });
+  CallArray<int> sorted(n);
+  for (int k = 0; k < n; ++k) sorted[k] = at[order[k]];
+  std::copy(sorted.data(), sorted.data() + n, at);
+}
+
+// A request the real MPI completed with an error: not finished, and no
+// longer among the receives to deliver.
+void drop_failed(MPI_Request request) {
+  std::lock_guard<std::mutex> lock(requests_mutex);
+  auto it = staged_requests().find(request);
+  if (it != staged_requests().end()) forget_posted_locked(it->second);
+}
+
 // MPI_ERR_IN_STATUS: only the requests whose own status says success completed.
 int finish_all(CompletionArrays& arrays, int count, int result) {
   if (result != MPI_SUCCESS && result != MPI_ERR_IN_STATUS) return result;
-  int first_error = MPI_SUCCESS;
+  CallArray<int> completed(count);
+  int n = 0;
   for (int i = 0; i < count; ++i) {
-    if (result == MPI_ERR_IN_STATUS && arrays.statuses[i].MPI_ERROR != MPI_SUCCESS) continue;
-    const int finished = arrays.finish(i);
+    if (result == MPI_ERR_IN_STATUS && arrays.statuses[i].MPI_ERROR != MPI_SUCCESS) {
+      drop_failed(arrays.handles[i]);
+    } else {
+      completed[n++] = i;
+    }
+  }
+  in_posting_order(arrays.handles.data(), completed.data(), n);
+  int first_error = MPI_SUCCESS;
+  for (int k = 0; k < n; ++k) {
+    const int finished = arrays.finish(completed[k]);
     if (first_error == MPI_SUCCESS) first_error = finished;
   }
   return result != MPI_SUCCESS ? result : first_error;
@@ -636,9 +728,22 @@ int some_like(int incount, MPI_Request* requests, int* outcount, int* indices, M
   MPI_Status* st = statuses == MPI_STATUSES_IGNORE ? local.data() : statuses;
   const int result = pmpi(st);
   if ((result != MPI_SUCCESS && result != MPI_ERR_IN_STATUS) || *outcount == MPI_UNDEFINED) return result;
-  int first_error = MPI_SUCCESS;
+  // By position k in indices and st; receives in the order they were posted.
+  CallArray<int> completed(*outcount);
+  CallArray<MPI_Request> completed_handles(*outcount);
+  int n = 0;
   for (int k = 0; k < *outcount; ++k) {
-    if (result == MPI_ERR_IN_STATUS && st[k].MPI_ERROR != MPI_SUCCESS) continue;
+    completed_handles[k] = handles[indices[k]];
+    if (result == MPI_ERR_IN_STATUS && st[k].MPI_ERROR != MPI_SUCCESS) {
+      drop_failed(handles[indices[k]]);
+    } else {
+      completed[n++] = k;
+    }
+  }
+  in_posting_order(completed_handles.data(), completed.data(), n);
+  int first_error = MPI_SUCCESS;
+  for (int j = 0; j < n; ++j) {
+    const int k = completed[j];
     const int finished = finish_request(handles[indices[k]], st[k]);
     if (first_error == MPI_SUCCESS) first_error = finished;
   }
@@ -694,6 +799,7 @@ int handle_Request_free(MPI_Request* request) {
   std::unique_ptr<Staging> released;
   std::lock_guard<std::mutex> lock(requests_mutex);
   auto it = staged_requests().find(handle);
+  forget_posted_locked(it->second);
   // The real MPI may still be using an active request's host copies.
   if (it->second.active && !it->second.delivered) {
     orphans().push_back(std::move(it->second.staging));
@@ -704,6 +810,51 @@ int handle_Request_free(MPI_Request* request) {
   outstanding.fetch_sub(1, std::memory_order_release);
   return offered;
 }
+
+namespace {
+
+// MPI_Request_get_status of a staged request: when it reports the request
+// complete, its outputs are delivered now, once.
+int deliver_early(MPI_Request request, int* flag, MPI_Status* status) {
+  peer::settle_offers(1, &request, false);
+  MPI_Status local;
+  MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
+  const int result = PMPI_Request_get_status(request, flag, st);
+  if (result != MPI_SUCCESS || !*flag) return result;
+  Staging* staging = nullptr;
+  bool receive = false;
+  std::function<int()> complete;
+  CheckedReceive checked;
+  std::uint64_t posted = 0;
+  {
+    std::lock_guard<std::mutex> lock(requests_mutex);
+    auto it = staged_requests().find(request);
+    if (it == staged_requests().end() || !it->second.active || it->second.delivered) return MPI_SUCCESS;
+    it->second.delivered = true;
+    complete = it->second.complete;
+    staging = it->second.staging.get();
+    receive = it->second.receive;
+    checked = it->second.checked;
+    posted = it->second.posted;
+    forget_posted_locked(it->second);
+  }
+  if (complete) return complete();
+  int delivered = staging ? deliver(*staging, receive, *st) : MPI_SUCCESS;
+  if (delivered != MPI_SUCCESS || !checked.on()) return delivered;
+  if (posted) deliver_posted_before(posted);
+  delivered = peer::after_receive(checked.comm, checked.buf, checked.count, checked.type, st);
+  {
+    std::lock_guard<std::mutex> lock(requests_mutex);
+    auto it = staged_requests().find(request);
+    if (it != staged_requests().end()) {
+      it->second.checked_bytes = count_of(*st);
+      it->second.checked_error = delivered;
+    }
+  }
+  return delivered == MPI_SUCCESS ? delivered : raise_error(checked.comm, delivered);
+}
+
+}  // namespace
 
 // Leaves the request alone, but when it reports the request complete the
 // outputs are delivered now, once: a program may read them before it calls
@@ -723,38 +874,7 @@ int handle_Request_get_status(MPI_Request request, int* flag, MPI_Status* status
     return PMPI_Request_get_status(request, flag, status);
   }
   if (!is_staged(request)) return PMPI_Request_get_status(request, flag, status);
-  peer::settle_offers(1, &request, false);
-  MPI_Status local;
-  MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
-  const int result = PMPI_Request_get_status(request, flag, st);
-  if (result != MPI_SUCCESS || !*flag) return result;
-  Staging* staging = nullptr;
-  bool receive = false;
-  std::function<int()> complete;
-  CheckedReceive checked;
-  {
-    std::lock_guard<std::mutex> lock(requests_mutex);
-    auto it = staged_requests().find(request);
-    if (it == staged_requests().end() || !it->second.active || it->second.delivered) return MPI_SUCCESS;
-    it->second.delivered = true;
-    complete = it->second.complete;
-    staging = it->second.staging.get();
-    receive = it->second.receive;
-    checked = it->second.checked;
-  }
-  if (complete) return complete();
-  int delivered = staging ? deliver(*staging, receive, *st) : MPI_SUCCESS;
-  if (delivered != MPI_SUCCESS || !checked.on()) return delivered;
-  delivered = peer::after_receive(checked.comm, checked.buf, checked.count, checked.type, st);
-  {
-    std::lock_guard<std::mutex> lock(requests_mutex);
-    auto it = staged_requests().find(request);
-    if (it != staged_requests().end()) {
-      it->second.checked_bytes = count_of(*st);
-      it->second.checked_error = delivered;
-    }
-  }
-  return delivered == MPI_SUCCESS ? delivered : raise_error(checked.comm, delivered);
+  return deliver_early(request, flag, status);
 }
 
 // A send with an envelope is past cancelling once it is posted (the

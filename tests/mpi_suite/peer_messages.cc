@@ -9,6 +9,7 @@
 // also runs on plain Open MPI with host buffers (the baseline).
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -470,6 +471,53 @@ void test_send_completes_before_its_receive() {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// Rank 0 sends rank 1 four device messages of different lengths on one
+// tag; rank 1 posts their receives in order, lets them all match (a host
+// message sent after them has arrived), and completes them last first,
+// with each completion call in turn. Each receive must get the message MPI matched to it (the one sent
+// in the order it was posted), whatever order it is completed in.
+void test_completed_out_of_posting_order() {
+  const uint64_t id = next_case_id();
+  const int rank = world_rank();
+  constexpr int kMessages = 4;
+  auto length = [](int m) { return kMedium + 7 * m; };
+  for (int number = 0; number < kCompletions; ++number) {
+    const Completion how = completion(number);
+    const Case what{"receives completed last first", "MPI_DOUBLE", "", kMedium, "device",
+                    completion_name(how)};
+    if (rank == 0) {
+      std::vector<Buffer> data;
+      std::vector<MPI_Request> sends(kMessages, MPI_REQUEST_NULL);
+      for (int m = 0; m < kMessages; ++m) {
+        data.push_back(make_buffer(random_values<double>(length(m), id + 16 * number + m, rank), Memory::device));
+        check_mpi(MPI_Isend(data.back().data(), int(length(m)), MPI_DOUBLE, 1, kTag, MPI_COMM_WORLD, &sends[m]),
+                  what);
+      }
+      const int all_sent = 1;
+      check_mpi(MPI_Send(&all_sent, 1, MPI_INT, 1, kTag + 1, MPI_COMM_WORLD), what);
+      check_mpi(MPI_Waitall(kMessages, sends.data(), MPI_STATUSES_IGNORE), what);
+    } else if (rank == 1) {
+      std::vector<Buffer> into;
+      std::vector<MPI_Request> requests(kMessages, MPI_REQUEST_NULL);
+      for (int m = 0; m < kMessages; ++m) {
+        into.push_back(make_buffer(poisoned<double>(kMedium + 7 * kMessages), m % 2 ? Memory::host : Memory::device));
+        check_mpi(MPI_Irecv(into.back().data(), int(kMedium + 7 * kMessages), MPI_DOUBLE, 0, kTag, MPI_COMM_WORLD,
+                            &requests[kMessages - 1 - m]),
+                  what);
+      }
+      int all_sent = 0;
+      check_mpi(MPI_Recv(&all_sent, 1, MPI_INT, 0, kTag + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE), what);
+      const std::optional<std::vector<MPI_Status>> statuses = complete(how, requests, what);
+      for (int m = 0; m < kMessages; ++m) {
+        const std::string label = "message " + std::to_string(m);
+        expect_values(what, into[m], random_values<double>(length(m), id + 16 * number + m, 0), label.c_str());
+        if (statuses) expect_count(what, (*statuses)[kMessages - 1 - m], MPI_DOUBLE, int(length(m)), label.c_str());
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
 // Persistent requests, started three times: an empty send and a device one
 // on one tag, received by a persistent host receive and a device one.
 void test_persistent() {
@@ -535,5 +583,6 @@ int main(int argc, char** argv) {
   test_persistent();
   test_halo_exchange();
   test_send_completes_before_its_receive();
+  test_completed_out_of_posting_order();
   return suite::finish();
 }
