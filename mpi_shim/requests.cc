@@ -541,6 +541,7 @@ struct CompletionArrays {
 // The completed requests at handles[at[0..n)], sorted so that checked
 // receives come in the order they were posted (receives_in_order()).
 void in_posting_order(const MPI_Request* handles, int* at, int n) {
+  if (n < 2) return;
   CallArray<std::uint64_t> posted(n);
   for (int k = 0; k < n; ++k) posted[k] = posted_of(handles[at[k]]);
   CallArray<int> order(n);
