@@ -61,7 +61,7 @@ struct Envelope {
   std::int32_t claim_pid;
   std::uint64_t claim_nonce;
   std::uint64_t claim_ticket;  // this offer's, in the word's upper half
-  // Nonzero: the receive that claims the offer says on the replies
+  // Nonzero: the receive that claims the offer says so on the answers
   // communicator, with reply_tag, once it has copied the buffer (a
   // nonblocking send's request is the receive of that word).
   std::uint32_t reply_when_copied;
@@ -1059,11 +1059,10 @@ int finish_offer(MPI_Request request) {
     s.live_offers.fetch_sub(1, std::memory_order_release);
   }
   // Its request completed, so the word came: from the receive once it had
-  // copied the buffer, unless this rank ended the offer itself.
-  if (!n->withdrawn && !n->slot_lost) {
-    s.straight_nonblocking.fetch_add(1, std::memory_order_relaxed);
-    give_back_bounce(n->offer.bounce);
-  }
+  // copied the buffer, unless this rank ended the offer itself. A withdrawn
+  // offer's bounce buffer is the send's until the receive acknowledges it.
+  if (!n->withdrawn) give_back_bounce(n->offer.bounce);
+  if (!n->withdrawn && !n->slot_lost) s.straight_nonblocking.fetch_add(1, std::memory_order_relaxed);
   if (!n->slot_lost) give_claim(n->offer.slot);
   return n->error == MPI_SUCCESS ? MPI_SUCCESS : raise_error(n->offer.comm, n->error);
 }
