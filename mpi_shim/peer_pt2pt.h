@@ -6,10 +6,12 @@
 // (wildcards, probes, cancel of receives). Before it, an envelope on a
 // control communicator of Ferry's own names the send buffer (an IPC handle
 // and offset). Whichever receive matches the marker -- a device or a host
-// buffer -- finds the envelope, copies the data straight out of the
-// sender's bounce buffer (one copy-engine copy over NVLink where the GPUs
-// have it) and answers with an acknowledgement, which frees that buffer for
-// the sender's next message.
+// buffer -- finds the envelope and copies the data straight out of the
+// sender's buffer (one copy-engine copy over NVLink where the GPUs have
+// it): the user's own buffer when it claims the send's offer in time, else
+// the bounce buffer the sender copied it to, which its acknowledgement
+// frees for the sender's next message. Receives take envelopes in the
+// order they were posted, which is the order the real MPI matched them.
 //
 // Empty messages are the only ones a receive must look twice at: every
 // empty message a rank sends to another of its machine carries an envelope
