@@ -122,6 +122,7 @@ struct SendInFlight {
 };
 
 struct NonblockingOffer;
+struct PersistentSend;
 
 struct State {
   // Messages to a receiver: envelopes, and a withdrawn offer's bounce
@@ -166,6 +167,8 @@ struct State {
   std::mutex offers_mutex;
   std::unordered_map<MPI_Request, std::unique_ptr<NonblockingOffer>> offers;
   std::atomic<int> live_offers{0};
+  std::unordered_map<MPI_Request, std::unique_ptr<PersistentSend>> persistent_sends;
+  std::atomic<int> live_persistent_sends{0};
   std::atomic<std::uint64_t> straight_blocking{0}, straight_nonblocking{0}, bounced{0};
 };
 
@@ -272,6 +275,13 @@ int take_claim(std::uint64_t* ticket) {
 void give_claim(int slot) {
   std::lock_guard<std::mutex> lock(state().claims_mutex);
   state().free_claims.push_back(slot);
+}
+
+// A new ticket for a claim word held already.
+std::uint64_t next_ticket() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.claims_mutex);
+  return ++s.tickets;
 }
 
 // The word of an offer from another process, its segment mapped at first
@@ -834,13 +844,23 @@ void give_back_bounce(Bounce* bounce) {
   bounce->busy = false;
 }
 
+// What a persistent send holds from its init to its free: a claim word and
+// the reply tag its request (a persistent receive of the word that ends
+// each offer) listens to.
+struct Held {
+  int slot;
+  std::int32_t reply_tag;
+};
+
 // Starts a send that offers its own buffer: reserves a bounce buffer for
 // the case the offer is withdrawn, sends the envelope and the marker. A
 // nonblocking one (request) first posts *request, the receive of the word
-// that ends the offer, and lets its marker go. False in *handled when no
-// offer could be made (nothing sent).
+// that ends the offer, and lets its marker go. A persistent one (held)
+// uses what it holds, and its request is posted by MPI_Start; it offers
+// even without a bounce buffer (then the offer stands until claimed). False
+// in *handled when no offer could be made (nothing sent).
 int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, MPI_Comm comm, MPI_Request* request,
-                Offer* offer, bool* handled) {
+                Offer* offer, bool* handled, const Held* held = nullptr) {
   *handled = false;
   State& s = state();
   Bounce* bounce = nullptr;
@@ -849,19 +869,21 @@ int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, 
     reap_locked(s);
     bounce = take_bounce_locked(s, e.backend, e.info.device, static_cast<std::size_t>(e.bytes));
   }
-  if (!bounce) return MPI_SUCCESS;
+  if (!bounce && !held) return MPI_SUCCESS;
   std::uint64_t ticket = 0;
-  const int slot = take_claim(&ticket);
+  const int slot = held ? held->slot : take_claim(&ticket);
+  if (held) ticket = next_ticket();
   Envelope env = data_envelope(e, tag);
+  if (held) env.reply_tag = held->reply_tag;
   env.claim_slot = slot;
   env.claim_pid = static_cast<std::int32_t>(getpid());
   env.claim_nonce = s.claims_nonce;
   env.claim_ticket = ticket;
   env.chunk_bytes = env.bytes;
-  env.reply_when_copied = request != nullptr;
+  env.reply_when_copied = request || held;
   auto not_offered = [&] {
-    if (slot >= 0) give_claim(slot);
-    give_back_bounce(bounce);
+    if (slot >= 0 && !held) give_claim(slot);
+    if (bounce) give_back_bounce(bounce);
     return MPI_SUCCESS;
   };
   if (slot < 0 || !ok(s.memory.export_buffer(e.data, e.info, &env.buffer))) return not_offered();
@@ -877,8 +899,9 @@ int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, 
   }
   *handled = true;
   *offer = Offer{e, bounce, slot, ticket, env, comm};
-  record_route(id, RouteDecision{Route::kEngine, "peer memory"});
-  if (!request) {
+  // A persistent send's route is its init's.
+  if (!held) record_route(id, RouteDecision{Route::kEngine, "peer memory"});
+  if (!request && !held) {
     const int rc = send_marker(mode, dest, tag, comm, nullptr);
     return rc == MPI_SUCCESS ? rc : raise_error(comm, rc);
   }
@@ -967,6 +990,7 @@ int offer_finish(Offer& offer) {
 // call that finishes its request.
 struct NonblockingOffer {
   Offer offer;
+  bool persistent = false;  // its claim word is its request's
   bool looked_at = false;  // by a completion call: its time runs from then
   std::chrono::steady_clock::time_point offer_ends, gives_up;
   bool ended = false;      // copied, withdrawn or given up on: its request's word is on its way
@@ -998,10 +1022,18 @@ void look_at(NonblockingOffer& n, bool withdraw_now) {
   std::uint64_t word = claim.load(std::memory_order_acquire);
   if (word == claim_word(ticket, kClaimDone)) {
     n.ended = true;
-  } else if (word == claim_word(ticket, kOffered) && (withdraw_now || now > n.offer_ends) &&
+  } else if (word == claim_word(ticket, kOffered) && n.offer.bounce && (withdraw_now || now > n.offer_ends) &&
              claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
     n.ended = n.withdrawn = true;
     n.error = send_withdrawn(n.offer, [&n] { return end_here(n); });
+  } else if (word == claim_word(ticket, kOffered) && now > n.gives_up &&
+             claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
+    // No bounce buffer to go on through, and no receive came.
+    FERRY_WARN(Shim, "a %lld-byte device message was not received within FERRY_HANDSHAKE_TIMEOUT",
+               static_cast<long long>(n.offer.e.bytes));
+    n.ended = n.withdrawn = true;
+    n.error = MPI_ERR_OTHER;
+    end_here(n);
   } else if (word == claim_word(ticket, kClaimed) && now > n.gives_up) {
     FERRY_WARN(Shim, "a receive claimed a %lld-byte message and did not finish within FERRY_HANDSHAKE_TIMEOUT",
                static_cast<long long>(n.offer.e.bytes));
@@ -1018,9 +1050,66 @@ NonblockingOffer* find_offer(MPI_Request request) {
   return it == s.offers.end() ? nullptr : it->second.get();
 }
 
+void add_offer(MPI_Request request, const Offer& offer, bool persistent) {
+  State& s = state();
+  auto n = std::make_unique<NonblockingOffer>(NonblockingOffer{offer});
+  n->persistent = persistent;
+  std::lock_guard<std::mutex> lock(s.offers_mutex);
+  s.offers[request] = std::move(n);
+  s.live_offers.fetch_add(1, std::memory_order_release);
+}
+
+// A persistent send (MPI_Send_init, MPI_Rsend_init): what each MPI_Start
+// offers.
+struct PersistentSend {
+  FunctionId id;
+  Mode mode;
+  Eligible e;
+  int dest;
+  int tag;
+  MPI_Comm comm;
+  Held held;
+};
+
+PersistentSend* find_persistent_send(MPI_Request request) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.offers_mutex);
+  auto it = s.persistent_sends.find(request);
+  return it == s.persistent_sends.end() ? nullptr : it->second.get();
+}
+
+// MPI_Start of a persistent send: its offer, before the real MPI starts the
+// request (the receive of the word that ends it).
+int start_persistent_send(MPI_Request request) {
+  PersistentSend* p = find_persistent_send(request);
+  if (!p) return MPI_SUCCESS;
+  if (p->held.slot < 0) {
+    // Its word was lost to a claim never finished: another one.
+    std::uint64_t ticket = 0;
+    p->held.slot = take_claim(&ticket);
+    if (p->held.slot < 0) {
+      FERRY_WARN(Shim, "MPI_Start of a persistent device send: every claim word is in use");
+      return raise_error(p->comm, MPI_ERR_OTHER);
+    }
+  }
+  Offer offer;
+  bool handled = false;
+  const int rc = offer_start(p->id, p->mode, p->e, p->dest, p->tag, p->comm, nullptr, &offer, &handled, &p->held);
+  if (!handled) return raise_error(p->comm, MPI_ERR_OTHER);
+  add_offer(request, offer, true);
+  return rc;
+}
+
 }  // namespace
 
 bool offers_live() { return state().live_offers.load(std::memory_order_acquire) > 0; }
+
+bool any_persistent_send(int count, const MPI_Request* requests) {
+  if (state().live_persistent_sends.load(std::memory_order_acquire) == 0 || !requests) return false;
+  for (int i = 0; i < count; ++i)
+    if (find_persistent_send(requests[i])) return true;
+  return false;
+}
 
 bool is_offer(MPI_Request request) { return offers_live() && find_offer(request); }
 
@@ -1061,17 +1150,34 @@ int finish_offer(MPI_Request request) {
   // Its request completed, so the word came: from the receive once it had
   // copied the buffer, unless this rank ended the offer itself. A withdrawn
   // offer's bounce buffer is the send's until the receive acknowledges it.
-  if (!n->withdrawn) give_back_bounce(n->offer.bounce);
+  if (!n->withdrawn && n->offer.bounce) give_back_bounce(n->offer.bounce);
   if (!n->withdrawn && !n->slot_lost) s.straight_nonblocking.fetch_add(1, std::memory_order_relaxed);
-  if (!n->slot_lost) give_claim(n->offer.slot);
+  if (!n->persistent && !n->slot_lost) give_claim(n->offer.slot);
+  if (n->persistent && n->slot_lost) {
+    if (PersistentSend* p = find_persistent_send(request)) p->held.slot = -1;
+  }
   return n->error == MPI_SUCCESS ? MPI_SUCCESS : raise_error(n->offer.comm, n->error);
 }
 
 int free_offer(MPI_Request request) {
   NonblockingOffer* n = offers_live() ? find_offer(request) : nullptr;
-  if (!n) return MPI_SUCCESS;
-  for (look_at(*n, true); !n->ended; look_at(*n, true)) std::this_thread::yield();
-  return finish_offer(request);
+  int rc = MPI_SUCCESS;
+  if (n) {
+    for (look_at(*n, true); !n->ended; look_at(*n, true)) std::this_thread::yield();
+    rc = finish_offer(request);
+  }
+  State& s = state();
+  std::unique_ptr<PersistentSend> persistent;
+  {
+    std::lock_guard<std::mutex> lock(s.offers_mutex);
+    auto it = s.persistent_sends.find(request);
+    if (it == s.persistent_sends.end()) return rc;
+    persistent = std::move(it->second);
+    s.persistent_sends.erase(it);
+    s.live_persistent_sends.fetch_sub(1, std::memory_order_release);
+  }
+  if (persistent->held.slot >= 0) give_claim(persistent->held.slot);
+  return rc;
 }
 
 SendCounts send_counts() {
@@ -1091,12 +1197,7 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
     const int rc = offer_start(id, mode, e, dest, tag, comm, request, &offer, handled);
     if (*handled && !request) return rc == MPI_SUCCESS ? offer_finish(offer) : rc;
     if (*handled) {
-      State& s = state();
-      {
-        std::lock_guard<std::mutex> lock(s.offers_mutex);
-        s.offers[*request] = std::make_unique<NonblockingOffer>(NonblockingOffer{offer});
-        s.live_offers.fetch_add(1, std::memory_order_release);
-      }
+      add_offer(*request, offer, false);
       const MPI_Request tracked = *request;
       track_request(tracked, [tracked] { return finish_offer(tracked); });
       return rc;
@@ -1146,6 +1247,35 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
   };
   if (!request) return copied_out();
   track_request(*request, copied_out);
+  return MPI_SUCCESS;
+}
+
+int send_init(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag,
+              MPI_Comm comm, MPI_Request* request, bool* handled) {
+  *handled = false;
+  Eligible e;
+  if (params().pt2pt_claim_us <= 0 || (mode != Mode::kStandard && mode != Mode::kReady) ||
+      !eligible(buf, count, type, dest, tag, comm, &e))
+    return MPI_SUCCESS;
+  State& s = state();
+  std::uint64_t ticket = 0;
+  const int slot = take_claim(&ticket);
+  if (slot < 0) return MPI_SUCCESS;
+  const Held held{slot, next_reply_tag()};
+  if (PMPI_Recv_init(nullptr, 0, MPI_BYTE, MPI_ANY_SOURCE, held.reply_tag, s.answers, request) != MPI_SUCCESS) {
+    give_claim(slot);
+    return MPI_SUCCESS;
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.offers_mutex);
+    s.persistent_sends[*request] = std::make_unique<PersistentSend>(PersistentSend{id, mode, e, dest, tag, comm, held});
+    s.live_persistent_sends.fetch_add(1, std::memory_order_release);
+  }
+  *handled = true;
+  record_route(id, RouteDecision{Route::kEngine, "peer memory"});
+  const MPI_Request handle = *request;
+  track_persistent_send(
+      handle, [handle] { return start_persistent_send(handle); }, [handle] { return finish_offer(handle); });
   return MPI_SUCCESS;
 }
 

@@ -69,6 +69,15 @@ enum class Mode { kNone, kStandard, kSynchronous, kReady };
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
          MPI_Request* request, bool* handled);
 
+// MPI_Send_init and MPI_Rsend_init of a device buffer to a peer of the
+// machine: every MPI_Start offers the buffer anew, as a nonblocking send
+// does, and *request is a persistent receive of the word that ends each
+// offer. *handled false: not taken (make the request another way).
+int send_init(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag,
+              MPI_Comm comm, MPI_Request* request, bool* handled);
+// Whether any of requests is such a send's (one load while none exists).
+bool any_persistent_send(int count, const MPI_Request* requests);
+
 // Nonblocking offers. Whether any is outstanding (one load), and whether
 // request is one.
 bool offers_live();
@@ -84,7 +93,8 @@ void settle_offers(int count, const MPI_Request* requests, bool wait);
 // Returns the send's MPI error class. Idempotent.
 int finish_offer(MPI_Request request);
 // MPI_Request_free of an offer's request: withdrawn now if unclaimed (or
-// waited for if claimed), so nothing is held for it after.
+// waited for if claimed), so nothing is held for it after; a persistent
+// send's request gives back what it held too.
 int free_offer(MPI_Request request);
 
 // MPI_Sendrecv whose send offers its buffer (as a blocking send()):

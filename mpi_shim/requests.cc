@@ -258,6 +258,18 @@ void track_checked_receive(MPI_Request request, const CheckedReceive& checked, L
   outstanding.fetch_add(1, std::memory_order_release);
 }
 
+void track_persistent_send(MPI_Request request, std::function<int()> on_start, std::function<int()> complete) {
+  StagedRequest tracked;
+  tracked.persistent = true;
+  tracked.active = false;
+  tracked.on_start = std::move(on_start);
+  tracked.complete = std::move(complete);
+  tracked.uncancellable = true;
+  std::lock_guard<std::mutex> lock(requests_mutex);
+  staged_requests()[request] = std::move(tracked);
+  outstanding.fetch_add(1, std::memory_order_release);
+}
+
 void track_empty_persistent_send(MPI_Request request, std::function<int()> on_start) {
   StagedRequest tracked;
   tracked.persistent = true;
@@ -279,6 +291,19 @@ int announce_at_every_start(int result, MPI_Request* request, int count, MPI_Dat
   int size = 0;
   if (PMPI_Type_size(type, &size) != MPI_SUCCESS || static_cast<std::int64_t>(count) * size != 0) return result;
   track_empty_persistent_send(*request, [=] { return peer::before_send(count, type, dest, tag, comm); });
+  return result;
+}
+
+// A persistent send through peer memory where it can be one, else made by
+// otherwise().
+template <typename Otherwise>
+int persistent_send_through(FunctionId id, peer::Mode mode, const void* buf, int count, MPI_Datatype datatype,
+                            int dest, int tag, MPI_Comm comm, MPI_Request* request, Otherwise otherwise) {
+  bool handled = false;
+  const int result =
+      peer::active() ? peer::send_init(id, mode, buf, count, datatype, dest, tag, comm, request, &handled) : MPI_SUCCESS;
+  if (!handled) return otherwise();
+  count_bytes(id, count, datatype);
   return result;
 }
 
@@ -329,11 +354,14 @@ int handle_Irecv(void* buf, int count, MPI_Datatype datatype, int source, int ta
 
 int handle_Send_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                      MPI_Request* request) {
-  const int result =
-      post_staged(FunctionId::kSend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
-                  Lifetime::kPersistent,
-                  [&](void* b) { return PMPI_Send_init(b, count, datatype, dest, tag, comm, request); });
-  return announce_at_every_start(result, request, count, datatype, dest, tag, comm);
+  return persistent_send_through(
+      FunctionId::kSend_init, peer::Mode::kStandard, buf, count, datatype, dest, tag, comm, request, [&] {
+        const int result =
+            post_staged(FunctionId::kSend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
+                        Lifetime::kPersistent,
+                        [&](void* b) { return PMPI_Send_init(b, count, datatype, dest, tag, comm, request); });
+        return announce_at_every_start(result, request, count, datatype, dest, tag, comm);
+      });
 }
 
 int handle_Ssend_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
@@ -356,11 +384,14 @@ int handle_Bsend_init(const void* buf, int count, MPI_Datatype datatype, int des
 
 int handle_Rsend_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                       MPI_Request* request) {
-  const int result =
-      post_staged(FunctionId::kRsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
-                  Lifetime::kPersistent,
-                  [&](void* b) { return PMPI_Rsend_init(b, count, datatype, dest, tag, comm, request); });
-  return announce_at_every_start(result, request, count, datatype, dest, tag, comm);
+  return persistent_send_through(
+      FunctionId::kRsend_init, peer::Mode::kReady, buf, count, datatype, dest, tag, comm, request, [&] {
+        const int result =
+            post_staged(FunctionId::kRsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
+                        Lifetime::kPersistent,
+                        [&](void* b) { return PMPI_Rsend_init(b, count, datatype, dest, tag, comm, request); });
+        return announce_at_every_start(result, request, count, datatype, dest, tag, comm);
+      });
 }
 
 int handle_Recv_init(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
@@ -436,8 +467,11 @@ int handle_Start(MPI_Request* request) {
 }
 
 int handle_Startall(int count, MPI_Request* requests) {
-  if (any_persistent(count, requests)) {
-    // Persistent collectives start one by one, each as its nonblocking call.
+  if (any_persistent(count, requests) || peer::any_persistent_send(count, requests)) {
+    // Persistent collectives start one by one, each as its nonblocking call;
+    // so do the requests beside a persistent send through peer memory,
+    // whose marker goes in its MPI_Start: messages keep the order of the
+    // array, as they would in the real MPI_Startall.
     for (int i = 0; i < count; ++i) {
       const int result = handle_Start(&requests[i]);
       if (result != MPI_SUCCESS) return result;

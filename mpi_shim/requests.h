@@ -62,6 +62,11 @@ void track_uncancellable(MPI_Request request);
 // receive).
 void track_checked_receive(MPI_Request request, const CheckedReceive& checked, Lifetime lifetime);
 
+// A persistent send through peer memory (peer::send_init): on_start()
+// runs before every MPI_Start of it (its offer), complete() in the call
+// that completes each start; not cancellable.
+void track_persistent_send(MPI_Request request, std::function<int()> on_start, std::function<int()> complete);
+
 // A persistent send of an empty message: on_start() runs before every
 // MPI_Start of it (its envelope); not cancellable.
 void track_empty_persistent_send(MPI_Request request, std::function<int()> on_start);
