@@ -61,9 +61,12 @@ constexpr float kUntouched = 1e9f;
 
 constexpr const char* kUsage =
     "usage: mpirun -np N -x LD_PRELOAD=/path/libferry.so ferry-bench [options]\n"
-    "  --ops LIST          allreduce,bcast,alltoallv,sendrecv,isendrecv,send (default: the first three);\n"
+    "  --ops LIST          allreduce,bcast,alltoallv,sendrecv,isendrecv,psendrecv,send\n"
+    "                      (default: the first three);\n"
     "                      sendrecv: every rank sends to the next and receives from the previous;\n"
     "                      isendrecv: the same as MPI_Irecv, MPI_Isend and MPI_Waitall (a halo exchange);\n"
+    "                      psendrecv: the same by persistent requests (MPI_Recv_init and MPI_Send_init,\n"
+    "                      made once per buffer and size), MPI_Startall and MPI_Waitall;\n"
     "                      send: each even rank sends to the odd rank after it (MPI_Send, MPI_Recv)\n"
     "  --sizes LIST        bytes per rank, e.g. 8,32K,2M,1G (rounded down to whole floats)\n"
     "  --min-size S        first size of the x4 series (default 8)\n"
@@ -81,10 +84,10 @@ struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-enum class Op { kAllreduce, kBcast, kAlltoallv, kSendrecv, kIsendrecv, kSend };
+enum class Op { kAllreduce, kBcast, kAlltoallv, kSendrecv, kIsendrecv, kPsendrecv, kSend };
 constexpr std::array<Op, 3> kDefaultOps{Op::kAllreduce, Op::kBcast, Op::kAlltoallv};
-constexpr std::array<Op, 6> kKnownOps{Op::kAllreduce, Op::kBcast,      Op::kAlltoallv,
-                                      Op::kSendrecv,  Op::kIsendrecv, Op::kSend};
+constexpr std::array<Op, 7> kKnownOps{Op::kAllreduce,  Op::kBcast,      Op::kAlltoallv, Op::kSendrecv,
+                                      Op::kIsendrecv, Op::kPsendrecv, Op::kSend};
 
 const char* op_name(Op op) {
   switch (op) {
@@ -93,6 +96,7 @@ const char* op_name(Op op) {
     case Op::kAlltoallv: return "alltoallv";
     case Op::kSendrecv: return "sendrecv";
     case Op::kIsendrecv: return "isendrecv";
+    case Op::kPsendrecv: return "psendrecv";
     case Op::kSend: return "send";
   }
   return "?";
@@ -106,6 +110,7 @@ double busbw_factor(Op op, int nranks) {
     case Op::kAlltoallv: return static_cast<double>(nranks - 1) / nranks;
     case Op::kSendrecv: return 1.0;
     case Op::kIsendrecv: return 1.0;
+    case Op::kPsendrecv: return 1.0;
     case Op::kSend: return 1.0;
   }
   return 0;
@@ -176,7 +181,7 @@ std::vector<Op> parse_ops(const std::string& list) {
   for (const std::string& name : split_list(list)) {
     const auto known = std::find_if(kKnownOps.begin(), kKnownOps.end(), [&](Op op) { return name == op_name(op); });
     if (known == kKnownOps.end())
-      throw UsageError("unknown operation '" + name + "' (allreduce, bcast, alltoallv, sendrecv, isendrecv, send)");
+      throw UsageError("unknown operation '" + name + "' (allreduce, bcast, alltoallv, sendrecv, isendrecv, psendrecv, send)");
     ops.push_back(*known);
   }
   if (ops.empty()) throw UsageError("--ops names no operation");
@@ -373,6 +378,31 @@ int send_partner(int rank, int nranks) {
   return partner < nranks ? partner : MPI_PROC_NULL;
 }
 
+// psendrecv's persistent requests, made at the first call on a pair of
+// buffers and a count and kept to the end of the run.
+struct PersistentExchange {
+  float* send;
+  float* recv;
+  int count;
+  MPI_Request requests[2];
+};
+
+MPI_Request* persistent_exchange(float* send, float* recv, int count) {
+  static std::vector<std::unique_ptr<PersistentExchange>> made;
+  for (const auto& e : made)
+    if (e->send == send && e->recv == recv && e->count == count) return e->requests;
+  int rank = 0, nranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  auto e = std::make_unique<PersistentExchange>(PersistentExchange{send, recv, count, {}});
+  check_mpi(MPI_Recv_init(recv, count, MPI_FLOAT, previous_rank(rank, nranks), 0, MPI_COMM_WORLD, &e->requests[0]),
+            "MPI_Recv_init");
+  check_mpi(MPI_Send_init(send, count, MPI_FLOAT, next_rank(rank, nranks), 0, MPI_COMM_WORLD, &e->requests[1]),
+            "MPI_Send_init");
+  made.push_back(std::move(e));
+  return made.back()->requests;
+}
+
 // Allreduce, alltoallv and sendrecv from send to recv; bcast in place in send.
 void run_mpi(const Case& c, float* send, float* recv) {
   const int count = static_cast<int>(c.count);
@@ -404,6 +434,12 @@ void run_mpi(const Case& c, float* send, float* recv) {
                 "MPI_Irecv");
       check_mpi(MPI_Isend(send, count, MPI_FLOAT, next_rank(rank, nranks), 0, MPI_COMM_WORLD, &requests[1]),
                 "MPI_Isend");
+      check_mpi(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
+      break;
+    }
+    case Op::kPsendrecv: {
+      MPI_Request* requests = persistent_exchange(send, recv, count);
+      check_mpi(MPI_Startall(2, requests), "MPI_Startall");
       check_mpi(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
       break;
     }
@@ -522,7 +558,8 @@ class NcclMethod final : public Method {
         check(api_.group_end(), "ncclGroupEnd");
         break;
       case Op::kSendrecv:
-      case Op::kIsendrecv: {
+      case Op::kIsendrecv:
+      case Op::kPsendrecv: {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         check(api_.group_start(), "ncclGroupStart");
@@ -660,7 +697,8 @@ class Harness {
         break;
       }
       case Op::kSendrecv:
-      case Op::kIsendrecv: {
+      case Op::kIsendrecv:
+      case Op::kPsendrecv: {
         const int from = previous_rank(rank_, nranks_);
         for (std::size_t i = 0; i < c.count; ++i) {
           input_[i] = input_value(c.seed, rank_, i);
