@@ -1299,11 +1299,14 @@ namespace {
 
 // The envelope of the message a receive or probe found, when that message
 // is a marker (*marker): taken from the sender's queue, or left there with
-// peek.
-int marker_envelope(MPI_Comm comm, const MPI_Status* status, bool peek, Envelope* env, int* world, bool* marker) {
+// peek. The receives posted before `posted` take theirs first: they
+// matched earlier messages.
+int marker_envelope(MPI_Comm comm, const MPI_Status* status, bool peek, std::uint64_t posted, Envelope* env,
+                    int* world, bool* marker) {
   *marker = false;
   PeerRank from;
   if (!empty_from_peer(comm, status, &from)) return MPI_SUCCESS;
+  deliver_receives_posted_before(posted);
   const int rc = find_envelope(from.world, from.comm_id, status->MPI_TAG, peek, env);
   *world = from.world;
   *marker = rc == MPI_SUCCESS && env->kind == EnvelopeKind::kPeerMemory;
@@ -1312,11 +1315,11 @@ int marker_envelope(MPI_Comm comm, const MPI_Status* status, bool peek, Envelope
 
 }  // namespace
 
-int after_receive(MPI_Comm comm, void* buf, int count, MPI_Datatype type, MPI_Status* status) {
+int after_receive(MPI_Comm comm, void* buf, int count, MPI_Datatype type, MPI_Status* status, std::uint64_t posted) {
   Envelope env;
   int world = 0;
   bool marker = false;
-  const int rc = marker_envelope(comm, status, false, &env, &world, &marker);
+  const int rc = marker_envelope(comm, status, false, posted, &env, &world, &marker);
   return marker ? receive_message(comm, env, world, buf, count, type, status) : rc;
 }
 
@@ -1324,7 +1327,7 @@ int after_probe(MPI_Comm comm, MPI_Status* status) {
   Envelope env;
   int world = 0;
   bool marker = false;
-  const int rc = marker_envelope(comm, status, true, &env, &world, &marker);
+  const int rc = marker_envelope(comm, status, true, kPostedNow, &env, &world, &marker);
   if (marker) PMPI_Status_set_elements_x(status, MPI_BYTE, static_cast<MPI_Count>(env.bytes));
   return rc;
 }
@@ -1339,7 +1342,7 @@ int after_matched_probe(MPI_Comm comm, MPI_Status* status, TakenEnvelope** taken
   Envelope env;
   int world = 0;
   bool marker = false;
-  const int rc = marker_envelope(comm, status, false, &env, &world, &marker);
+  const int rc = marker_envelope(comm, status, false, kPostedNow, &env, &world, &marker);
   if (!marker) return rc;
   *taken = new TakenEnvelope{env, world};
   PMPI_Status_set_elements_x(status, MPI_BYTE, static_cast<MPI_Count>(env.bytes));

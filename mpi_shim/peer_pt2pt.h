@@ -123,11 +123,18 @@ int before_send(int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, 
 // this machine.
 bool checks_receives(MPI_Comm comm);
 
+// A receive's place in the order receives were posted (requests.h):
+// kPostedNow for one that is posted as it is completed (a blocking one).
+constexpr std::uint64_t kPostedNow = ~std::uint64_t{0};
+
 // After a receive into count × type at buf completed with *status: if it
 // received a marker, moves the message's data into buf (any memory) and
 // sets *status's count. Returns an MPI error class (MPI_ERR_TRUNCATE when
 // the message was longer), already in status->MPI_ERROR when not success.
-int after_receive(MPI_Comm comm, void* buf, int count, MPI_Datatype type, MPI_Status* status);
+// The tracked receives posted before it (posted) take their envelopes
+// first.
+int after_receive(MPI_Comm comm, void* buf, int count, MPI_Datatype type, MPI_Status* status,
+                  std::uint64_t posted = kPostedNow);
 
 // After MPI_Probe or MPI_Iprobe found a message: a marker's status gets the
 // count of the data it stands for. Returns an MPI error class.

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -24,6 +23,27 @@
 namespace ferry::shim {
 namespace {
 
+// count elements, on the stack up to kInline (the usual few requests of a
+// halo exchange), else on the heap: completion calls run on every exchange.
+template <typename T>
+class CallArray {
+ public:
+  static constexpr int kInline = 16;
+  explicit CallArray(int count) {
+    if (count > kInline) heap_.resize(count);
+    data_ = count > kInline ? heap_.data() : inline_;
+  }
+  CallArray(const CallArray&) = delete;
+  CallArray& operator=(const CallArray&) = delete;
+  T* data() { return data_; }
+  T& operator[](int i) { return data_[i]; }
+
+ private:
+  T inline_[kInline];
+  std::vector<T> heap_;
+  T* data_;
+};
+
 struct StagedRequest {
   std::unique_ptr<Staging> staging;
   bool receive = false;     // a point-to-point receive: copies back only what arrived
@@ -36,7 +56,7 @@ struct StagedRequest {
   MPI_Count checked_bytes = 0;    // what MPI_Request_get_status delivered, for the Wait
   int checked_error = MPI_SUCCESS;
   std::function<int()> on_start;  // before every MPI_Start (an empty persistent send)
-  std::uint64_t posted = 0;       // a checked receive's place in receives_in_order()
+  std::uint64_t posted = 0;       // a checked receive's number in the order receives were posted
 };
 
 std::mutex requests_mutex;
@@ -45,57 +65,103 @@ std::unordered_map<MPI_Request, StagedRequest>& staged_requests() {
   return *table;
 }
 
-// The checked receives still to deliver, by the order they were posted (or
-// started). A receive that got a marker takes the first envelope of its
-// sender's queue for the communicator and tag, and the real MPI matches
-// receives to messages in the order they were posted: so receives must
-// take their envelopes in that order too, whatever order the application
-// completes them in.
-std::map<std::uint64_t, MPI_Request>& receives_in_order() {
-  static auto* order = new std::map<std::uint64_t, MPI_Request>;
-  return *order;
-}
+// Checked receives are numbered in the order they were posted (or
+// started). A receive that got a marker (an empty message) takes the first
+// envelope of its sender's queue for the communicator and tag, and the
+// real MPI matches receives to messages in the order they were posted: so
+// such receives must take their envelopes in that order too, whatever
+// order the application completes them in. Receives of data never look.
 std::uint64_t receives_posted = 0;
 
 // Call with requests_mutex held.
-void note_posted_locked(MPI_Request request, StagedRequest& staged) {
-  staged.posted = ++receives_posted;
-  receives_in_order()[staged.posted] = request;
-}
-void forget_posted_locked(StagedRequest& staged) {
-  if (staged.posted) receives_in_order().erase(staged.posted);
-  staged.posted = 0;
-}
-
-// A checked receive's place, 0 for any other request.
-std::uint64_t posted_of(MPI_Request request) {
-  std::lock_guard<std::mutex> lock(requests_mutex);
-  auto it = staged_requests().find(request);
-  return it == staged_requests().end() ? 0 : it->second.posted;
-}
+void note_posted_locked(StagedRequest& staged) { staged.posted = ++receives_posted; }
 
 int deliver_early(MPI_Request request, int* flag, MPI_Status* status);
+int finish_request(MPI_Request request, MPI_Status& status);
 
-// Before a checked receive posted at `posted` takes its envelope, the
-// receives posted before it that are complete take theirs, as
-// MPI_Request_get_status would. Not where the application's threads may be
-// completing those requests at the same time (MPI_THREAD_MULTIPLE): there
-// each receive takes its envelope when completed.
-void deliver_posted_before(std::uint64_t posted) {
+// The requests a completion call has completed, finished one by one (the
+// real MPI has released their handles). While it runs, a receive among
+// them that takes a marker's envelope first finishes those posted before
+// it (deliver_receives_posted_before): in whatever order the call lists
+// them, receives take envelopes in the order they were posted. Receives of
+// data never look.
+class CallFinish {
+ public:
+  // handles[k] completed with statuses[k]; those not done (failed) are skipped.
+  CallFinish(const MPI_Request* handles, MPI_Status* statuses, const char* done, int n)
+      : handles_(handles), statuses_(statuses), finished_(n), results_(n), n_(n), enclosing_(current_) {
+    for (int k = 0; k < n; ++k) {
+      finished_[k] = !done[k];
+      results_[k] = MPI_SUCCESS;
+    }
+    current_ = this;
+  }
+  ~CallFinish() { current_ = enclosing_; }
+  CallFinish(const CallFinish&) = delete;
+  CallFinish& operator=(const CallFinish&) = delete;
+
+  static CallFinish* current() { return current_; }
+
+  // Finishes request k, once; its completion's error class.
+  int finish(int k) {
+    if (!finished_[k]) {
+      finished_[k] = 1;
+      results_[k] = finish_request(handles_[k], statuses_[k]);
+    }
+    return results_[k];
+  }
+
+  // Finishes the checked receives not finished yet that were posted before
+  // posted, in posting order.
+  void finish_posted_before(std::uint64_t posted) {
+    std::vector<std::pair<std::uint64_t, int>> earlier;
+    {
+      std::lock_guard<std::mutex> lock(requests_mutex);
+      for (int k = 0; k < n_; ++k) {
+        if (finished_[k]) continue;
+        auto it = staged_requests().find(handles_[k]);
+        if (it != staged_requests().end() && it->second.posted && it->second.posted < posted)
+          earlier.emplace_back(it->second.posted, k);
+      }
+    }
+    std::sort(earlier.begin(), earlier.end());
+    for (const auto& [place, k] : earlier) finish(k);
+  }
+
+ private:
+  const MPI_Request* handles_;
+  MPI_Status* statuses_;
+  CallArray<char> finished_;
+  CallArray<int> results_;
+  int n_;
+  CallFinish* enclosing_;
+  static thread_local CallFinish* current_;
+};
+thread_local CallFinish* CallFinish::current_ = nullptr;
+
+}  // namespace
+
+void deliver_receives_posted_before(std::uint64_t posted) {
+  if (CallFinish* call = CallFinish::current()) call->finish_posted_before(posted);
   int provided = MPI_THREAD_SINGLE;
   PMPI_Query_thread(&provided);
   if (provided == MPI_THREAD_MULTIPLE) return;
-  std::vector<MPI_Request> earlier;
+  // The others: still active, their handles still the application's.
+  std::vector<std::pair<std::uint64_t, MPI_Request>> earlier;
   {
     std::lock_guard<std::mutex> lock(requests_mutex);
-    for (auto it = receives_in_order().begin(); it != receives_in_order().end() && it->first < posted; ++it)
-      earlier.push_back(it->second);
+    for (const auto& [request, staged] : staged_requests())
+      if (staged.posted && staged.posted < posted && staged.active && !staged.delivered)
+        earlier.emplace_back(staged.posted, request);
   }
-  for (MPI_Request request : earlier) {
+  std::sort(earlier.begin(), earlier.end());
+  for (const auto& [place, request] : earlier) {
     int done = 0;
     deliver_early(request, &done, MPI_STATUS_IGNORE);
   }
 }
+
+namespace {
 // Lets completion calls skip the table while nothing is staged.
 std::atomic<int> outstanding{0};
 // Requests freed by the user while active: their staging stays alive, since
@@ -121,8 +187,9 @@ bool any_persistent(int count, const MPI_Request* requests) {
 
 bool any_staged(int count, const MPI_Request* requests) {
   if (outstanding.load(std::memory_order_acquire) == 0 || !requests || count < 0) return false;
+  std::lock_guard<std::mutex> lock(requests_mutex);
   for (int i = 0; i < count; ++i)
-    if (is_staged(requests[i])) return true;
+    if (requests[i] != MPI_REQUEST_NULL && staged_requests().count(requests[i]) != 0) return true;
   return false;
 }
 
@@ -169,8 +236,7 @@ int finish_request(MPI_Request request, MPI_Status& status) {
     early_bytes = staged.checked_bytes;
     early_error = staged.checked_error;
     posted = staged.posted;
-    forget_posted_locked(staged);
-    if (!staged.delivered) staging = staged.staging.get();
+        if (!staged.delivered) staging = staged.staging.get();
     if (staged.persistent) {
       staged.active = false;
     } else {
@@ -188,8 +254,7 @@ int finish_request(MPI_Request request, MPI_Status& status) {
     if (early_error != MPI_SUCCESS) status.MPI_ERROR = early_error;
     return early_error;
   }
-  if (posted) deliver_posted_before(posted);
-  result = peer::after_receive(checked.comm, checked.buf, checked.count, checked.type, &status);
+  result = peer::after_receive(checked.comm, checked.buf, checked.count, checked.type, &status, posted);
   return result == MPI_SUCCESS ? result : raise_error(checked.comm, result);
 }
 
@@ -220,7 +285,7 @@ int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime 
   staged.active = !staged.persistent;
   std::lock_guard<std::mutex> lock(requests_mutex);
   StagedRequest& entry = staged_requests()[*request] = std::move(staged);
-  if (entry.active && checked.on()) note_posted_locked(*request, entry);
+  if (entry.active && checked.on()) note_posted_locked(entry);
   outstanding.fetch_add(1, std::memory_order_release);
   return mpi_result;
 }
@@ -254,7 +319,7 @@ void track_checked_receive(MPI_Request request, const CheckedReceive& checked, L
   tracked.active = !tracked.persistent;
   std::lock_guard<std::mutex> lock(requests_mutex);
   StagedRequest& entry = staged_requests()[request] = std::move(tracked);
-  if (entry.active) note_posted_locked(request, entry);
+  if (entry.active) note_posted_locked(entry);
   outstanding.fetch_add(1, std::memory_order_release);
 }
 
@@ -443,7 +508,7 @@ void mark_started(const std::vector<MPI_Request>& before, const MPI_Request* aft
       staged_requests().erase(it);
       entry = &(staged_requests()[after[i]] = std::move(moved));
     }
-    if (entry->checked.on()) note_posted_locked(after[i], *entry);
+    if (entry->checked.on()) note_posted_locked(*entry);
   }
 }
 
@@ -535,26 +600,6 @@ int handle_Test(MPI_Request* request, int* flag, MPI_Status* status) {
 
 namespace {
 
-// count elements, on the stack up to kInline (the usual few requests of a
-// halo exchange), else on the heap: completion calls run on every exchange.
-template <typename T>
-class CallArray {
- public:
-  static constexpr int kInline = 16;
-  explicit CallArray(int count) {
-    if (count > kInline) heap_.resize(count);
-    data_ = count > kInline ? heap_.data() : inline_;
-  }
-  CallArray(const CallArray&) = delete;
-  CallArray& operator=(const CallArray&) = delete;
-  T* data() { return data_; }
-  T& operator[](int i) { return data_[i]; }
-
- private:
-  T inline_[kInline];
-  std::vector<T> heap_;
-  T* data_;
-};
 
 // The array completion calls: keep the handles and real statuses, call the
 // real MPI, then finish each staged request it reports complete.
@@ -572,44 +617,26 @@ struct CompletionArrays {
   int finish(int index) { return finish_request(handles[index], statuses[index]); }
 };
 
-// The completed requests at handles[at[0..n)], sorted so that checked
-// receives come in the order they were posted (receives_in_order()).
-void in_posting_order(const MPI_Request* handles, int* at, int n) {
-  if (n < 2) return;
-  CallArray<std::uint64_t> posted(n);
-  for (int k = 0; k < n; ++k) posted[k] = posted_of(handles[at[k]]);
-  CallArray<int> order(n);
-  for (int k = 0; k < n; ++k) order[k] = k;
-  std::stable_sort(order.data(), order.data() + n, [&](int a, int b) { return posted[a] < posted[b]; });
-  CallArray<int> sorted(n);
-  for (int k = 0; k < n; ++k) sorted[k] = at[order[k]];
-  std::copy(sorted.data(), sorted.data() + n, at);
-}
-
 // A request the real MPI completed with an error: not finished, and no
-// longer among the receives to deliver.
+// longer among the receives to deliver (its handle is gone).
 void drop_failed(MPI_Request request) {
   std::lock_guard<std::mutex> lock(requests_mutex);
   auto it = staged_requests().find(request);
-  if (it != staged_requests().end()) forget_posted_locked(it->second);
+  if (it != staged_requests().end()) it->second.active = false;
 }
 
 // MPI_ERR_IN_STATUS: only the requests whose own status says success completed.
 int finish_all(CompletionArrays& arrays, int count, int result) {
   if (result != MPI_SUCCESS && result != MPI_ERR_IN_STATUS) return result;
-  CallArray<int> completed(count);
-  int n = 0;
+  CallArray<char> done(count);
   for (int i = 0; i < count; ++i) {
-    if (result == MPI_ERR_IN_STATUS && arrays.statuses[i].MPI_ERROR != MPI_SUCCESS) {
-      drop_failed(arrays.handles[i]);
-    } else {
-      completed[n++] = i;
-    }
+    done[i] = result != MPI_ERR_IN_STATUS || arrays.statuses[i].MPI_ERROR == MPI_SUCCESS;
+    if (!done[i]) drop_failed(arrays.handles[i]);
   }
-  in_posting_order(arrays.handles.data(), completed.data(), n);
+  CallFinish call(arrays.handles.data(), arrays.statuses, done.data(), count);
   int first_error = MPI_SUCCESS;
-  for (int k = 0; k < n; ++k) {
-    const int finished = arrays.finish(completed[k]);
+  for (int i = 0; i < count; ++i) {
+    const int finished = done[i] ? call.finish(i) : MPI_SUCCESS;
     if (first_error == MPI_SUCCESS) first_error = finished;
   }
   return result != MPI_SUCCESS ? result : first_error;
@@ -763,23 +790,18 @@ int some_like(int incount, MPI_Request* requests, int* outcount, int* indices, M
   MPI_Status* st = statuses == MPI_STATUSES_IGNORE ? local.data() : statuses;
   const int result = pmpi(st);
   if ((result != MPI_SUCCESS && result != MPI_ERR_IN_STATUS) || *outcount == MPI_UNDEFINED) return result;
-  // By position k in indices and st; receives in the order they were posted.
-  CallArray<int> completed(*outcount);
-  CallArray<MPI_Request> completed_handles(*outcount);
-  int n = 0;
+  // By position k in indices and st.
+  CallArray<MPI_Request> completed(*outcount);
+  CallArray<char> done(*outcount);
   for (int k = 0; k < *outcount; ++k) {
-    completed_handles[k] = handles[indices[k]];
-    if (result == MPI_ERR_IN_STATUS && st[k].MPI_ERROR != MPI_SUCCESS) {
-      drop_failed(handles[indices[k]]);
-    } else {
-      completed[n++] = k;
-    }
+    completed[k] = handles[indices[k]];
+    done[k] = result != MPI_ERR_IN_STATUS || st[k].MPI_ERROR == MPI_SUCCESS;
+    if (!done[k]) drop_failed(completed[k]);
   }
-  in_posting_order(completed_handles.data(), completed.data(), n);
+  CallFinish call(completed.data(), st, done.data(), *outcount);
   int first_error = MPI_SUCCESS;
-  for (int j = 0; j < n; ++j) {
-    const int k = completed[j];
-    const int finished = finish_request(handles[indices[k]], st[k]);
+  for (int k = 0; k < *outcount; ++k) {
+    const int finished = done[k] ? call.finish(k) : MPI_SUCCESS;
     if (first_error == MPI_SUCCESS) first_error = finished;
   }
   return result != MPI_SUCCESS ? result : first_error;
@@ -834,7 +856,6 @@ int handle_Request_free(MPI_Request* request) {
   std::unique_ptr<Staging> released;
   std::lock_guard<std::mutex> lock(requests_mutex);
   auto it = staged_requests().find(handle);
-  forget_posted_locked(it->second);
   // The real MPI may still be using an active request's host copies.
   if (it->second.active && !it->second.delivered) {
     orphans().push_back(std::move(it->second.staging));
@@ -871,13 +892,11 @@ int deliver_early(MPI_Request request, int* flag, MPI_Status* status) {
     receive = it->second.receive;
     checked = it->second.checked;
     posted = it->second.posted;
-    forget_posted_locked(it->second);
   }
   if (complete) return complete();
   int delivered = staging ? deliver(*staging, receive, *st) : MPI_SUCCESS;
   if (delivered != MPI_SUCCESS || !checked.on()) return delivered;
-  if (posted) deliver_posted_before(posted);
-  delivered = peer::after_receive(checked.comm, checked.buf, checked.count, checked.type, st);
+  delivered = peer::after_receive(checked.comm, checked.buf, checked.count, checked.type, st, posted);
   {
     std::lock_guard<std::mutex> lock(requests_mutex);
     auto it = staged_requests().find(request);

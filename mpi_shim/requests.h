@@ -46,6 +46,14 @@ inline CheckedReceive checked_receive(MPI_Comm comm, void* buf, int count, MPI_D
 int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime lifetime = Lifetime::kOnce,
                bool receive = false, const CheckedReceive& checked = {});
 
+// Before a receive numbered posted (peer::kPostedNow: posted as it
+// completes) takes a marker's envelope: the tracked receives posted before
+// it that are complete take theirs, in order, as MPI_Request_get_status
+// would deliver them (they matched earlier messages). Not under
+// MPI_THREAD_MULTIPLE, where the application's threads may be completing
+// those requests at the same time.
+void deliver_receives_posted_before(std::uint64_t posted);
+
 // A request whose outputs are delivered elsewhere too: an RMA R-call on the
 // real MPI's window (rma.cc), whose results are due at the request's
 // completion or at the epoch's synchronization, whichever comes first.
