@@ -55,7 +55,7 @@ struct StagedRequest {
   CheckedReceive checked;         // may receive a marker (peer_pt2pt.h)
   MPI_Count checked_bytes = 0;    // what MPI_Request_get_status delivered, for the Wait
   int checked_error = MPI_SUCCESS;
-  std::function<int()> on_start;  // before every MPI_Start (an empty persistent send)
+  std::function<int()> on_start;  // before every MPI_Start (a persistent send's envelope or offer)
   std::uint64_t posted = 0;       // a checked receive's number in the order receives were posted
 };
 
