@@ -947,6 +947,11 @@ int send_withdrawn(Offer& offer, const std::function<int()>& end_request = nullp
   return buffer_read() ? MPI_SUCCESS : MPI_ERR_OTHER;
 }
 
+// While a send waits for its offer to be claimed: this rank's receives
+// that are complete take their messages now, claiming the offers they
+// matched, since their senders may be waiting the same way.
+void claim_what_arrived() { deliver_receives_posted_before(kPostedNow); }
+
 // Finishes a blocking send's offer: returns once the receive that claimed
 // it has copied the buffer, or, when nothing claimed it within
 // FERRY_PT2PT_CLAIM_US (from now), withdraws it.
@@ -974,6 +979,7 @@ int offer_finish(Offer& offer) {
       give_back_bounce(offer.bounce);
       return raise_error(offer.comm, MPI_ERR_OTHER);
     }
+    if (word == claim_word(ticket, kOffered)) claim_what_arrived();
     if (polls > 1024) std::this_thread::yield();
   }
   give_claim(offer.slot);
@@ -1132,6 +1138,7 @@ void settle_offers(int count, const MPI_Request* requests, bool wait) {
       all_ended = all_ended && n->ended;
     }
     if (all_ended || !wait) return;
+    claim_what_arrived();
     if (polls > 1024) std::this_thread::yield();
   }
 }
