@@ -343,9 +343,13 @@ bool packed_layout(MPI_Datatype type) {
 // The envelope the sender sent with the message of (comm_id, tag) that the
 // real MPI matched: the first one queued, receiving more from the sender
 // until it is there (it was sent before the message). peek leaves it queued.
+// Envelopes are received only under the lock, in the order they came, and
+// never by a blocking receive: another thread may queue the one this
+// thread waits for (MPI_THREAD_MULTIPLE).
 int find_envelope(int world, std::uint64_t comm_id, int tag, bool peek, Envelope* out) {
   State& s = state();
-  for (;;) {
+  const auto gives_up = handshake_deadline();
+  for (int polls = 0;; ++polls) {
     {
       std::lock_guard<std::mutex> lock(s.envelopes_mutex);
       std::deque<Envelope>& queue = s.envelopes[world];
@@ -355,12 +359,22 @@ int find_envelope(int world, std::uint64_t comm_id, int tag, bool peek, Envelope
         if (!peek) queue.erase(it);
         return MPI_SUCCESS;
       }
+      int arrived = 0;
+      int rc = PMPI_Iprobe(world, kEnvelopeTag, s.control, &arrived, MPI_STATUS_IGNORE);
+      if (rc == MPI_SUCCESS && arrived) {
+        Envelope next;
+        rc = PMPI_Recv(&next, sizeof(next), MPI_BYTE, world, kEnvelopeTag, s.control, MPI_STATUS_IGNORE);
+        if (rc == MPI_SUCCESS) queue.push_back(next);
+      }
+      if (rc != MPI_SUCCESS) return rc;
+      if (arrived) continue;
     }
-    Envelope next;
-    const int rc = PMPI_Recv(&next, sizeof(next), MPI_BYTE, world, kEnvelopeTag, s.control, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return rc;
-    std::lock_guard<std::mutex> lock(s.envelopes_mutex);
-    s.envelopes[world].push_back(next);
+    if (std::chrono::steady_clock::now() > gives_up) {
+      FERRY_WARN(Shim, "the envelope of a device message from world rank %d did not come within "
+                 "FERRY_HANDSHAKE_TIMEOUT", world);
+      return MPI_ERR_OTHER;
+    }
+    if (polls > 1024) std::this_thread::yield();
   }
 }
 
