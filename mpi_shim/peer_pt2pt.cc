@@ -121,7 +121,7 @@ struct SendInFlight {
   Bounce* bounce;
 };
 
-struct NonblockingOffer;
+struct PendingOffer;
 struct PersistentSend;
 
 struct State {
@@ -165,7 +165,7 @@ struct State {
   std::map<std::pair<int, std::uint64_t>, std::atomic<std::uint64_t>*> peer_claims;
   // Nonblocking offers by the request the user holds.
   std::mutex offers_mutex;
-  std::unordered_map<MPI_Request, std::unique_ptr<NonblockingOffer>> offers;
+  std::unordered_map<MPI_Request, std::unique_ptr<PendingOffer>> offers;
   std::atomic<int> live_offers{0};
   std::unordered_map<MPI_Request, std::unique_ptr<PersistentSend>> persistent_sends;
   std::atomic<int> live_persistent_sends{0};
@@ -966,61 +966,23 @@ int send_withdrawn(Offer& offer, const std::function<int()>& end_request = nullp
 // matched, since their senders may be waiting the same way.
 void claim_what_arrived() { deliver_receives_posted_before(kPostedNow); }
 
-// Finishes a blocking send's offer: returns once the receive that claimed
-// it has copied the buffer, or, when nothing claimed it within
-// FERRY_PT2PT_CLAIM_US (from now), withdraws it.
-int offer_finish(Offer& offer) {
-  State& s = state();
-  std::atomic<std::uint64_t>& claim = s.claims[offer.slot];
-  const std::uint64_t ticket = offer.ticket;
-  const auto start = std::chrono::steady_clock::now();
-  const auto offer_ends = start + std::chrono::microseconds(params().pt2pt_claim_us);
-  const auto gives_up = handshake_deadline();
-  bool withdrawn = false;
-  for (int polls = 0;; ++polls) {
-    std::uint64_t word = claim.load(std::memory_order_acquire);
-    if (word == claim_word(ticket, kClaimDone)) break;
-    const auto now = std::chrono::steady_clock::now();
-    if (word == claim_word(ticket, kOffered) && now > offer_ends &&
-        claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
-      withdrawn = true;
-      break;
-    }
-    if (word == claim_word(ticket, kClaimed) && now > gives_up) {
-      // The receive claimed the buffer and never finished copying it.
-      FERRY_WARN(Shim, "a receive claimed a %lld-byte message and did not finish within FERRY_HANDSHAKE_TIMEOUT",
-                 static_cast<long long>(offer.e.bytes));
-      give_back_bounce(offer.bounce);
-      return raise_error(offer.comm, MPI_ERR_OTHER);
-    }
-    if (word == claim_word(ticket, kOffered)) claim_what_arrived();
-    if (polls > 1024) std::this_thread::yield();
-  }
-  give_claim(offer.slot);
-  if (!withdrawn) {
-    s.straight_blocking.fetch_add(1, std::memory_order_relaxed);
-    give_back_bounce(offer.bounce);
-    return MPI_SUCCESS;
-  }
-  const int rc = send_withdrawn(offer);
-  return rc == MPI_SUCCESS ? rc : raise_error(offer.comm, rc);
-}
-
-// A nonblocking send's offer, from the call that made it to the completion
-// call that finishes its request.
-struct NonblockingOffer {
+// An offer from the call that made it until it ends: a blocking send's
+// call waits for it; a nonblocking or persistent send's (has_request) ends
+// with a word to its request, and a completion call finishes it.
+struct PendingOffer {
   Offer offer;
+  bool has_request = true;
   bool persistent = false;  // its claim word is its request's
-  bool looked_at = false;  // by a completion call: its time runs from then
+  bool looked_at = false;   // by its call or a completion call: its time runs from then
   std::chrono::steady_clock::time_point offer_ends, gives_up;
-  bool ended = false;      // copied, withdrawn or given up on: its request's word is on its way
+  bool ended = false;       // copied, withdrawn or given up on (a request's word is on its way)
   bool withdrawn = false;
-  bool slot_lost = false;  // claimed and never finished: its claim word stays out of use
+  bool slot_lost = false;   // claimed and never finished: its claim word stays out of use
   int error = MPI_SUCCESS;
 };
 
 // Completes an offer's request from this rank: the word, sent to itself.
-int end_here(const NonblockingOffer& n) {
+int end_here(const PendingOffer& n) {
   const State& s = state();
   return PMPI_Send(nullptr, 0, MPI_BYTE, s.world_rank, n.offer.env.reply_tag, s.answers);
 }
@@ -1029,7 +991,7 @@ int end_here(const NonblockingOffer& n) {
 // withdrawn once it waited FERRY_PT2PT_CLAIM_US unclaimed (at once with
 // withdraw_now); a claim never finished is given up on after
 // FERRY_HANDSHAKE_TIMEOUT.
-void look_at(NonblockingOffer& n, bool withdraw_now) {
+void look_at(PendingOffer& n, bool withdraw_now) {
   if (n.ended) return;
   const auto now = std::chrono::steady_clock::now();
   if (!n.looked_at) {
@@ -1045,7 +1007,9 @@ void look_at(NonblockingOffer& n, bool withdraw_now) {
   } else if (word == claim_word(ticket, kOffered) && n.offer.bounce && (withdraw_now || now > n.offer_ends) &&
              claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
     n.ended = n.withdrawn = true;
-    n.error = send_withdrawn(n.offer, [&n] { return end_here(n); });
+    std::function<int()> end_request;
+    if (n.has_request) end_request = [&n] { return end_here(n); };
+    n.error = send_withdrawn(n.offer, end_request);
   } else if (word == claim_word(ticket, kOffered) && now > n.gives_up &&
              claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
     // No bounce buffer to go on through, and no receive came.
@@ -1053,26 +1017,68 @@ void look_at(NonblockingOffer& n, bool withdraw_now) {
                static_cast<long long>(n.offer.e.bytes));
     n.ended = n.withdrawn = true;
     n.error = MPI_ERR_OTHER;
-    end_here(n);
+    if (n.has_request) end_here(n);
   } else if (word == claim_word(ticket, kClaimed) && now > n.gives_up) {
     FERRY_WARN(Shim, "a receive claimed a %lld-byte message and did not finish within FERRY_HANDSHAKE_TIMEOUT",
                static_cast<long long>(n.offer.e.bytes));
     n.ended = n.slot_lost = true;
     n.error = MPI_ERR_OTHER;
-    end_here(n);
+    if (n.has_request) end_here(n);
   }
 }
 
-NonblockingOffer* find_offer(MPI_Request request) {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.offers_mutex);
-  auto it = s.offers.find(request);
-  return it == s.offers.end() ? nullptr : it->second.get();
+// Gives back what an ended offer held (a withdrawn one's bounce buffer is
+// the send's until its receive acknowledges it) and counts the send among
+// those copied straight (straight) if it was. The send's error class.
+int release_offer(const PendingOffer& n, std::atomic<std::uint64_t>& straight) {
+  if (!n.withdrawn && n.offer.bounce) give_back_bounce(n.offer.bounce);
+  if (!n.withdrawn && !n.slot_lost) straight.fetch_add(1, std::memory_order_relaxed);
+  if (!n.persistent && !n.slot_lost) give_claim(n.offer.slot);
+  return n.error == MPI_SUCCESS ? MPI_SUCCESS : raise_error(n.offer.comm, n.error);
 }
+
+// Finishes a blocking send's offer: returns once the receive that claimed
+// it has copied the buffer, or, when nothing claimed it within
+// FERRY_PT2PT_CLAIM_US (from now), withdraws it.
+int offer_finish(Offer& offer) {
+  PendingOffer n{offer};
+  n.has_request = false;
+  for (int polls = 0;; ++polls) {
+    look_at(n, false);
+    if (n.ended) break;
+    claim_what_arrived();
+    if (polls > 1024) std::this_thread::yield();
+  }
+  return release_offer(n, state().straight_blocking);
+}
+
+// The entry of request in one of the offers' tables, or nullptr.
+template <typename T>
+T* find_entry(const std::unordered_map<MPI_Request, std::unique_ptr<T>>& table, MPI_Request request) {
+  std::lock_guard<std::mutex> lock(state().offers_mutex);
+  auto it = table.find(request);
+  return it == table.end() ? nullptr : it->second.get();
+}
+
+// The entry of request taken out of one of the offers' tables (live counts
+// its entries), or nullptr.
+template <typename T>
+std::unique_ptr<T> take_entry(std::unordered_map<MPI_Request, std::unique_ptr<T>>& table, std::atomic<int>& live,
+                              MPI_Request request) {
+  std::lock_guard<std::mutex> lock(state().offers_mutex);
+  auto it = table.find(request);
+  if (it == table.end()) return nullptr;
+  std::unique_ptr<T> entry = std::move(it->second);
+  table.erase(it);
+  live.fetch_sub(1, std::memory_order_release);
+  return entry;
+}
+
+PendingOffer* find_offer(MPI_Request request) { return find_entry(state().offers, request); }
 
 void add_offer(MPI_Request request, const Offer& offer, bool persistent) {
   State& s = state();
-  auto n = std::make_unique<NonblockingOffer>(NonblockingOffer{offer});
+  auto n = std::make_unique<PendingOffer>(PendingOffer{offer});
   n->persistent = persistent;
   std::lock_guard<std::mutex> lock(s.offers_mutex);
   s.offers[request] = std::move(n);
@@ -1091,12 +1097,7 @@ struct PersistentSend {
   Held held;
 };
 
-PersistentSend* find_persistent_send(MPI_Request request) {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.offers_mutex);
-  auto it = s.persistent_sends.find(request);
-  return it == s.persistent_sends.end() ? nullptr : it->second.get();
-}
+PersistentSend* find_persistent_send(MPI_Request request) { return find_entry(state().persistent_sends, request); }
 
 // MPI_Start of a persistent send: its offer, before the real MPI starts the
 // request (the receive of the word that ends it).
@@ -1142,12 +1143,12 @@ bool any_offer(int count, const MPI_Request* requests) {
 
 void settle_offers(int count, const MPI_Request* requests, bool wait) {
   if (!offers_live() || !requests) return;
-  std::vector<NonblockingOffer*> offers;
+  std::vector<PendingOffer*> offers;
   for (int i = 0; i < count; ++i)
-    if (NonblockingOffer* n = find_offer(requests[i])) offers.push_back(n);
+    if (PendingOffer* n = find_offer(requests[i])) offers.push_back(n);
   for (int polls = 0; !offers.empty(); ++polls) {
     bool all_ended = true;
-    for (NonblockingOffer* n : offers) {
+    for (PendingOffer* n : offers) {
       look_at(*n, false);
       all_ended = all_ended && n->ended;
     }
@@ -1159,45 +1160,26 @@ void settle_offers(int count, const MPI_Request* requests, bool wait) {
 
 int finish_offer(MPI_Request request) {
   State& s = state();
-  std::unique_ptr<NonblockingOffer> n;
-  {
-    std::lock_guard<std::mutex> lock(s.offers_mutex);
-    auto it = s.offers.find(request);
-    if (it == s.offers.end()) return MPI_SUCCESS;
-    n = std::move(it->second);
-    s.offers.erase(it);
-    s.live_offers.fetch_sub(1, std::memory_order_release);
-  }
+  const std::unique_ptr<PendingOffer> n = take_entry(s.offers, s.live_offers, request);
+  if (!n) return MPI_SUCCESS;
   // Its request completed, so the word came: from the receive once it had
-  // copied the buffer, unless this rank ended the offer itself. A withdrawn
-  // offer's bounce buffer is the send's until the receive acknowledges it.
-  if (!n->withdrawn && n->offer.bounce) give_back_bounce(n->offer.bounce);
-  if (!n->withdrawn && !n->slot_lost) s.straight_nonblocking.fetch_add(1, std::memory_order_relaxed);
-  if (!n->persistent && !n->slot_lost) give_claim(n->offer.slot);
+  // copied the buffer, unless this rank ended the offer itself.
   if (n->persistent && n->slot_lost) {
     if (PersistentSend* p = find_persistent_send(request)) p->held.slot = -1;
   }
-  return n->error == MPI_SUCCESS ? MPI_SUCCESS : raise_error(n->offer.comm, n->error);
+  return release_offer(*n, s.straight_nonblocking);
 }
 
 int free_offer(MPI_Request request) {
-  NonblockingOffer* n = offers_live() ? find_offer(request) : nullptr;
+  PendingOffer* n = offers_live() ? find_offer(request) : nullptr;
   int rc = MPI_SUCCESS;
   if (n) {
     for (look_at(*n, true); !n->ended; look_at(*n, true)) std::this_thread::yield();
     rc = finish_offer(request);
   }
   State& s = state();
-  std::unique_ptr<PersistentSend> persistent;
-  {
-    std::lock_guard<std::mutex> lock(s.offers_mutex);
-    auto it = s.persistent_sends.find(request);
-    if (it == s.persistent_sends.end()) return rc;
-    persistent = std::move(it->second);
-    s.persistent_sends.erase(it);
-    s.live_persistent_sends.fetch_sub(1, std::memory_order_release);
-  }
-  if (persistent->held.slot >= 0) give_claim(persistent->held.slot);
+  const std::unique_ptr<PersistentSend> persistent = take_entry(s.persistent_sends, s.live_persistent_sends, request);
+  if (persistent && persistent->held.slot >= 0) give_claim(persistent->held.slot);
   return rc;
 }
 

@@ -236,7 +236,7 @@ int finish_request(MPI_Request request, MPI_Status& status) {
     early_bytes = staged.checked_bytes;
     early_error = staged.checked_error;
     posted = staged.posted;
-        if (!staged.delivered) staging = staged.staging.get();
+    if (!staged.delivered) staging = staged.staging.get();
     if (staged.persistent) {
       staged.active = false;
     } else {
@@ -359,17 +359,23 @@ int announce_at_every_start(int result, MPI_Request* request, int count, MPI_Dat
   return result;
 }
 
-// A persistent send through peer memory where it can be one, else made by
-// otherwise().
-template <typename Otherwise>
-int persistent_send_through(FunctionId id, peer::Mode mode, const void* buf, int count, MPI_Datatype datatype,
-                            int dest, int tag, MPI_Comm comm, MPI_Request* request, Otherwise otherwise) {
+using PmpiSendInit = int (*)(const void*, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request*);
+
+// MPI_Send_init and its kin: through peer memory where the send can go
+// there (peer::send_init), else staged by the real call pmpi_init.
+int persistent_send(FunctionId id, peer::Mode mode, PmpiSendInit pmpi_init, const void* buf, int count,
+                    MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request* request) {
   bool handled = false;
-  const int result =
+  const int through_peer =
       peer::active() ? peer::send_init(id, mode, buf, count, datatype, dest, tag, comm, request, &handled) : MPI_SUCCESS;
-  if (!handled) return otherwise();
-  count_bytes(id, count, datatype);
-  return result;
+  if (handled) {
+    count_bytes(id, count, datatype);
+    return through_peer;
+  }
+  const int result = post_staged(id, const_cast<void*>(buf), count, datatype, comm, request, false,
+                                 Lifetime::kPersistent,
+                                 [&](void* b) { return pmpi_init(b, count, datatype, dest, tag, comm, request); });
+  return announce_at_every_start(result, request, count, datatype, dest, tag, comm);
 }
 
 }  // namespace
@@ -419,44 +425,26 @@ int handle_Irecv(void* buf, int count, MPI_Datatype datatype, int source, int ta
 
 int handle_Send_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                      MPI_Request* request) {
-  return persistent_send_through(
-      FunctionId::kSend_init, peer::Mode::kStandard, buf, count, datatype, dest, tag, comm, request, [&] {
-        const int result =
-            post_staged(FunctionId::kSend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
-                        Lifetime::kPersistent,
-                        [&](void* b) { return PMPI_Send_init(b, count, datatype, dest, tag, comm, request); });
-        return announce_at_every_start(result, request, count, datatype, dest, tag, comm);
-      });
+  return persistent_send(FunctionId::kSend_init, peer::Mode::kStandard, PMPI_Send_init, buf, count, datatype, dest,
+                         tag, comm, request);
 }
 
 int handle_Ssend_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                       MPI_Request* request) {
-  const int result =
-      post_staged(FunctionId::kSsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
-                  Lifetime::kPersistent,
-                  [&](void* b) { return PMPI_Ssend_init(b, count, datatype, dest, tag, comm, request); });
-  return announce_at_every_start(result, request, count, datatype, dest, tag, comm);
+  return persistent_send(FunctionId::kSsend_init, peer::Mode::kSynchronous, PMPI_Ssend_init, buf, count, datatype,
+                         dest, tag, comm, request);
 }
 
 int handle_Bsend_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                       MPI_Request* request) {
-  const int result =
-      post_staged(FunctionId::kBsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
-                  Lifetime::kPersistent,
-                  [&](void* b) { return PMPI_Bsend_init(b, count, datatype, dest, tag, comm, request); });
-  return announce_at_every_start(result, request, count, datatype, dest, tag, comm);
+  return persistent_send(FunctionId::kBsend_init, peer::Mode::kNone, PMPI_Bsend_init, buf, count, datatype, dest,
+                         tag, comm, request);
 }
 
 int handle_Rsend_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                       MPI_Request* request) {
-  return persistent_send_through(
-      FunctionId::kRsend_init, peer::Mode::kReady, buf, count, datatype, dest, tag, comm, request, [&] {
-        const int result =
-            post_staged(FunctionId::kRsend_init, const_cast<void*>(buf), count, datatype, comm, request, false,
-                        Lifetime::kPersistent,
-                        [&](void* b) { return PMPI_Rsend_init(b, count, datatype, dest, tag, comm, request); });
-        return announce_at_every_start(result, request, count, datatype, dest, tag, comm);
-      });
+  return persistent_send(FunctionId::kRsend_init, peer::Mode::kReady, PMPI_Rsend_init, buf, count, datatype, dest,
+                         tag, comm, request);
 }
 
 int handle_Recv_init(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
@@ -711,7 +699,7 @@ int handle_Testall(int count, MPI_Request* requests, int* flag, MPI_Status* stat
     for (int i = 0; i < count; ++i) {
       if (!is_staged(requests[i]) || peer::is_offer(requests[i])) continue;
       int done = 0;
-      if (handle_Request_get_status(requests[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) break;
+      if (deliver_early(requests[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) break;
     }
   }
   // A persistent collective still running: not all are complete.
