@@ -165,7 +165,9 @@ struct State {
   std::map<std::pair<int, std::uint64_t>, std::atomic<std::uint64_t>*> peer_claims;
   // Nonblocking offers by the request the user holds.
   std::mutex offers_mutex;
-  std::unordered_map<MPI_Request, std::unique_ptr<PendingOffer>> offers;
+  // Shared with the completion that finishes each one: once the real MPI has
+  // freed its handle, another thread's new offer may take the handle's entry.
+  std::unordered_map<MPI_Request, std::shared_ptr<PendingOffer>> offers;
   std::atomic<int> live_offers{0};
   std::unordered_map<MPI_Request, std::unique_ptr<PersistentSend>> persistent_sends;
   std::atomic<int> live_persistent_sends{0};
@@ -978,6 +980,7 @@ struct PendingOffer {
   bool ended = false;       // copied, withdrawn or given up on (a request's word is on its way)
   bool withdrawn = false;
   bool slot_lost = false;   // claimed and never finished: its claim word stays out of use
+  bool released = false;    // by finish_offer
   int error = MPI_SUCCESS;
 };
 
@@ -1052,41 +1055,8 @@ int offer_finish(Offer& offer) {
   return release_offer(n, state().straight_blocking);
 }
 
-// The entry of request in one of the offers' tables, or nullptr.
-template <typename T>
-T* find_entry(const std::unordered_map<MPI_Request, std::unique_ptr<T>>& table, MPI_Request request) {
-  std::lock_guard<std::mutex> lock(state().offers_mutex);
-  auto it = table.find(request);
-  return it == table.end() ? nullptr : it->second.get();
-}
-
-// The entry of request taken out of one of the offers' tables (live counts
-// its entries), or nullptr.
-template <typename T>
-std::unique_ptr<T> take_entry(std::unordered_map<MPI_Request, std::unique_ptr<T>>& table, std::atomic<int>& live,
-                              MPI_Request request) {
-  std::lock_guard<std::mutex> lock(state().offers_mutex);
-  auto it = table.find(request);
-  if (it == table.end()) return nullptr;
-  std::unique_ptr<T> entry = std::move(it->second);
-  table.erase(it);
-  live.fetch_sub(1, std::memory_order_release);
-  return entry;
-}
-
-PendingOffer* find_offer(MPI_Request request) { return find_entry(state().offers, request); }
-
-void add_offer(MPI_Request request, const Offer& offer, bool persistent) {
-  State& s = state();
-  auto n = std::make_unique<PendingOffer>(PendingOffer{offer});
-  n->persistent = persistent;
-  std::lock_guard<std::mutex> lock(s.offers_mutex);
-  s.offers[request] = std::move(n);
-  s.live_offers.fetch_add(1, std::memory_order_release);
-}
-
 // A persistent send (MPI_Send_init, MPI_Rsend_init): what each MPI_Start
-// offers.
+// offers. Its handle stays the application's until MPI_Request_free.
 struct PersistentSend {
   FunctionId id;
   Mode mode;
@@ -1097,7 +1067,71 @@ struct PersistentSend {
   Held held;
 };
 
-PersistentSend* find_persistent_send(MPI_Request request) { return find_entry(state().persistent_sends, request); }
+PersistentSend* find_persistent_send(MPI_Request request) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.offers_mutex);
+  auto it = s.persistent_sends.find(request);
+  return it == s.persistent_sends.end() ? nullptr : it->second.get();
+}
+
+std::unique_ptr<PersistentSend> take_persistent_send(MPI_Request request) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.offers_mutex);
+  auto it = s.persistent_sends.find(request);
+  if (it == s.persistent_sends.end()) return nullptr;
+  std::unique_ptr<PersistentSend> entry = std::move(it->second);
+  s.persistent_sends.erase(it);
+  s.live_persistent_sends.fetch_sub(1, std::memory_order_release);
+  return entry;
+}
+
+std::shared_ptr<PendingOffer> find_offer(MPI_Request request) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.offers_mutex);
+  auto it = s.offers.find(request);
+  return it == s.offers.end() ? nullptr : it->second;
+}
+
+// An entry left by an offer whose request the real MPI completed and
+// another thread's finish_offer has not yet taken is replaced (and no
+// longer counted).
+std::shared_ptr<PendingOffer> add_offer(MPI_Request request, const Offer& offer, bool persistent) {
+  State& s = state();
+  auto n = std::make_shared<PendingOffer>(PendingOffer{offer});
+  n->persistent = persistent;
+  std::lock_guard<std::mutex> lock(s.offers_mutex);
+  if (s.offers.insert_or_assign(request, n).second) s.live_offers.fetch_add(1, std::memory_order_release);
+  return n;
+}
+
+// After the real MPI completed the request of offer n: gives back what it
+// held, once; its entry leaves the table unless a new offer took it.
+int finish_offer(MPI_Request request, PendingOffer& n) {
+  State& s = state();
+  if (n.released) return MPI_SUCCESS;
+  n.released = true;
+  {
+    std::lock_guard<std::mutex> lock(s.offers_mutex);
+    auto it = s.offers.find(request);
+    if (it != s.offers.end() && it->second.get() == &n) {
+      s.offers.erase(it);
+      s.live_offers.fetch_sub(1, std::memory_order_release);
+    }
+  }
+  // Its request completed, so the word came: from the receive once it had
+  // copied the buffer, unless this rank ended the offer itself.
+  if (n.persistent && n.slot_lost) {
+    if (PersistentSend* p = find_persistent_send(request)) p->held.slot = -1;
+  }
+  return release_offer(n, s.straight_nonblocking);
+}
+
+// finish_offer of a persistent send's current offer (its handle stays the
+// application's, so the table finds it).
+int finish_persistent_offer(MPI_Request request) {
+  const std::shared_ptr<PendingOffer> n = find_offer(request);
+  return n ? finish_offer(request, *n) : MPI_SUCCESS;
+}
 
 // MPI_Start of a persistent send: its offer, before the real MPI starts the
 // request (the receive of the word that ends it).
@@ -1143,12 +1177,12 @@ bool any_offer(int count, const MPI_Request* requests) {
 
 void settle_offers(int count, const MPI_Request* requests, bool wait) {
   if (!offers_live() || !requests) return;
-  std::vector<PendingOffer*> offers;
+  std::vector<std::shared_ptr<PendingOffer>> offers;
   for (int i = 0; i < count; ++i)
-    if (PendingOffer* n = find_offer(requests[i])) offers.push_back(n);
+    if (std::shared_ptr<PendingOffer> n = find_offer(requests[i])) offers.push_back(std::move(n));
   for (int polls = 0; !offers.empty(); ++polls) {
     bool all_ended = true;
-    for (PendingOffer* n : offers) {
+    for (const std::shared_ptr<PendingOffer>& n : offers) {
       look_at(*n, false);
       all_ended = all_ended && n->ended;
     }
@@ -1158,27 +1192,14 @@ void settle_offers(int count, const MPI_Request* requests, bool wait) {
   }
 }
 
-int finish_offer(MPI_Request request) {
-  State& s = state();
-  const std::unique_ptr<PendingOffer> n = take_entry(s.offers, s.live_offers, request);
-  if (!n) return MPI_SUCCESS;
-  // Its request completed, so the word came: from the receive once it had
-  // copied the buffer, unless this rank ended the offer itself.
-  if (n->persistent && n->slot_lost) {
-    if (PersistentSend* p = find_persistent_send(request)) p->held.slot = -1;
-  }
-  return release_offer(*n, s.straight_nonblocking);
-}
-
 int free_offer(MPI_Request request) {
-  PendingOffer* n = offers_live() ? find_offer(request) : nullptr;
+  const std::shared_ptr<PendingOffer> n = offers_live() ? find_offer(request) : nullptr;
   int rc = MPI_SUCCESS;
   if (n) {
     for (look_at(*n, true); !n->ended; look_at(*n, true)) std::this_thread::yield();
-    rc = finish_offer(request);
+    rc = finish_offer(request, *n);
   }
-  State& s = state();
-  const std::unique_ptr<PersistentSend> persistent = take_entry(s.persistent_sends, s.live_persistent_sends, request);
+  const std::unique_ptr<PersistentSend> persistent = take_persistent_send(request);
   if (persistent && persistent->held.slot >= 0) give_claim(persistent->held.slot);
   return rc;
 }
@@ -1200,9 +1221,9 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
     const int rc = offer_start(id, mode, e, dest, tag, comm, request, &offer, handled);
     if (*handled && !request) return rc == MPI_SUCCESS ? offer_finish(offer) : rc;
     if (*handled) {
-      add_offer(*request, offer, false);
       const MPI_Request tracked = *request;
-      track_request(tracked, [tracked] { return finish_offer(tracked); });
+      std::shared_ptr<PendingOffer> n = add_offer(tracked, offer, false);
+      track_request(tracked, [tracked, n] { return finish_offer(tracked, *n); });
       return rc;
     }
   }
@@ -1278,7 +1299,7 @@ int send_init(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype
   record_route(id, RouteDecision{Route::kEngine, "peer memory"});
   const MPI_Request handle = *request;
   track_persistent_send(
-      handle, [handle] { return start_persistent_send(handle); }, [handle] { return finish_offer(handle); });
+      handle, [handle] { return start_persistent_send(handle); }, [handle] { return finish_persistent_offer(handle); });
   return MPI_SUCCESS;
 }
 

@@ -89,9 +89,6 @@ bool any_offer(int count, const MPI_Request* requests);
 // wait: returns only once every offer among them is copied or withdrawn,
 // so the real MPI's completion of their requests follows at once.
 void settle_offers(int count, const MPI_Request* requests, bool wait);
-// After the real MPI completed an offer's request: gives back what it held.
-// Returns the send's MPI error class. Idempotent.
-int finish_offer(MPI_Request request);
 // MPI_Request_free of an offer's request: withdrawn now if unclaimed (or
 // waited for if claimed), so nothing is held for it after; a persistent
 // send's request gives back what it held too.

@@ -59,9 +59,11 @@ struct StagedRequest {
   std::uint64_t posted = 0;       // a checked receive's number in the order receives were posted
 };
 
+using RequestTable = std::unordered_map<MPI_Request, StagedRequest>;
+
 std::mutex requests_mutex;
-std::unordered_map<MPI_Request, StagedRequest>& staged_requests() {
-  static auto* table = new std::unordered_map<MPI_Request, StagedRequest>;
+RequestTable& staged_requests() {
+  static auto* table = new RequestTable;
   return *table;
 }
 
@@ -76,68 +78,140 @@ std::uint64_t receives_posted = 0;
 // Call with requests_mutex held.
 void note_posted_locked(StagedRequest& staged) { staged.posted = ++receives_posted; }
 
-int deliver_early(MPI_Request request, int* flag, MPI_Status* status);
-int finish_request(MPI_Request request, MPI_Status& status);
+// Lets completion calls skip the table while nothing is staged.
+std::atomic<int> outstanding{0};
+// Requests freed by the user while active: their staging stays alive, since
+// the real MPI may still be using it, until MPI_Finalize.
+std::vector<std::unique_ptr<Staging>>& orphans() {
+  static auto* list = new std::vector<std::unique_ptr<Staging>>;
+  return *list;
+}
 
-// The requests a completion call has completed, finished one by one (the
-// real MPI has released their handles). While it runs, a receive among
-// them that takes a marker's envelope first finishes those posted before
-// it (deliver_receives_posted_before): in whatever order the call lists
-// them, receives take envelopes in the order they were posted. Receives of
-// data never look.
+int deliver_early(MPI_Request request, StagedRequest& staged, int* flag, MPI_Status* status);
+int finish_entry(StagedRequest& staged, MPI_Status& status);
+
+// The requests of one completion call (or MPI_Request_free). Their entries
+// leave the table before the real MPI completes them: it frees a completed
+// request's handle, and under MPI_THREAD_MULTIPLE another thread's next
+// request may get that handle, and an entry of its own, before this call
+// has finished the old one. Each request the real call completed is
+// finished once from its entry; the others go back to the table while the
+// application still holds their handles (a persistent request's stays).
+//
+// While it runs, a receive among them that takes a marker's envelope first
+// finishes those posted before it (deliver_receives_posted_before): in
+// whatever order the call lists them, receives take envelopes in the order
+// they were posted. Receives of data never look.
 class CallFinish {
  public:
-  // handles[k] completed with statuses[k]; those not done (failed) are skipped.
-  CallFinish(const MPI_Request* handles, MPI_Status* statuses, const char* done, int n)
-      : handles_(handles), statuses_(statuses), finished_(n), results_(n), n_(n), enclosing_(current_) {
-    for (int k = 0; k < n; ++k) {
-      finished_[k] = !done[k];
-      results_[k] = MPI_SUCCESS;
+  // requests[0..n): the application's array, which the real call updates.
+  CallFinish(int n, MPI_Request* requests)
+      : handles_(n), entries_(n), statuses_(n), finished_(n), results_(n), requests_(requests), n_(n),
+        enclosing_(current_) {
+    std::lock_guard<std::mutex> lock(requests_mutex);
+    for (int i = 0; i < n; ++i) {
+      handles_[i] = requests[i];
+      statuses_[i] = nullptr;
+      finished_[i] = 0;
+      results_[i] = MPI_SUCCESS;
+      if (requests[i] != MPI_REQUEST_NULL) entries_[i] = staged_requests().extract(requests[i]);
     }
     current_ = this;
   }
-  ~CallFinish() { current_ = enclosing_; }
+  ~CallFinish() {
+    current_ = enclosing_;
+    std::vector<std::unique_ptr<Staging>> released;
+    std::lock_guard<std::mutex> lock(requests_mutex);
+    for (int i = 0; i < n_; ++i) {
+      if (entries_[i].empty()) continue;
+      if (requests_[i] == handles_[i]) {
+        staged_requests().insert(std::move(entries_[i]));
+        continue;
+      }
+      // Released by the real MPI without being finished: failed, or freed.
+      StagedRequest& staged = entries_[i].mapped();
+      // The real MPI may still be using a freed active request's host copies.
+      if (staged.active && !staged.delivered && staged.staging) {
+        orphans().push_back(std::move(staged.staging));
+      } else {
+        released.push_back(std::move(staged.staging));
+      }
+      outstanding.fetch_sub(1, std::memory_order_release);
+    }
+  }
   CallFinish(const CallFinish&) = delete;
   CallFinish& operator=(const CallFinish&) = delete;
 
   static CallFinish* current() { return current_; }
 
-  // Finishes request k, once; its completion's error class.
-  int finish(int k) {
-    if (!finished_[k]) {
-      finished_[k] = 1;
-      results_[k] = finish_request(handles_[k], statuses_[k]);
-    }
-    return results_[k];
+  // After the real call: request i completed with *status.
+  void completed(int i, MPI_Status* status) { statuses_[i] = status; }
+  // After the real call: request i completed with an error; nothing to finish.
+  void failed(int i) {
+    if (!entries_[i].empty()) entries_[i].mapped().active = false;
   }
 
-  // Finishes the checked receives not finished yet that were posted before
-  // posted, in posting order.
+  // Finishes completed request i, once; its completion's error class.
+  int finish(int i) {
+    if (finished_[i] || !statuses_[i]) return results_[i];
+    finished_[i] = 1;
+    if (entries_[i].empty()) return MPI_SUCCESS;
+    StagedRequest& staged = entries_[i].mapped();
+    results_[i] = finish_entry(staged, *statuses_[i]);
+    if (!staged.persistent) {
+      entries_[i] = RequestTable::node_type();
+      outstanding.fetch_sub(1, std::memory_order_release);
+    }
+    return results_[i];
+  }
+
+  // The checked receives among them posted before posted, in posting
+  // order: finished if completed, else delivered if complete by now.
   void finish_posted_before(std::uint64_t posted) {
     std::vector<std::pair<std::uint64_t, int>> earlier;
-    {
-      std::lock_guard<std::mutex> lock(requests_mutex);
-      for (int k = 0; k < n_; ++k) {
-        if (finished_[k]) continue;
-        auto it = staged_requests().find(handles_[k]);
-        if (it != staged_requests().end() && it->second.posted && it->second.posted < posted)
-          earlier.emplace_back(it->second.posted, k);
-      }
+    for (int i = 0; i < n_; ++i) {
+      if (finished_[i] || entries_[i].empty()) continue;
+      const StagedRequest& staged = entries_[i].mapped();
+      if (staged.posted && staged.posted < posted && staged.active) earlier.emplace_back(staged.posted, i);
     }
     std::sort(earlier.begin(), earlier.end());
-    for (const auto& [place, k] : earlier) finish(k);
+    for (const auto& [place, i] : earlier) {
+      if (statuses_[i]) {
+        finish(i);
+      } else if (!entries_[i].empty()) {
+        int done = 0;
+        deliver_early(handles_[i], entries_[i].mapped(), &done, MPI_STATUS_IGNORE);
+      }
+    }
   }
 
  private:
-  const MPI_Request* handles_;
-  MPI_Status* statuses_;
+  CallArray<MPI_Request> handles_;
+  CallArray<RequestTable::node_type> entries_;
+  CallArray<MPI_Status*> statuses_;  // null: not completed
   CallArray<char> finished_;
   CallArray<int> results_;
+  const MPI_Request* requests_;
   int n_;
   CallFinish* enclosing_;
   static thread_local CallFinish* current_;
 };
 thread_local CallFinish* CallFinish::current_ = nullptr;
+
+// deliver_early of request's entry in the table; of a request without
+// one, just MPI_Request_get_status.
+int deliver_early(MPI_Request request, int* flag, MPI_Status* status) {
+  StagedRequest* staged = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(requests_mutex);
+    auto it = staged_requests().find(request);
+    // Only this thread completes or frees it: the element stays where it is.
+    if (it != staged_requests().end()) staged = &it->second;
+  }
+  if (staged) return deliver_early(request, *staged, flag, status);
+  peer::settle_offers(1, &request, false);
+  return PMPI_Request_get_status(request, flag, status);
+}
 
 }  // namespace
 
@@ -162,14 +236,6 @@ void deliver_receives_posted_before(std::uint64_t posted) {
 }
 
 namespace {
-// Lets completion calls skip the table while nothing is staged.
-std::atomic<int> outstanding{0};
-// Requests freed by the user while active: their staging stays alive, since
-// the real MPI may still be using it, until MPI_Finalize.
-std::vector<std::unique_ptr<Staging>>& orphans() {
-  static auto* list = new std::vector<std::unique_ptr<Staging>>;
-  return *list;
-}
 
 bool is_staged(MPI_Request request) {
   if (outstanding.load(std::memory_order_acquire) == 0 || request == MPI_REQUEST_NULL) return false;
@@ -210,52 +276,45 @@ int deliver(Staging& staging, bool receive, const MPI_Status& status) {
   return staging.finish(MPI_SUCCESS);
 }
 
-// The request completed with status in a Wait or Test call: deliver its
-// outputs unless MPI_Request_get_status did, then release the staging, or
-// keep it with an inactive persistent request. An inactive request has
-// nothing to finish. Returns the completion's error class.
-int finish_request(MPI_Request request, MPI_Status& status) {
-  std::unique_ptr<Staging> released;
-  Staging* staging = nullptr;
-  bool receive = false;
-  bool delivered = false;
-  std::function<int()> complete;
-  CheckedReceive checked;
-  MPI_Count early_bytes = 0;
-  int early_error = MPI_SUCCESS;
-  std::uint64_t posted = 0;
-  {
-    std::lock_guard<std::mutex> lock(requests_mutex);
-    auto it = staged_requests().find(request);
-    if (it == staged_requests().end() || !it->second.active) return MPI_SUCCESS;
-    StagedRequest& staged = it->second;
-    complete = staged.persistent ? staged.complete : std::move(staged.complete);
-    receive = staged.receive;
-    delivered = staged.delivered;
-    checked = staged.checked;
-    early_bytes = staged.checked_bytes;
-    early_error = staged.checked_error;
-    posted = staged.posted;
-    if (!staged.delivered) staging = staged.staging.get();
-    if (staged.persistent) {
-      staged.active = false;
-    } else {
-      released = std::move(staged.staging);
-      staged_requests().erase(it);
-      outstanding.fetch_sub(1, std::memory_order_release);
-    }
-  }
-  if (complete) return complete();
-  int result = staging ? deliver(*staging, receive, status) : MPI_SUCCESS;
+// The request of staged completed with status in a Wait or Test call:
+// deliver its outputs unless MPI_Request_get_status did; a persistent one
+// turns inactive. An inactive request has nothing to finish. Returns the
+// completion's error class.
+int finish_entry(StagedRequest& staged, MPI_Status& status) {
+  if (!staged.active) return MPI_SUCCESS;
+  if (staged.persistent) staged.active = false;
+  if (staged.complete) return staged.complete();
+  const CheckedReceive& checked = staged.checked;
+  Staging* staging = staged.delivered ? nullptr : staged.staging.get();
+  int result = staging ? deliver(*staging, staged.receive, status) : MPI_SUCCESS;
   if (result != MPI_SUCCESS || !checked.on()) return result;
-  if (delivered) {
+  if (staged.delivered) {
     // MPI_Request_get_status received the marker's data already.
-    PMPI_Status_set_elements_x(&status, MPI_BYTE, early_bytes);
-    if (early_error != MPI_SUCCESS) status.MPI_ERROR = early_error;
-    return early_error;
+    PMPI_Status_set_elements_x(&status, MPI_BYTE, staged.checked_bytes);
+    if (staged.checked_error != MPI_SUCCESS) status.MPI_ERROR = staged.checked_error;
+    return staged.checked_error;
   }
-  result = peer::after_receive(checked.comm, checked.buf, checked.count, checked.type, &status, posted);
+  result = peer::after_receive(checked.comm, checked.buf, checked.count, checked.type, &status, staged.posted);
   return result == MPI_SUCCESS ? result : raise_error(checked.comm, result);
+}
+
+// MPI_Request_get_status of the request of staged: when it reports the
+// request complete, its outputs are delivered now, once.
+int deliver_early(MPI_Request request, StagedRequest& staged, int* flag, MPI_Status* status) {
+  peer::settle_offers(1, &request, false);
+  MPI_Status local;
+  MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
+  const int result = PMPI_Request_get_status(request, flag, st);
+  if (result != MPI_SUCCESS || !*flag || !staged.active || staged.delivered) return result;
+  staged.delivered = true;
+  if (staged.complete) return staged.complete();
+  const CheckedReceive& checked = staged.checked;
+  int delivered = staged.staging ? deliver(*staged.staging, staged.receive, *st) : MPI_SUCCESS;
+  if (delivered != MPI_SUCCESS || !checked.on()) return delivered;
+  delivered = peer::after_receive(checked.comm, checked.buf, checked.count, checked.type, st, staged.posted);
+  staged.checked_bytes = count_of(*st);
+  staged.checked_error = delivered;
+  return delivered == MPI_SUCCESS ? delivered : raise_error(checked.comm, delivered);
 }
 
 }  // namespace
@@ -554,11 +613,13 @@ int handle_Wait(MPI_Request* request, MPI_Status* status) {
   }
   if (!request || !is_staged(*request)) return PMPI_Wait(request, status);
   peer::settle_offers(1, request, true);
-  const MPI_Request staged = *request;
+  CallFinish call(1, request);
   MPI_Status local;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
   const int result = PMPI_Wait(request, st);
-  return result == MPI_SUCCESS ? finish_request(staged, *st) : result;
+  if (result != MPI_SUCCESS) return result;
+  call.completed(0, st);
+  return call.finish(0);
 }
 
 int handle_Test(MPI_Request* request, int* flag, MPI_Status* status) {
@@ -579,52 +640,47 @@ int handle_Test(MPI_Request* request, int* flag, MPI_Status* status) {
   }
   if (!request || !is_staged(*request)) return PMPI_Test(request, flag, status);
   peer::settle_offers(1, request, false);
-  const MPI_Request staged = *request;
+  CallFinish call(1, request);
   MPI_Status local;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
   const int result = PMPI_Test(request, flag, st);
-  return result == MPI_SUCCESS && *flag ? finish_request(staged, *st) : result;
+  if (result != MPI_SUCCESS || !*flag) return result;
+  call.completed(0, st);
+  return call.finish(0);
 }
 
 namespace {
 
-
-// The array completion calls: keep the handles and real statuses, call the
-// real MPI, then finish each staged request it reports complete.
-struct CompletionArrays {
-  CallArray<MPI_Request> handles;
-  CallArray<MPI_Status> local_statuses;
-  MPI_Status* statuses;
-
-  CompletionArrays(int count, const MPI_Request* requests, MPI_Status* user_statuses)
-      : handles(count), local_statuses(user_statuses == MPI_STATUSES_IGNORE ? count : 0) {
-    std::copy(requests, requests + count, handles.data());
-    statuses = user_statuses == MPI_STATUSES_IGNORE ? local_statuses.data() : user_statuses;
+// Where the real MPI writes an array completion call's statuses: the
+// user's array, or one of the call's own when the user ignores them.
+class CallStatuses {
+ public:
+  CallStatuses(int count, MPI_Status* user) : local_(user == MPI_STATUSES_IGNORE ? count : 0) {
+    statuses_ = user == MPI_STATUSES_IGNORE ? local_.data() : user;
   }
+  MPI_Status* data() { return statuses_; }
 
-  int finish(int index) { return finish_request(handles[index], statuses[index]); }
+ private:
+  CallArray<MPI_Status> local_;
+  MPI_Status* statuses_;
 };
 
-// A request the real MPI completed with an error: not finished, and no
-// longer among the receives to deliver (its handle is gone).
-void drop_failed(MPI_Request request) {
-  std::lock_guard<std::mutex> lock(requests_mutex);
-  auto it = staged_requests().find(request);
-  if (it != staged_requests().end()) it->second.active = false;
-}
-
-// MPI_ERR_IN_STATUS: only the requests whose own status says success completed.
-int finish_all(CompletionArrays& arrays, int count, int result) {
+// After an all-or-none call returned result. MPI_ERR_IN_STATUS: only the
+// requests whose own status says success completed; MPI_ERR_PENDING's are
+// still active, and the others failed.
+int finish_all(CallFinish& call, MPI_Status* statuses, int count, int result) {
   if (result != MPI_SUCCESS && result != MPI_ERR_IN_STATUS) return result;
-  CallArray<char> done(count);
   for (int i = 0; i < count; ++i) {
-    done[i] = result != MPI_ERR_IN_STATUS || arrays.statuses[i].MPI_ERROR == MPI_SUCCESS;
-    if (!done[i]) drop_failed(arrays.handles[i]);
+    const int error = result == MPI_ERR_IN_STATUS ? statuses[i].MPI_ERROR : MPI_SUCCESS;
+    if (error == MPI_SUCCESS) {
+      call.completed(i, &statuses[i]);
+    } else if (error != MPI_ERR_PENDING) {
+      call.failed(i);
+    }
   }
-  CallFinish call(arrays.handles.data(), arrays.statuses, done.data(), count);
   int first_error = MPI_SUCCESS;
   for (int i = 0; i < count; ++i) {
-    const int finished = done[i] ? call.finish(i) : MPI_SUCCESS;
+    const int finished = call.finish(i);
     if (first_error == MPI_SUCCESS) first_error = finished;
   }
   return result != MPI_SUCCESS ? result : first_error;
@@ -642,8 +698,9 @@ int waitall_now(int count, MPI_Request* requests, MPI_Status* statuses) {
   const int result = [&] {
     if (!any_staged(count, requests)) return PMPI_Waitall(count, requests, statuses);
     peer::settle_offers(count, requests, true);
-    CompletionArrays arrays(count, requests, statuses);
-    return finish_all(arrays, count, PMPI_Waitall(count, requests, arrays.statuses));
+    CallFinish call(count, requests);
+    CallStatuses st(count, statuses);
+    return finish_all(call, st.data(), count, PMPI_Waitall(count, requests, st.data()));
   }();
   return result != MPI_SUCCESS ? result : persistent_error;
 }
@@ -712,9 +769,10 @@ int handle_Testall(int count, MPI_Request* requests, int* flag, MPI_Status* stat
   if (nbc::owns_any(count, requests)) nbc::settle(count, requests, false);
   if (!any_staged(count, requests)) return PMPI_Testall(count, requests, flag, statuses);
   peer::settle_offers(count, requests, false);
-  CompletionArrays arrays(count, requests, statuses);
-  const int result = PMPI_Testall(count, requests, flag, arrays.statuses);
-  return *flag || result == MPI_ERR_IN_STATUS ? finish_all(arrays, count, result) : result;
+  CallFinish call(count, requests);
+  CallStatuses st(count, statuses);
+  const int result = PMPI_Testall(count, requests, flag, st.data());
+  return *flag || result == MPI_ERR_IN_STATUS ? finish_all(call, st.data(), count, result) : result;
 }
 
 int handle_Waitany(int count, MPI_Request* requests, int* index, MPI_Status* status) {
@@ -728,13 +786,13 @@ int handle_Waitany(int count, MPI_Request* requests, int* index, MPI_Status* sta
     }
   }
   if (!any_staged(count, requests)) return PMPI_Waitany(count, requests, index, status);
-  CallArray<MPI_Request> handles(count);
-  std::copy(requests, requests + count, handles.data());
+  CallFinish call(count, requests);
   MPI_Status local;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
   const int result = PMPI_Waitany(count, requests, index, st);
   if (result != MPI_SUCCESS || *index == MPI_UNDEFINED) return result;
-  return finish_request(handles[*index], *st);
+  call.completed(*index, st);
+  return call.finish(*index);
 }
 
 namespace {
@@ -743,13 +801,13 @@ int testany_now(int count, MPI_Request* requests, int* index, int* flag, MPI_Sta
   if (nbc::owns_any(count, requests)) nbc::settle(count, requests, false);
   if (!any_staged(count, requests)) return PMPI_Testany(count, requests, index, flag, status);
   peer::settle_offers(count, requests, false);
-  CallArray<MPI_Request> handles(count);
-  std::copy(requests, requests + count, handles.data());
+  CallFinish call(count, requests);
   MPI_Status local;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
   const int result = PMPI_Testany(count, requests, index, flag, st);
   if (result != MPI_SUCCESS || !*flag || *index == MPI_UNDEFINED) return result;
-  return finish_request(handles[*index], *st);
+  call.completed(*index, st);
+  return call.finish(*index);
 }
 
 }  // namespace
@@ -771,25 +829,23 @@ namespace {
 template <typename PmpiCall>
 int some_like(int incount, MPI_Request* requests, int* outcount, int* indices, MPI_Status* statuses,
               PmpiCall pmpi) {
-  CallArray<MPI_Request> handles(incount);
-  std::copy(requests, requests + incount, handles.data());
+  CallFinish call(incount, requests);
   // Statuses are filled for the completed requests only, in completion order.
   CallArray<MPI_Status> local(statuses == MPI_STATUSES_IGNORE ? incount : 0);
   MPI_Status* st = statuses == MPI_STATUSES_IGNORE ? local.data() : statuses;
   const int result = pmpi(st);
   if ((result != MPI_SUCCESS && result != MPI_ERR_IN_STATUS) || *outcount == MPI_UNDEFINED) return result;
   // By position k in indices and st.
-  CallArray<MPI_Request> completed(*outcount);
-  CallArray<char> done(*outcount);
   for (int k = 0; k < *outcount; ++k) {
-    completed[k] = handles[indices[k]];
-    done[k] = result != MPI_ERR_IN_STATUS || st[k].MPI_ERROR == MPI_SUCCESS;
-    if (!done[k]) drop_failed(completed[k]);
+    if (result != MPI_ERR_IN_STATUS || st[k].MPI_ERROR == MPI_SUCCESS) {
+      call.completed(indices[k], &st[k]);
+    } else {
+      call.failed(indices[k]);
+    }
   }
-  CallFinish call(completed.data(), st, done.data(), *outcount);
   int first_error = MPI_SUCCESS;
   for (int k = 0; k < *outcount; ++k) {
-    const int finished = done[k] ? call.finish(k) : MPI_SUCCESS;
+    const int finished = call.finish(indices[k]);
     if (first_error == MPI_SUCCESS) first_error = finished;
   }
   return result != MPI_SUCCESS ? result : first_error;
@@ -837,66 +893,12 @@ int handle_Request_free(MPI_Request* request) {
   if (request && nbc::is_persistent(*request)) return nbc::free_persistent(request);
   if (request && nbc::owns(*request)) return nbc::refuse_free(*request);
   if (!request || !is_staged(*request)) return PMPI_Request_free(request);
-  const MPI_Request handle = *request;
-  const int offered = peer::free_offer(handle);
+  const int offered = peer::free_offer(*request);
+  // Its entry goes with the handle (an active one's host copies to the orphans).
+  CallFinish call(1, request);
   const int result = PMPI_Request_free(request);
-  if (result != MPI_SUCCESS) return result;
-  std::unique_ptr<Staging> released;
-  std::lock_guard<std::mutex> lock(requests_mutex);
-  auto it = staged_requests().find(handle);
-  // The real MPI may still be using an active request's host copies.
-  if (it->second.active && !it->second.delivered) {
-    orphans().push_back(std::move(it->second.staging));
-  } else {
-    released = std::move(it->second.staging);
-  }
-  staged_requests().erase(it);
-  outstanding.fetch_sub(1, std::memory_order_release);
-  return offered;
+  return result != MPI_SUCCESS ? result : offered;
 }
-
-namespace {
-
-// MPI_Request_get_status of a staged request: when it reports the request
-// complete, its outputs are delivered now, once.
-int deliver_early(MPI_Request request, int* flag, MPI_Status* status) {
-  peer::settle_offers(1, &request, false);
-  MPI_Status local;
-  MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
-  const int result = PMPI_Request_get_status(request, flag, st);
-  if (result != MPI_SUCCESS || !*flag) return result;
-  Staging* staging = nullptr;
-  bool receive = false;
-  std::function<int()> complete;
-  CheckedReceive checked;
-  std::uint64_t posted = 0;
-  {
-    std::lock_guard<std::mutex> lock(requests_mutex);
-    auto it = staged_requests().find(request);
-    if (it == staged_requests().end() || !it->second.active || it->second.delivered) return MPI_SUCCESS;
-    it->second.delivered = true;
-    complete = it->second.complete;
-    staging = it->second.staging.get();
-    receive = it->second.receive;
-    checked = it->second.checked;
-    posted = it->second.posted;
-  }
-  if (complete) return complete();
-  int delivered = staging ? deliver(*staging, receive, *st) : MPI_SUCCESS;
-  if (delivered != MPI_SUCCESS || !checked.on()) return delivered;
-  delivered = peer::after_receive(checked.comm, checked.buf, checked.count, checked.type, st, posted);
-  {
-    std::lock_guard<std::mutex> lock(requests_mutex);
-    auto it = staged_requests().find(request);
-    if (it != staged_requests().end()) {
-      it->second.checked_bytes = count_of(*st);
-      it->second.checked_error = delivered;
-    }
-  }
-  return delivered == MPI_SUCCESS ? delivered : raise_error(checked.comm, delivered);
-}
-
-}  // namespace
 
 // Leaves the request alone, but when it reports the request complete the
 // outputs are delivered now, once: a program may read them before it calls

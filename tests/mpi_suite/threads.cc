@@ -1,7 +1,8 @@
 // MPI_THREAD_MULTIPLE: several threads of each rank, each on its own
-// duplicate of MPI_COMM_WORLD, run Allreduce, Bcast and Alltoallv on device
-// buffers at the same time (sizes that take the engine worker and sizes that
-// launch kernels), every result checked against a host reference.
+// duplicate of MPI_COMM_WORLD, run Allreduce, Bcast, Alltoallv and a halo
+// exchange by MPI_Isend/MPI_Irecv on device buffers at the same time (sizes
+// that take the engine worker and sizes that launch kernels), every result
+// checked against a host reference.
 #include <mpi.h>
 
 #include <atomic>
@@ -102,6 +103,30 @@ void run_thread(int thread, MPI_Comm comm, int rank, int ranks) {
     }
     suite_memcpy(in.data(), in_device.ptr, recv_total * 4);
     if (in != want) fail(thread, iteration, "MPI_Alltoallv around " + std::to_string(count) + " int32: wrong data");
+
+    // A halo exchange around the ring by MPI_Isend and MPI_Irecv (sends
+    // first in the array every other iteration), int64.
+    const int right = (rank + 1) % ranks, left = (rank + ranks - 1) % ranks;
+    std::vector<std::int64_t> to_right(count), from_left(count), want_left(count);
+    for (long i = 0; i < count; ++i) {
+      to_right[i] = value(rank, thread, iteration, i);
+      want_left[i] = value(left, thread, iteration, i);
+    }
+    DeviceVector halo_out(count * 8), halo_in(count * 8);
+    suite_memcpy(halo_out.ptr, to_right.data(), count * 8);
+    MPI_Request requests[2];
+    const int send_at = iteration % 2, receive_at = 1 - send_at;
+    if (MPI_Irecv(halo_in.ptr, static_cast<int>(count), MPI_INT64_T, left, 3, comm, &requests[receive_at]) !=
+            MPI_SUCCESS ||
+        MPI_Isend(halo_out.ptr, static_cast<int>(count), MPI_INT64_T, right, 3, comm, &requests[send_at]) !=
+            MPI_SUCCESS ||
+        MPI_Waitall(2, requests, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+      fail(thread, iteration, "MPI_Isend/MPI_Irecv/MPI_Waitall failed");
+      continue;
+    }
+    suite_memcpy(from_left.data(), halo_in.ptr, count * 8);
+    if (from_left != want_left)
+      fail(thread, iteration, "halo exchange of " + std::to_string(count) + " int64: wrong data");
   }
 }
 
