@@ -30,6 +30,14 @@ Status from_cuda(cudaError_t error, const char* what) {
 
 #define FERRY_CUDA(call) from_cuda((call), #call)
 
+// Waits for the work in the legacy default stream and in the calling
+// thread's per-thread default stream: where the application's cudaMemcpy
+// calls go.
+Status wait_for_default_streams() {
+  FERRY_CHECK(FERRY_CUDA(cudaStreamSynchronize(cudaStreamLegacy)));
+  return FERRY_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
+}
+
 // The driver's virtual memory management calls.
 struct VmmDriver {
   PFN_cuGetErrorString_v6000 get_error_string;
@@ -503,9 +511,13 @@ class CudaBackend final : public Backend {
         info.base != reinterpret_cast<std::uintptr_t>(device_ptr))
       return Status::kInvalidArgument;
     // From now on peers read this memory: copies into it must be complete
-    // when they return, and any still in flight now must land first.
+    // when they return, and any still in flight now must land first (a
+    // pageable cudaMemcpy returns before its copy lands). Not by
+    // cudaDeviceSynchronize, which waits for every stream, the engine's
+    // waits on peers' flags too, and crashed inside the driver while other
+    // threads of the process made CUDA calls.
     if (!cuda_set_sync_memops(device_ptr)) FERRY_WARN(Gpu, "cannot make copies into %p synchronous", device_ptr);
-    FERRY_CHECK(FERRY_CUDA(cudaDeviceSynchronize()));
+    FERRY_CHECK(wait_for_default_streams());
     cudaIpcMemHandle_t cuda_handle;
     FERRY_CHECK(FERRY_CUDA(cudaIpcGetMemHandle(&cuda_handle, device_ptr)));
     *handle = IpcHandle{};

@@ -113,15 +113,22 @@ Status PeerMemory::export_buffer(const void* ptr, const gpu::PointerInfo& info, 
   out->allocation_id = info.allocation_id;
   out->base = info.base;
   out->pid = static_cast<std::int32_t>(getpid());
-  std::lock_guard<std::mutex> lock(mutex_);
   const ExportKey key{info.owner, info.allocation_id};
-  auto it = exports_.find(key);
-  if (it == exports_.end()) {
-    gpu::IpcHandle handle;
-    FERRY_CHECK(backend->ipc_export(reinterpret_cast<void*>(info.base), &handle));
-    it = exports_.emplace(key, handle).first;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = exports_.find(key);
+    if (it != exports_.end()) {
+      out->handle = it->second;
+      return Status::kOk;
+    }
   }
-  out->handle = it->second;
+  // Not under the lock: the export waits for the application's copies,
+  // which may wait for the engine's streams, and those for peers whose
+  // progress needs this process's other threads.
+  gpu::IpcHandle handle;
+  FERRY_CHECK(backend->ipc_export(reinterpret_cast<void*>(info.base), &handle));
+  std::lock_guard<std::mutex> lock(mutex_);
+  out->handle = exports_.emplace(key, handle).first->second;
   return Status::kOk;
 }
 
