@@ -1,8 +1,9 @@
 // MPI_THREAD_MULTIPLE: several threads of each rank, each on its own
 // duplicate of MPI_COMM_WORLD, run Allreduce, Bcast, Alltoallv and a halo
 // exchange by MPI_Isend/MPI_Irecv on device buffers at the same time (sizes
-// that take the engine worker and sizes that launch kernels), every result
-// checked against a host reference.
+// that take the engine worker and sizes that launch kernels), and exchange
+// the other way round on one communicator all threads share, each with its
+// own tag; every result checked against a host reference.
 #include <mpi.h>
 
 #include <atomic>
@@ -39,7 +40,7 @@ struct DeviceVector {
   void* ptr;
 };
 
-void run_thread(int thread, MPI_Comm comm, int rank, int ranks) {
+void run_thread(int thread, MPI_Comm comm, MPI_Comm shared, int rank, int ranks) {
   for (int iteration = 0; iteration < kIterations; ++iteration) {
     const long count = kCounts[(iteration + thread) % (sizeof(kCounts) / sizeof(kCounts[0]))];
 
@@ -127,6 +128,34 @@ void run_thread(int thread, MPI_Comm comm, int rank, int ranks) {
     suite_memcpy(from_left.data(), halo_in.ptr, count * 8);
     if (from_left != want_left)
       fail(thread, iteration, "halo exchange of " + std::to_string(count) + " int64: wrong data");
+
+    // The other way round on the shared communicator, the thread's own tag
+    // telling its messages apart: MPI_Isend, a blocking MPI_Recv, MPI_Wait.
+    const long other_count = kCounts[(iteration + 2 * thread + 1) % (sizeof(kCounts) / sizeof(kCounts[0]))];
+    std::vector<std::int64_t> to_left(other_count), from_right(other_count), want_right(other_count);
+    for (long i = 0; i < other_count; ++i) {
+      to_left[i] = value(rank, thread, iteration + 1000, i);
+      want_right[i] = value(right, thread, iteration + 1000, i);
+    }
+    DeviceVector back_out(other_count * 8), back_in(other_count * 8);
+    suite_memcpy(back_out.ptr, to_left.data(), other_count * 8);
+    const int tag = 100 + thread;
+    MPI_Request back_send = MPI_REQUEST_NULL;
+    MPI_Status status;
+    int received = -1;
+    if (MPI_Isend(back_out.ptr, static_cast<int>(other_count), MPI_INT64_T, left, tag, shared, &back_send) !=
+            MPI_SUCCESS ||
+        MPI_Recv(back_in.ptr, static_cast<int>(other_count), MPI_INT64_T, right, tag, shared, &status) !=
+            MPI_SUCCESS ||
+        MPI_Get_count(&status, MPI_INT64_T, &received) != MPI_SUCCESS ||
+        MPI_Wait(&back_send, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      fail(thread, iteration, "MPI_Isend/MPI_Recv/MPI_Wait on the shared communicator failed");
+      continue;
+    }
+    suite_memcpy(from_right.data(), back_in.ptr, other_count * 8);
+    if (received != other_count || status.MPI_TAG != tag || status.MPI_SOURCE != right || from_right != want_right)
+      fail(thread, iteration,
+           "exchange of " + std::to_string(other_count) + " int64 on the shared communicator: wrong data or status");
   }
 }
 
@@ -145,13 +174,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   suite_device_init();
-  std::vector<MPI_Comm> comms(kThreads);
+  std::vector<MPI_Comm> comms(kThreads + 1);
   for (MPI_Comm& comm : comms) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   }
+  const MPI_Comm shared = comms[kThreads];
   std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) threads.emplace_back(run_thread, t, comms[t], rank, ranks);
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back(run_thread, t, comms[t], shared, rank, ranks);
   for (std::thread& t : threads) t.join();
   for (MPI_Comm& comm : comms) MPI_Comm_free(&comm);
 
