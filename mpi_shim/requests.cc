@@ -686,10 +686,6 @@ int finish_all(CallFinish& call, MPI_Status* statuses, int count, int result) {
   return result != MPI_SUCCESS ? result : first_error;
 }
 
-}  // namespace
-
-namespace {
-
 int waitall_now(int count, MPI_Request* requests, MPI_Status* statuses) {
   nbc::progress();
   bool running = false;
