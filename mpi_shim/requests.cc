@@ -827,8 +827,8 @@ int some_like(int incount, MPI_Request* requests, int* outcount, int* indices, M
               PmpiCall pmpi) {
   CallFinish call(incount, requests);
   // Statuses are filled for the completed requests only, in completion order.
-  CallArray<MPI_Status> local(statuses == MPI_STATUSES_IGNORE ? incount : 0);
-  MPI_Status* st = statuses == MPI_STATUSES_IGNORE ? local.data() : statuses;
+  CallStatuses statuses_of(incount, statuses);
+  MPI_Status* st = statuses_of.data();
   const int result = pmpi(st);
   if ((result != MPI_SUCCESS && result != MPI_ERR_IN_STATUS) || *outcount == MPI_UNDEFINED) return result;
   // By position k in indices and st.
