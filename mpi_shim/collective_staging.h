@@ -4,7 +4,8 @@
 // many bytes each touches, stages them and calls pmpi(send, recv) on the
 // copies. request is null for a blocking call, which copies outputs back
 // before it returns; a nonblocking call leaves them to the call that
-// completes *request (requests.h). Arguments the real MPI would reject go to
+// completes *request, and a persistent one copies inputs again at every
+// MPI_Start (requests.h). Arguments the real MPI would reject go to
 // it unchanged, so users get the real MPI's error class through their error
 // handler.
 #pragma once
@@ -20,6 +21,17 @@
 #include "mpi_shim/stats.h"
 
 namespace ferry::shim {
+
+// The request a staged call returns, if any, and how long it lives.
+struct CallRequest {
+  CallRequest(MPI_Request* request, Lifetime lifetime = Lifetime::kOnce) : request(request), lifetime(lifetime) {}
+  MPI_Request* request;
+  Lifetime lifetime;
+};
+
+inline int end_staged(Staging& staging, int mpi_result, const CallRequest& call) {
+  return end_staged(staging, mpi_result, call.request, call.lifetime);
+}
 
 inline std::int64_t sum(const int counts[], int n) {
   std::int64_t total = 0;
@@ -57,10 +69,10 @@ inline auto counted_blocks(FunctionId id, const int* counts, const int* displs, 
 // decided and recorded (Allreduce after the engine handshake) is passed in.
 template <typename PmpiCall>
 int reduce_like(FunctionId id, const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-                MPI_Comm comm, MPI_Request* request, bool preserve_recv, PmpiCall pmpi,
+                MPI_Comm comm, CallRequest request, bool preserve_recv, PmpiCall pmpi,
                 const RouteDecision* decided = nullptr) {
   count_bytes(id, count, datatype);
-  const Route route = decided ? decided->route : route_call(id, {sendbuf, recvbuf}).route;
+  const Route route = decided ? decided->route : route_call(id, {sendbuf, recvbuf}, true).route;
   if (route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   Extent extent;
   if (op == MPI_OP_NULL || comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent))
@@ -77,9 +89,9 @@ int reduce_like(FunctionId id, const void* sendbuf, void* recvbuf, int count, MP
 // root receives.
 template <typename PmpiCall>
 int rooted_reduce_like(FunctionId id, const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
-                       MPI_Op op, int root, MPI_Comm comm, MPI_Request* request, PmpiCall pmpi) {
+                       MPI_Op op, int root, MPI_Comm comm, CallRequest request, PmpiCall pmpi) {
   count_bytes(id, count, datatype);
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}, true).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   RootRole role;
   Extent extent;
@@ -100,7 +112,7 @@ int rooted_reduce_like(FunctionId id, const void* sendbuf, void* recvbuf, int co
 // other rank's the output. pmpi(buffer) makes the real call.
 template <typename PmpiCall>
 int bcast_like(FunctionId id, Route route, void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm,
-               MPI_Request* request, PmpiCall pmpi) {
+               CallRequest request, PmpiCall pmpi) {
   if (route == Route::kPmpi) return pmpi(buffer);
   CommShape shape;
   RootRole role;
@@ -122,10 +134,10 @@ int bcast_like(FunctionId id, Route route, void* buffer, int count, MPI_Datatype
 // the extents come from the call's own rules; MPI_IN_PLACE means the receive
 // buffer is also the input.
 template <typename SendExtent, typename RecvExtent, typename PmpiCall>
-int exchange_like(FunctionId id, const void* sendbuf, void* recvbuf, MPI_Comm comm, MPI_Request* request,
+int exchange_like(FunctionId id, const void* sendbuf, void* recvbuf, MPI_Comm comm, CallRequest request,
                   SendExtent send_extent_of, RecvExtent recv_extent_of, PmpiCall pmpi,
                   const RouteDecision* decided = nullptr) {
-  const Route route = decided ? decided->route : route_call(id, {sendbuf, recvbuf}).route;
+  const Route route = decided ? decided->route : route_call(id, {sendbuf, recvbuf}, true).route;
   if (route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   Extent send_extent, recv_extent;
@@ -143,9 +155,9 @@ int exchange_like(FunctionId id, const void* sendbuf, void* recvbuf, MPI_Comm co
 // Gather(v): every rank but an in-place root sends; the root receives.
 template <typename RootRecvExtent, typename PmpiCall>
 int gather_like(FunctionId id, const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int root,
-                MPI_Comm comm, MPI_Request* request, RootRecvExtent root_recv_extent_of, PmpiCall pmpi) {
+                MPI_Comm comm, CallRequest request, RootRecvExtent root_recv_extent_of, PmpiCall pmpi) {
   count_bytes(id, sendcount, sendtype);
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}, true).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   RootRole role;
   if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
@@ -167,9 +179,9 @@ int gather_like(FunctionId id, const void* sendbuf, int sendcount, MPI_Datatype 
 // Scatter(v): the root sends; every rank but an in-place root receives.
 template <typename RootSendExtent, typename PmpiCall>
 int scatter_like(FunctionId id, const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
-                 MPI_Comm comm, MPI_Request* request, RootSendExtent root_send_extent_of, PmpiCall pmpi) {
+                 MPI_Comm comm, CallRequest request, RootSendExtent root_send_extent_of, PmpiCall pmpi) {
   count_bytes(id, recvcount, recvtype);
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}, true).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   RootRole role;
   if (!comm_shape(comm, &shape) || !root_role(shape, root, &role)) return pmpi(sendbuf, recvbuf);
@@ -190,7 +202,7 @@ int scatter_like(FunctionId id, const void* sendbuf, void* recvbuf, int recvcoun
 // rank's block; in place, the receive buffer holds the whole vector.
 template <typename PmpiCall>
 int reduce_scatter_like(FunctionId id, const void* sendbuf, void* recvbuf, std::int64_t total, int own,
-                        MPI_Datatype datatype, MPI_Comm comm, MPI_Request* request, PmpiCall pmpi) {
+                        MPI_Datatype datatype, MPI_Comm comm, CallRequest request, PmpiCall pmpi) {
   count_bytes(id, total, datatype);
   Extent full_extent, own_extent;
   if (!extent_of(total, datatype, &full_extent) || !extent_of(own, datatype, &own_extent))
@@ -205,13 +217,41 @@ int reduce_scatter_like(FunctionId id, const void* sendbuf, void* recvbuf, std::
 // Reduce_scatter_block on a communicator of shape.size ranks.
 template <typename PmpiCall>
 int reduce_scatter_block_like(FunctionId id, const void* sendbuf, void* recvbuf, int recvcount,
-                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request* request,
+                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, CallRequest request,
                               PmpiCall pmpi) {
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  if (route_call(id, {sendbuf, recvbuf}, true).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   if (op == MPI_OP_NULL || recvcount < 0 || !comm_shape(comm, &shape)) return pmpi(sendbuf, recvbuf);
   return reduce_scatter_like(id, sendbuf, recvbuf, static_cast<std::int64_t>(recvcount) * shape.size, recvcount,
                              datatype, comm, request, pmpi);
+}
+
+// Reduce_scatter: recvcounts is indexed by the local group, also on an
+// intercommunicator.
+template <typename PmpiCall>
+int reduce_scatter_counts_like(FunctionId id, const void* sendbuf, void* recvbuf, const int* recvcounts,
+                               MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, CallRequest request,
+                               PmpiCall pmpi) {
+  if (route_call(id, {sendbuf, recvbuf}, true).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
+  CommShape shape;
+  if (op == MPI_OP_NULL || !comm_shape(comm, &shape) || !recvcounts) return pmpi(sendbuf, recvbuf);
+  for (int i = 0; i < shape.size; ++i)
+    if (recvcounts[i] < 0) return pmpi(sendbuf, recvbuf);
+  return reduce_scatter_like(id, sendbuf, recvbuf, sum(recvcounts, shape.size), recvcounts[shape.rank], datatype,
+                             comm, request, pmpi);
+}
+
+// Blocks of their own types at byte displacements, one per peer (Alltoallw;
+// the neighbourhood form's displacements are MPI_Aint).
+template <typename Displacement>
+auto typed_blocks(FunctionId id, const int* counts, const Displacement* byte_displs, const MPI_Datatype* types,
+                  bool counted) {
+  return [=](const CommShape& shape, Extent* e) {
+    if (!extent_of_typed_blocks(shape.peers, counts, byte_displs, types, e)) return false;
+    if (counted)
+      for (int p = 0; p < shape.peers; ++p) count_bytes(id, counts[p], types[p]);
+    return true;
+  };
 }
 
 }  // namespace ferry::shim

@@ -49,7 +49,7 @@ int handle_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype
                      MPI_Comm comm) {
   const FunctionId id = FunctionId::kAllreduce;
   gpu::CallBuffers classified;
-  RouteDecision route = decide_route(id, {sendbuf, recvbuf}, true);
+  RouteDecision route = decide_route(id, {sendbuf, recvbuf}, true, true);
   DataType type = DataType::kFloat32;
   ReduceOp reduce_op = ReduceOp::kSum;
   if (route.route == Route::kEngine &&
@@ -95,7 +95,7 @@ int handle_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_C
   count_bytes(id, count, datatype);
   auto pmpi = [&](void* b) { return PMPI_Bcast(b, count, datatype, root, comm); };
   gpu::CallBuffers classified;
-  RouteDecision route = decide_route(id, {buffer}, true);
+  RouteDecision route = decide_route(id, {buffer}, true, true);
   int element_size = 0;
   if (route.route == Route::kEngine && !(count > 0 && dense_data_type(datatype, &element_size)))
     route = {Route::kStaged, "the engine copies only contiguous types"};
@@ -176,7 +176,7 @@ int handle_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
     return PMPI_Alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm);
   };
   gpu::CallBuffers classified;
-  RouteDecision route = decide_route(id, {sendbuf, recvbuf}, true);
+  RouteDecision route = decide_route(id, {sendbuf, recvbuf}, true, true);
   AlltoallvLayout layout;
   if (route.route == Route::kEngine &&
       !alltoallv_layout(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
@@ -200,33 +200,18 @@ int handle_Alltoallw(const void* sendbuf, const int* sendcounts, const int* sdis
                      void* recvbuf, const int* recvcounts, const int* rdispls, const MPI_Datatype* recvtypes,
                      MPI_Comm comm) {
   const FunctionId id = FunctionId::kAlltoallw;
-  return exchange_like(
-      id, sendbuf, recvbuf, comm, nullptr,
-      [&](const CommShape& shape, Extent* e) {
-        if (!extent_of_typed_blocks(shape.peers, sendcounts, sdispls, sendtypes, e)) return false;
-        for (int p = 0; p < shape.peers; ++p) count_bytes(id, sendcounts[p], sendtypes[p]);
-        return true;
-      },
-      [&](const CommShape& shape, Extent* e) {
-        return extent_of_typed_blocks(shape.peers, recvcounts, rdispls, recvtypes, e);
-      },
-      [&](const void* s, void* r) {
-        return PMPI_Alltoallw(s, sendcounts, sdispls, sendtypes, r, recvcounts, rdispls, recvtypes, comm);
-      });
+  return exchange_like(id, sendbuf, recvbuf, comm, nullptr, typed_blocks(id, sendcounts, sdispls, sendtypes, true),
+                       typed_blocks(id, recvcounts, rdispls, recvtypes, false), [&](const void* s, void* r) {
+                         return PMPI_Alltoallw(s, sendcounts, sdispls, sendtypes, r, recvcounts, rdispls, recvtypes,
+                                               comm);
+                       });
 }
 
 int handle_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts, MPI_Datatype datatype,
                           MPI_Op op, MPI_Comm comm) {
-  const FunctionId id = FunctionId::kReduce_scatter;
-  auto pmpi = [&](const void* s, void* r) { return PMPI_Reduce_scatter(s, r, recvcounts, datatype, op, comm); };
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
-  CommShape shape;
-  if (op == MPI_OP_NULL || !comm_shape(comm, &shape) || !recvcounts) return pmpi(sendbuf, recvbuf);
-  // recvcounts is indexed by the local group, also on an intercommunicator.
-  for (int i = 0; i < shape.size; ++i)
-    if (recvcounts[i] < 0) return pmpi(sendbuf, recvbuf);
-  return reduce_scatter_like(id, sendbuf, recvbuf, sum(recvcounts, shape.size), recvcounts[shape.rank], datatype,
-                             comm, nullptr, pmpi);
+  return reduce_scatter_counts_like(
+      FunctionId::kReduce_scatter, sendbuf, recvbuf, recvcounts, datatype, op, comm, nullptr,
+      [&](const void* s, void* r) { return PMPI_Reduce_scatter(s, r, recvcounts, datatype, op, comm); });
 }
 
 int handle_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype,

@@ -16,6 +16,12 @@ struct CommShape {
 // False for MPI_COMM_NULL or a handle the real MPI rejects.
 bool comm_shape(MPI_Comm comm, CommShape* shape);
 
+// The neighbours of a process topology (cartesian: two per dimension, also
+// where they are MPI_PROC_NULL; graph; distributed graph), by which the
+// neighbourhood collectives index their buffers. False for a communicator
+// without a topology.
+bool neighbor_degrees(MPI_Comm comm, int* indegree, int* outdegree);
+
 enum class RootRole { kRoot, kLeaf, kNone };
 
 // False when root is not valid for the communicator.

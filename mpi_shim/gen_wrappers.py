@@ -53,6 +53,8 @@ class Function:
         for p in self.params:
             if p.type == "MPI_Win":
                 return f"fail_from_wrapper_win({p.name}, FunctionId::k{self.short})"
+            if p.type == "MPI_File":
+                return f"fail_from_wrapper_file({p.name}, FunctionId::k{self.short})"
         return f"fail_from_wrapper(MPI_COMM_WORLD, FunctionId::k{self.short})"
 
 

@@ -41,6 +41,11 @@ int raise_win_error(MPI_Win win, int error_class) {
   return error_class;
 }
 
+int raise_file_error(MPI_File file, int error_class) {
+  PMPI_File_call_errhandler(file, error_class);
+  return error_class;
+}
+
 namespace {
 
 // The error class of the exception being handled.
@@ -61,6 +66,8 @@ int escaped_error_class(FunctionId id) {
 int fail_from_wrapper(MPI_Comm comm, FunctionId id) { return raise_error(comm, escaped_error_class(id)); }
 
 int fail_from_wrapper_win(MPI_Win win, FunctionId id) { return raise_win_error(win, escaped_error_class(id)); }
+
+int fail_from_wrapper_file(MPI_File file, FunctionId id) { return raise_file_error(file, escaped_error_class(id)); }
 
 int handle_Init(int* argc, char*** argv) {
   const int result = PMPI_Init(argc, argv);

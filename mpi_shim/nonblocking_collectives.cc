@@ -3,9 +3,8 @@
 // host memory when the call is made, and the request returned is the real
 // MPI's, made on the host copies, so it mixes freely with other requests in
 // any completion call; that call copies the device outputs back.
-// (MPI_Ibarrier has no buffers and is not intercepted. The MPI 4.0
-// persistent collectives are only MPIX_ extensions in Open MPI 4.1's
-// mpi-ext.h, and are not intercepted either.)
+// (MPI_Ibarrier has no buffers and is not intercepted. The persistent
+// collectives without an engine route are in persistent_collectives.cc.)
 #include "handlers.h"
 #include "mpi_shim/collective_staging.h"
 #include "mpi_shim/nonblocking_engine.h"
@@ -45,7 +44,7 @@ int handle_Ibcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_
   if (nbc::start_bcast(buffer, count, datatype, root, comm, request, &result)) return result;
   const FunctionId id = FunctionId::kIbcast;
   count_bytes(id, count, datatype);
-  return bcast_like(id, route_call(id, {buffer}).route, buffer, count, datatype, root, comm, request,
+  return bcast_like(id, route_call(id, {buffer}, true).route, buffer, count, datatype, root, comm, request,
                     [&](void* b) { return PMPI_Ibcast(b, count, datatype, root, comm, request); });
 }
 
@@ -135,6 +134,24 @@ int handle_Ireduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcou
       [&](const void* s, void* r) {
         return PMPI_Ireduce_scatter_block(s, r, recvcount, datatype, op, comm, request);
       });
+}
+
+int handle_Ireduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts, MPI_Datatype datatype,
+                           MPI_Op op, MPI_Comm comm, MPI_Request* request) {
+  return reduce_scatter_counts_like(
+      FunctionId::kIreduce_scatter, sendbuf, recvbuf, recvcounts, datatype, op, comm, request,
+      [&](const void* s, void* r) { return PMPI_Ireduce_scatter(s, r, recvcounts, datatype, op, comm, request); });
+}
+
+int handle_Ialltoallw(const void* sendbuf, const int* sendcounts, const int* sdispls, const MPI_Datatype* sendtypes,
+                      void* recvbuf, const int* recvcounts, const int* rdispls, const MPI_Datatype* recvtypes,
+                      MPI_Comm comm, MPI_Request* request) {
+  const FunctionId id = FunctionId::kIalltoallw;
+  return exchange_like(id, sendbuf, recvbuf, comm, request, typed_blocks(id, sendcounts, sdispls, sendtypes, true),
+                       typed_blocks(id, recvcounts, rdispls, recvtypes, false), [&](const void* s, void* r) {
+                         return PMPI_Ialltoallw(s, sendcounts, sdispls, sendtypes, r, recvcounts, rdispls,
+                                                recvtypes, comm, request);
+                       });
 }
 
 // Persistent collectives: Open MPI 4.1 has MPI 4.0's as MPIX_ extensions.

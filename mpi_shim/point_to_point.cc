@@ -16,7 +16,7 @@ namespace {
 template <typename PmpiCall>
 int send_like(FunctionId id, const void* buf, int count, MPI_Datatype datatype, MPI_Comm comm, PmpiCall pmpi) {
   count_bytes(id, count, datatype);
-  if (route_call(id, {buf}).route == Route::kPmpi) return pmpi(buf);
+  if (route_call(id, {buf}, true).route == Route::kPmpi) return pmpi(buf);
   Extent extent;
   if (comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent)) return pmpi(buf);
   Staging staging(id, comm);
@@ -173,7 +173,7 @@ int handle_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, i
     const int received = peer::after_receive(comm, recvbuf, recvcount, recvtype, st);
     return received == MPI_SUCCESS ? received : raise_error(comm, received);
   };
-  if (route_call(id, {sendbuf, recvbuf}).route == Route::kPmpi)
+  if (route_call(id, {sendbuf, recvbuf}, true).route == Route::kPmpi)
     return check(pmpi(sendbuf, recvbuf, checked ? st : status));
   Extent send_extent, recv_extent;
   if (comm == MPI_COMM_NULL || !extent_of(sendcount, sendtype, &send_extent) ||
@@ -197,7 +197,7 @@ int handle_Sendrecv_replace(void* buf, int count, MPI_Datatype datatype, int des
   auto pmpi = [&](void* b) {
     return PMPI_Sendrecv_replace(b, count, datatype, dest, sendtag, source, recvtag, comm, status);
   };
-  if (route_call(id, {buf}).route == Route::kPmpi) return pmpi(buf);
+  if (route_call(id, {buf}, true).route == Route::kPmpi) return pmpi(buf);
   Extent extent;
   if (comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent)) return pmpi(buf);
   Staging staging(id, comm);

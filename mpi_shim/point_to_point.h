@@ -29,7 +29,7 @@ int receive_staged(FunctionId id, void* buf, int count, MPI_Datatype datatype, M
     const int received = peer::after_receive(comm, buf, count, datatype, st);
     return received == MPI_SUCCESS ? received : raise_error(comm, received);
   };
-  if (route_call(id, {buf}).route == Route::kPmpi) return check(pmpi(buf, checked ? st : status));
+  if (route_call(id, {buf}, true).route == Route::kPmpi) return check(pmpi(buf, checked ? st : status));
   Extent extent;
   if (comm == MPI_COMM_NULL || !extent_of(count, datatype, &extent)) return check(pmpi(buf, checked ? st : status));
   Staging staging(id, comm);

@@ -93,7 +93,7 @@ int post_staged(FunctionId id, void* buf, int count, MPI_Datatype datatype, MPI_
     if (result == MPI_SUCCESS && checked.on() && request) track_checked_receive(*request, checked, lifetime);
     return result;
   };
-  if (route_call(id, {buf}).route == Route::kPmpi) return unstaged();
+  if (route_call(id, {buf}, true).route == Route::kPmpi) return unstaged();
   Extent extent;
   if (comm == MPI_COMM_NULL || !request || !extent_of(count, datatype, &extent)) return unstaged();
   Staging staging(id, comm);

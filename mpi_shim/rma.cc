@@ -74,22 +74,6 @@ DeviceWindow* find_window(MPI_Win win) {
 
 bool is_device_memory(const void* p) { return p && gpu::classify(p).kind == gpu::MemoryKind::kDevice; }
 
-// Whether info asks for device memory: the MPI 4.1 memory-kinds key, whose
-// value is a comma-separated list such as "mpi,cuda:device", or Ferry's hint.
-bool info_wants_device(MPI_Info info) {
-  if (info == MPI_INFO_NULL) return false;
-  char value[MPI_MAX_INFO_VAL + 1] = "";
-  int found = 0;
-  if (PMPI_Info_get(info, "ferry_device", MPI_MAX_INFO_VAL, value, &found) == MPI_SUCCESS && found &&
-      std::strcmp(value, "true") == 0)
-    return true;
-  found = 0;
-  if (PMPI_Info_get(info, "mpi_memory_alloc_kinds", MPI_MAX_INFO_VAL, value, &found) != MPI_SUCCESS || !found)
-    return false;
-  const std::string kinds = std::string(",") + value + ",";
-  return kinds.find(",cuda:device,") != std::string::npos || kinds.find(",cuda,") != std::string::npos;
-}
-
 // Every rank learns whether any rank's memory is on the device, and whether
 // any rank offers host memory next to it. False when comm cannot be used:
 // the real MPI's window call then reports that.
@@ -633,13 +617,18 @@ int on_host_window(FunctionId id, MPI_Win win, int target, HostOperand origin, H
   auto as_is = [&] {
     return pmpi(origin.buffer, compare.buffer, const_cast<void*>(result.buffer));
   };
-  if (route_call(id, {origin.buffer, compare.buffer, result.buffer}).route != Route::kStaged ||
+  const HostOperand* operands[3] = {&origin, &compare, &result};
+  // An operand is absent with a null buffer and no type; MPI_BOTTOM with a
+  // type names memory by the type's addresses.
+  auto present = [](const HostOperand* o) { return o->buffer || o->type != MPI_DATATYPE_NULL; };
+  const bool bottom = std::any_of(operands, operands + 3,
+                                  [&](const HostOperand* o) { return present(o) && o->buffer == MPI_BOTTOM; });
+  if (route_call(id, {origin.buffer, compare.buffer, result.buffer}, bottom).route != Route::kStaged ||
       target == MPI_PROC_NULL)
     return as_is();
   Extent extents[3];
-  const HostOperand* operands[3] = {&origin, &compare, &result};
   for (int i = 0; i < 3; ++i)
-    if (operands[i]->buffer && !extent_of(operands[i]->count, operands[i]->type, &extents[i]))
+    if (present(operands[i]) && !extent_of(operands[i]->count, operands[i]->type, &extents[i]))
       return as_is();  // invalid arguments: the real MPI reports them before touching a buffer
   auto staged = std::make_shared<HostStaged>(id, win, target);
   const void* o = staged->staging.in(origin.buffer, extents[0]);

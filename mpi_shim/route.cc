@@ -42,12 +42,18 @@ const char* route_name(Route route) {
   return "?";
 }
 
-RouteDecision decide_route(FunctionId, std::initializer_list<const void*> buffers, bool engine_supported) {
+RouteDecision decide_route(FunctionId, std::initializer_list<const void*> buffers, bool engine_supported,
+                           bool absolute_bottom) {
   if (forced_route() == ForcedRoute::kPmpi) return {Route::kPmpi, "FERRY_ROUTE=pmpi"};
   // The host-only fast path: no buffer can be device memory yet.
   if (!gpu::device_runtime_active()) return {Route::kPmpi, "no device memory in this process", false};
-  bool any_device = false;
-  for (const void* b : buffers) any_device = any_device || is_device_buffer(b);
+  bool any_device = false, any_bottom = false;
+  for (const void* b : buffers) {
+    any_device = any_device || is_device_buffer(b);
+    any_bottom = any_bottom || b == MPI_BOTTOM;
+  }
+  if (!any_device && absolute_bottom && any_bottom)
+    return {Route::kStaged, "MPI_BOTTOM: the memory the datatype names is classified"};
   if (!any_device) return {Route::kPmpi, "no device buffer"};
   if (forced_route() == ForcedRoute::kStaged) return {Route::kStaged, "FERRY_ROUTE=staged"};
   if (!engine_supported) return {Route::kStaged, "the engine does not run this call"};
@@ -59,8 +65,8 @@ void record_route(FunctionId id, const RouteDecision& decision) {
   FERRY_TRACE(Route, "%s -> %s (%s)", function_name(id), route_name(decision.route), decision.reason);
 }
 
-RouteDecision route_call(FunctionId id, std::initializer_list<const void*> buffers) {
-  const RouteDecision decision = decide_route(id, buffers, false);
+RouteDecision route_call(FunctionId id, std::initializer_list<const void*> buffers, bool absolute_bottom) {
+  const RouteDecision decision = decide_route(id, buffers, false, absolute_bottom);
   record_route(id, decision);
   return decision;
 }

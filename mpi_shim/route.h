@@ -30,12 +30,18 @@ struct RouteDecision {
 // handler that gets kEngine checks the call's arguments next and demotes it
 // to kStaged if the engine does not support them, so host-only calls never
 // pay for that check.
-RouteDecision decide_route(FunctionId id, std::initializer_list<const void*> buffers, bool engine_supported);
+// With absolute_bottom, a buffer that is MPI_BOTTOM may name device memory
+// through its datatype's absolute displacements: the call is then staged,
+// and the staging classifies the memory the type names (host memory passes
+// through untouched). In Open MPI and MPICH MPI_BOTTOM is the null pointer,
+// so only calls whose null buffers are significant ask for that.
+RouteDecision decide_route(FunctionId id, std::initializer_list<const void*> buffers, bool engine_supported,
+                           bool absolute_bottom = false);
 
 // Counts the route in the stats and logs it with its reason.
 void record_route(FunctionId id, const RouteDecision& decision);
 
 // decide_route + record_route for calls the engine does not run.
-RouteDecision route_call(FunctionId id, std::initializer_list<const void*> buffers);
+RouteDecision route_call(FunctionId id, std::initializer_list<const void*> buffers, bool absolute_bottom = false);
 
 }  // namespace ferry::shim

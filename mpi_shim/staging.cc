@@ -127,6 +127,16 @@ void add_elements(RangeUnion* range, MPI_Aint offset, std::int64_t count, MPI_Ai
   range->add(std::min(a, b), std::max(a, b) + true_extent, static_cast<MPI_Aint>(count) * size);
 }
 
+// Whether bytes at first lie in the memory info classified: inside its
+// device allocation, or (for MPI_BOTTOM, whose types may name any address)
+// host memory at both ends.
+bool within_one_kind(const gpu::PointerInfo& info, const char* first, std::size_t bytes, bool absolute) {
+  if (info.kind == gpu::MemoryKind::kDevice)
+    return info.size == 0 || (reinterpret_cast<std::uintptr_t>(first) >= info.base &&
+                              reinterpret_cast<std::uintptr_t>(first) + bytes <= info.base + info.size);
+  return !absolute || gpu::classify(first + bytes - 1).kind != gpu::MemoryKind::kDevice;
+}
+
 }  // namespace
 
 bool extent_of(std::int64_t count, MPI_Datatype type, Extent* out) {
@@ -156,8 +166,11 @@ bool extent_of_blocks(int blocks, const int counts[], const int displs[], MPI_Da
   return true;
 }
 
-bool extent_of_typed_blocks(int blocks, const int counts[], const int byte_displs[], const MPI_Datatype types[],
-                            Extent* out) {
+namespace {
+
+template <typename Displacement>
+bool typed_blocks_extent(int blocks, const int counts[], const Displacement byte_displs[],
+                         const MPI_Datatype types[], Extent* out) {
   if (blocks < 0 || (blocks > 0 && (!counts || !byte_displs || !types))) return false;
   RangeUnion range;
   for (int i = 0; i < blocks; ++i) {
@@ -173,16 +186,36 @@ bool extent_of_typed_blocks(int blocks, const int counts[], const int byte_displ
   return true;
 }
 
+}  // namespace
+
+bool extent_of_typed_blocks(int blocks, const int counts[], const int byte_displs[], const MPI_Datatype types[],
+                            Extent* out) {
+  return typed_blocks_extent(blocks, counts, byte_displs, types, out);
+}
+
+bool extent_of_typed_blocks(int blocks, const int counts[], const MPI_Aint byte_displs[], const MPI_Datatype types[],
+                            Extent* out) {
+  return typed_blocks_extent(blocks, counts, byte_displs, types, out);
+}
+
 Staging::~Staging() {
   for (const Staged& s : staged_) pool_for(s.owner)->release(s.host, s.capacity);
 }
 
 void* Staging::stage(const void* buffer, const Extent& extent, bool copy_in, bool copy_out) {
   if (failed()) return nullptr;
-  if (buffer == nullptr || buffer == MPI_IN_PLACE || buffer == MPI_BOTTOM || extent.bytes == 0)
-    return const_cast<void*>(buffer);
-  char* first = const_cast<char*>(static_cast<const char*>(buffer)) + extent.lb;
+  if (buffer == MPI_IN_PLACE || extent.bytes == 0) return const_cast<void*>(buffer);
+  // MPI_BOTTOM (a null pointer in Open MPI and MPICH) plus the type's
+  // absolute displacements; any other null buffer the real MPI rejects.
+  char* first = reinterpret_cast<char*>(reinterpret_cast<std::uintptr_t>(buffer) + extent.lb);
+  if (buffer == MPI_BOTTOM && !first) return const_cast<void*>(buffer);
   const gpu::PointerInfo info = gpu::classify(first);
+  if (!within_one_kind(info, first, extent.bytes, buffer == MPI_BOTTOM)) {
+    FERRY_WARN(Stage, "%s: %zu bytes at %p span host and device memory or several device allocations",
+                    function_name(id_), extent.bytes, static_cast<void*>(first));
+    error_class_ = MPI_ERR_BUFFER;
+    return nullptr;
+  }
   if (info.kind != gpu::MemoryKind::kDevice) return const_cast<void*>(buffer);
 
   PinnedPool* pool = pool_for(info.owner);
@@ -262,6 +295,7 @@ void Staging::received(const MPI_Status& status) {
 }
 
 int Staging::raise() {
+  if (on_file_) return raise_file_error(file_, error_class_);
   return win_ != MPI_WIN_NULL ? raise_win_error(win_, error_class_) : raise_error(comm_, error_class_);
 }
 

@@ -30,12 +30,16 @@ bool extent_of_blocks(int blocks, const int counts[], const int displs[], MPI_Da
 // Blocks with their own types at byte displacements, as in Alltoallw.
 bool extent_of_typed_blocks(int blocks, const int counts[], const int byte_displs[], const MPI_Datatype types[],
                             Extent* out);
+bool extent_of_typed_blocks(int blocks, const int counts[], const MPI_Aint byte_displs[], const MPI_Datatype types[],
+                            Extent* out);
 
 class Staging {
  public:
   Staging(FunctionId id, MPI_Comm comm) : id_(id), comm_(comm) {}
   // An RMA call on a window: failures go through the window's error handler.
   Staging(FunctionId id, MPI_Win win) : id_(id), comm_(MPI_COMM_NULL), win_(win) {}
+  // An I/O call on a file: failures go through the file's error handler.
+  Staging(FunctionId id, MPI_File file) : id_(id), comm_(MPI_COMM_NULL), file_(file), on_file_(true) {}
   ~Staging();
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
@@ -44,6 +48,10 @@ class Staging {
 
   // Each returns the pointer to give the real MPI: the buffer itself unless it
   // is device memory, else a host copy (positioned so extent.lb still applies).
+  // MPI_BOTTOM names memory by the datatype's absolute addresses: extent.lb
+  // is then the first address. Memory touched by one buffer must be all host
+  // memory or one device allocation; otherwise the call fails with
+  // MPI_ERR_BUFFER (failed()).
   const void* in(const void* buffer, const Extent& extent);  // copied to host now
   void* out(void* buffer, const Extent& extent);             // copied back by finish()
   void* inout(void* buffer, const Extent& extent);           // both
@@ -88,6 +96,8 @@ class Staging {
   FunctionId id_;
   MPI_Comm comm_;
   MPI_Win win_ = MPI_WIN_NULL;
+  MPI_File file_ = MPI_FILE_NULL;
+  bool on_file_ = false;
   int error_class_ = MPI_SUCCESS;
   std::vector<Staged> staged_;
 };

@@ -1,6 +1,8 @@
 #include "mpi_shim/translate.h"
 
 #include <climits>
+#include <cstring>
+#include <string>
 
 namespace ferry::shim {
 namespace {
@@ -63,6 +65,20 @@ bool dense_data_type(MPI_Datatype datatype, int* size) {
       PMPI_Type_get_true_extent(datatype, &true_lb, &true_extent) != MPI_SUCCESS)
     return false;
   return *size > 0 && lb == 0 && true_lb == 0 && extent == *size && true_extent == *size;
+}
+
+bool info_wants_device(MPI_Info info) {
+  if (info == MPI_INFO_NULL) return false;
+  char value[MPI_MAX_INFO_VAL + 1] = "";
+  int found = 0;
+  if (PMPI_Info_get(info, "ferry_device", MPI_MAX_INFO_VAL, value, &found) == MPI_SUCCESS && found &&
+      std::strcmp(value, "true") == 0)
+    return true;
+  found = 0;
+  if (PMPI_Info_get(info, "mpi_memory_alloc_kinds", MPI_MAX_INFO_VAL, value, &found) != MPI_SUCCESS || !found)
+    return false;
+  const std::string kinds = std::string(",") + value + ",";
+  return kinds.find(",cuda:device,") != std::string::npos || kinds.find(",cuda,") != std::string::npos;
 }
 
 }  // namespace ferry::shim

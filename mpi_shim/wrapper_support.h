@@ -13,11 +13,15 @@ namespace ferry::shim {
 int fail_from_wrapper(MPI_Comm comm, FunctionId id);
 
 int fail_from_wrapper_win(MPI_Win win, FunctionId id);
+int fail_from_wrapper_file(MPI_File file, FunctionId id);
 
 // Reports an error class through comm's error handler and returns it, as the
 // real MPI does for its own errors.
 int raise_error(MPI_Comm comm, int error_class);
 // The same through a window's error handler.
 int raise_win_error(MPI_Win win, int error_class);
+// The same through a file's error handler (MPI_FILE_NULL: the default one for
+// files, MPI_ERRORS_RETURN unless the application changed it).
+int raise_file_error(MPI_File file, int error_class);
 
 }  // namespace ferry::shim

@@ -30,6 +30,13 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
                  const std::size_t* send_offsets, void* recv, const std::size_t* recv_bytes,
                  const std::size_t* recv_offsets, bool eligible, bool* ran);
 
+// inout[i] = in[i] op inout[i] for i < count, on the GPU both buffers are
+// on (the device current on this thread), queued after the work on the
+// legacy default stream; the result is there when it returns. kUnsupported
+// when the buffers are not on one device of one backend, or the engine does
+// not reduce type with op.
+Status reduce_local(const void* in, void* inout, std::size_t count, DataType type, ReduceOp op);
+
 // FERRY_HANDSHAKE_TIMEOUT from now (0: no limit): how long the engine waits
 // for its peers.
 std::chrono::steady_clock::time_point handshake_deadline();

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Fails when the installed MPI headers declare a function that takes a
+buffer (a `void *` parameter) which mpi_shim/mpi_functions.txt does not wrap
+and the allow-list below does not explain.
+
+usage: check_mpi_coverage.py mpi_functions.txt HEADER [HEADER ...]
+"""
+import re
+import sys
+from pathlib import Path
+
+# Functions whose `void *` is not memory the library reads or writes as
+# data, with the reason each may pass through untouched.
+ALLOWED = {
+    # Addresses only: the library computes with the pointer, never dereferences it.
+    "MPI_Get_address": "returns the address as a number",
+    "MPI_Address": "deprecated MPI_Get_address",
+    # Attribute values are pointer-sized values the library stores and returns.
+    "MPI_Comm_get_attr": "attribute value",
+    "MPI_Comm_set_attr": "attribute value",
+    "MPI_Type_get_attr": "attribute value",
+    "MPI_Type_set_attr": "attribute value",
+    "MPI_Win_set_attr": "attribute value",
+    "MPI_Attr_get": "deprecated attribute value",
+    "MPI_Attr_put": "deprecated attribute value",
+    # extra_state is handed back to the application's callbacks unread.
+    "MPI_Comm_create_keyval": "extra_state for callbacks",
+    "MPI_Type_create_keyval": "extra_state for callbacks",
+    "MPI_Win_create_keyval": "extra_state for callbacks",
+    "MPI_Keyval_create": "extra_state for callbacks",
+    "MPI_Grequest_start": "extra_state for callbacks",
+    "MPI_Register_datarep": "extra_state for callbacks",
+    # The tool interface's values are host variables of the MPI library's own.
+    "MPI_T_cvar_handle_alloc": "object handle",
+    "MPI_T_cvar_read": "a control variable's value, host memory",
+    "MPI_T_cvar_write": "a control variable's value, host memory",
+    "MPI_T_pvar_handle_alloc": "object handle",
+    "MPI_T_pvar_read": "a performance variable's value, host memory",
+    "MPI_T_pvar_write": "a performance variable's value, host memory",
+    "MPI_T_pvar_readreset": "a performance variable's value, host memory",
+}
+
+DECLARATION = re.compile(r"\b(?:OMPI_DECLSPEC\s+)?int\s+(MPIX?_\w+)\s*\(([^)]*)\)\s*(?:__mpi_interface\w*\([^)]*\)\s*)?;")
+LISTED = re.compile(r"^\w+\s+int\s+(MPIX?_\w+)\(", re.M)
+
+
+def buffer_functions(header_text):
+    text = re.sub(r"/\*.*?\*/", " ", header_text, flags=re.S)
+    text = re.sub(r"\s+", " ", text)
+    found = {}
+    for name, params in DECLARATION.findall(text):
+        if name.startswith("MPIX_") or not name.startswith("PMPI"):
+            if re.search(r"\bvoid\s*\*", params):
+                found[name] = params
+    return found
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    wrapped = set(LISTED.findall(Path(sys.argv[1]).read_text()))
+    declared = {}
+    for header in sys.argv[2:]:
+        declared.update(buffer_functions(Path(header).read_text(errors="replace")))
+    if not declared:
+        sys.exit("no MPI function declarations found: wrong header?")
+    missing = sorted(n for n in declared if n not in wrapped and n not in ALLOWED)
+    stale = sorted(n for n in ALLOWED if n in wrapped)
+    for name in missing:
+        print(f"not wrapped: {name}({declared[name]})")
+    for name in stale:
+        print(f"wrapped but also allowed to pass through: {name}")
+    print(f"{len(declared)} functions take a buffer: {len(declared) - len(missing)} wrapped or allowed, "
+          f"{len(missing)} missing")
+    sys.exit(1 if missing or stale else 0)
+
+
+if __name__ == "__main__":
+    main()
