@@ -50,6 +50,10 @@ FERRY_EXPORT const char* ferry_device_backend(void) {
   }
 }
 
+FERRY_EXPORT int ferry_is_device_memory(const void* ptr) {
+  return ferry::gpu::classify(ptr).kind == ferry::gpu::MemoryKind::kDevice ? 1 : 0;
+}
+
 FERRY_EXPORT unsigned long long ferry_device_key(void) {
   try {
     ferry::gpu::Backend* backend = ferry::gpu::active_backend();

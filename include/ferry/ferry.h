@@ -26,6 +26,9 @@ void ferry_device_free(void* ptr);
 /* Blocking copy in any direction (host or device on either side).
  * Returns 0 on success, non-zero on failure. */
 int ferry_memcpy(void* dst, const void* src, size_t bytes);
+/* 1 when ptr is device memory (of a GPU or the emulated device), which host
+ * code must not touch; 0 for host and managed memory. */
+int ferry_is_device_memory(const void* ptr);
 /* Name of the active device backend: "cuda", "emulated" or "none". */
 const char* ferry_device_backend(void);
 /* The physical device the calling thread allocates on, as a number: equal in

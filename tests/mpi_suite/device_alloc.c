@@ -14,6 +14,7 @@ typedef void (*free_fn)(void*);
 typedef int (*memcpy_fn)(void*, const void*, size_t);
 typedef const char* (*backend_fn)(void);
 typedef unsigned long long (*key_fn)(void);
+typedef int (*is_device_fn)(const void*);
 
 static struct {
   malloc_fn device_malloc;
@@ -97,3 +98,9 @@ void suite_memcpy(void* dst, const void* src, size_t bytes) {
 }
 
 const char* suite_device_backend(void) { return allocator.backend; }
+
+int suite_is_device_memory(const void* ptr) {
+  is_device_fn is_device;
+  resolve("ferry_is_device_memory", &is_device);
+  return is_device ? is_device(ptr) : 0;
+}

@@ -28,6 +28,9 @@ const char* suite_device_backend(void);
 const char* suite_ferry_backend(void);
 /* ferry_device_key: equal in two processes sharing a GPU; 0 without Ferry. */
 unsigned long long suite_device_key(void);
+/* ferry_is_device_memory: whether Ferry takes ptr for device memory; 0
+ * without Ferry. */
+int suite_is_device_memory(const void* ptr);
 
 #ifdef __cplusplus
 }
