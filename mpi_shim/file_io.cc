@@ -1,7 +1,9 @@
-// MPI-IO on device buffers, staged: a read goes into pinned host memory and
-// the part of it that arrived is copied to the device when the read
-// completes (the call itself, the Wait or Test of a nonblocking read, the
-// _end of a split collective); a write copies the device buffer first. File
+// MPI-IO on device buffers, staged: a read goes into a pinned host copy of
+// the device buffer, copied back to the device when the read completes (the
+// call itself, the Wait or Test of a nonblocking read, the _end of a split
+// collective), so the bytes a short read leaves alone keep their values
+// without trusting the count in a status; a write copies the device buffer
+// first. File
 // views and the file's own datatypes are the real MPI's business: only the
 // memory side, count elements of the memory datatype, is staged. Errors go
 // through the file's error handler.
@@ -30,14 +32,17 @@ int transfer(FunctionId id, bool read, MPI_File fh, const void* buf, int count, 
   Extent extent;
   if (fh == MPI_FILE_NULL || !extent_of(count, type, &extent)) return pmpi(user, status);
   Staging staging(id, fh);
-  void* staged = read ? staging.receive(user, extent, type) : const_cast<void*>(staging.in(buf, extent));
+  void* staged = read ? staging.inout(user, extent) : const_cast<void*>(staging.in(buf, extent));
   if (staging.failed()) return staging.raise();
-  if (request) return end_staged(staging, pmpi(staged, nullptr), request, Lifetime::kOnce, read);
-  MPI_Status local;
-  MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
-  const int result = pmpi(staged, st);
-  if (read && result == MPI_SUCCESS) staging.received(*st);
-  return staging.finish(result);
+  if (!request) return staging.finish(pmpi(staged, status));
+  const int result = pmpi(staged, nullptr);
+  if (result != MPI_SUCCESS || !staging.staged_any()) return result;
+  // Finished by the Wait or Test that completes the request, whatever its
+  // status says: Open MPI's I/O requests leave the status's cancelled flag
+  // unset.
+  auto held = std::make_shared<Staging>(std::move(staging));
+  track_request(*request, [held] { return held->finish(MPI_SUCCESS); });
+  return result;
 }
 
 // A split collective between its _begin and its _end: at most one per file.
@@ -61,7 +66,7 @@ int begin_split(FunctionId id, bool read, MPI_File fh, const void* buf, int coun
   Extent extent;
   if (fh == MPI_FILE_NULL || !extent_of(count, type, &extent)) return pmpi(user);
   Staging staging(id, fh);
-  void* staged = read ? staging.receive(user, extent, type) : const_cast<void*>(staging.in(buf, extent));
+  void* staged = read ? staging.inout(user, extent) : const_cast<void*>(staging.in(buf, extent));
   if (staging.failed()) return staging.raise();
   const int result = pmpi(staged);
   if (result != MPI_SUCCESS || !staging.staged_any()) return result;
@@ -73,7 +78,7 @@ int begin_split(FunctionId id, bool read, MPI_File fh, const void* buf, int coun
 // Its _end: pmpi(buffer, status) makes the real call on the buffer _begin
 // gave the real MPI; a read's data goes to the device.
 template <typename PmpiCall>
-int end_split(bool read, MPI_File fh, const void* buf, MPI_Status* status, PmpiCall pmpi) {
+int end_split(MPI_File fh, const void* buf, MPI_Status* status, PmpiCall pmpi) {
   std::unique_ptr<SplitCall> call;
   {
     std::lock_guard<std::mutex> lock(split_mutex);
@@ -84,11 +89,7 @@ int end_split(bool read, MPI_File fh, const void* buf, MPI_Status* status, PmpiC
     }
   }
   if (!call) return pmpi(const_cast<void*>(buf), status);
-  MPI_Status local;
-  MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
-  const int result = pmpi(call->staged, st);
-  if (read && result == MPI_SUCCESS) call->staging.received(*st);
-  return call->staging.finish(result);
+  return call->staging.finish(pmpi(call->staged, status));
 }
 
 constexpr bool kRead = true;
@@ -222,7 +223,7 @@ int handle_File_read_all_begin(MPI_File fh, void* buf, int count, MPI_Datatype d
 }
 
 int handle_File_read_all_end(MPI_File fh, void* buf, MPI_Status* status) {
-  return end_split(kRead, fh, buf, status, [&](void* b, MPI_Status* s) { return PMPI_File_read_all_end(fh, b, s); });
+  return end_split(fh, buf, status, [&](void* b, MPI_Status* s) { return PMPI_File_read_all_end(fh, b, s); });
 }
 
 int handle_File_read_at_all_begin(MPI_File fh, MPI_Offset offset, void* buf, int count, MPI_Datatype datatype) {
@@ -231,7 +232,7 @@ int handle_File_read_at_all_begin(MPI_File fh, MPI_Offset offset, void* buf, int
 }
 
 int handle_File_read_at_all_end(MPI_File fh, void* buf, MPI_Status* status) {
-  return end_split(kRead, fh, buf, status, [&](void* b, MPI_Status* s) { return PMPI_File_read_at_all_end(fh, b, s); });
+  return end_split(fh, buf, status, [&](void* b, MPI_Status* s) { return PMPI_File_read_at_all_end(fh, b, s); });
 }
 
 int handle_File_read_ordered_begin(MPI_File fh, void* buf, int count, MPI_Datatype datatype) {
@@ -240,8 +241,7 @@ int handle_File_read_ordered_begin(MPI_File fh, void* buf, int count, MPI_Dataty
 }
 
 int handle_File_read_ordered_end(MPI_File fh, void* buf, MPI_Status* status) {
-  return end_split(kRead, fh, buf, status,
-                   [&](void* b, MPI_Status* s) { return PMPI_File_read_ordered_end(fh, b, s); });
+  return end_split(fh, buf, status, [&](void* b, MPI_Status* s) { return PMPI_File_read_ordered_end(fh, b, s); });
 }
 
 int handle_File_write_all_begin(MPI_File fh, const void* buf, int count, MPI_Datatype datatype) {
@@ -250,7 +250,7 @@ int handle_File_write_all_begin(MPI_File fh, const void* buf, int count, MPI_Dat
 }
 
 int handle_File_write_all_end(MPI_File fh, const void* buf, MPI_Status* status) {
-  return end_split(kWrite, fh, buf, status, [&](void* b, MPI_Status* s) { return PMPI_File_write_all_end(fh, b, s); });
+  return end_split(fh, buf, status, [&](void* b, MPI_Status* s) { return PMPI_File_write_all_end(fh, b, s); });
 }
 
 int handle_File_write_at_all_begin(MPI_File fh, MPI_Offset offset, const void* buf, int count, MPI_Datatype datatype) {
@@ -259,8 +259,7 @@ int handle_File_write_at_all_begin(MPI_File fh, MPI_Offset offset, const void* b
 }
 
 int handle_File_write_at_all_end(MPI_File fh, const void* buf, MPI_Status* status) {
-  return end_split(kWrite, fh, buf, status,
-                   [&](void* b, MPI_Status* s) { return PMPI_File_write_at_all_end(fh, b, s); });
+  return end_split(fh, buf, status, [&](void* b, MPI_Status* s) { return PMPI_File_write_at_all_end(fh, b, s); });
 }
 
 int handle_File_write_ordered_begin(MPI_File fh, const void* buf, int count, MPI_Datatype datatype) {
@@ -269,8 +268,7 @@ int handle_File_write_ordered_begin(MPI_File fh, const void* buf, int count, MPI
 }
 
 int handle_File_write_ordered_end(MPI_File fh, const void* buf, MPI_Status* status) {
-  return end_split(kWrite, fh, buf, status,
-                   [&](void* b, MPI_Status* s) { return PMPI_File_write_ordered_end(fh, b, s); });
+  return end_split(fh, buf, status, [&](void* b, MPI_Status* s) { return PMPI_File_write_ordered_end(fh, b, s); });
 }
 
 }  // namespace ferry::shim
