@@ -3,10 +3,9 @@
 // call itself, the Wait or Test of a nonblocking read, the _end of a split
 // collective), so the bytes a short read leaves alone keep their values
 // without trusting the count in a status; a write copies the device buffer
-// first. File
-// views and the file's own datatypes are the real MPI's business: only the
-// memory side, count elements of the memory datatype, is staged. Errors go
-// through the file's error handler.
+// first. File views and the file's own datatypes are the real MPI's
+// business: only the memory side, count elements of the memory datatype, is
+// staged. Errors go through the file's error handler.
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -20,58 +19,66 @@
 namespace ferry::shim {
 namespace {
 
+// The memory side of one read or write: the host copy the real MPI is given.
+struct StagedMemory {
+  explicit StagedMemory(Staging s) : staging(std::move(s)) {}
+  Staging staging;
+  void* staged = nullptr;  // the buffer the real MPI is given
+};
+
+// Stages count elements of type at buf, both ways for a read, in for a
+// write (staging.failed() tells whether that worked). Null where the call
+// takes buf as it is: host memory, or arguments the real MPI rejects itself.
+std::unique_ptr<StagedMemory> stage_memory(FunctionId id, bool read, MPI_File fh, const void* buf, int count,
+                                           MPI_Datatype type) {
+  count_bytes(id, count, type);
+  Extent extent;
+  if (route_call(id, {buf}, true).route == Route::kPmpi || fh == MPI_FILE_NULL || !extent_of(count, type, &extent))
+    return nullptr;
+  auto memory = std::make_unique<StagedMemory>(Staging(id, fh));
+  memory->staged =
+      read ? memory->staging.inout(const_cast<void*>(buf), extent) : const_cast<void*>(memory->staging.in(buf, extent));
+  return memory;
+}
+
 // A blocking or nonblocking read or write. pmpi(buffer, status) makes the
 // real call on the buffer to use; a nonblocking one ignores status and
 // returns its request in *request.
 template <typename PmpiCall>
 int transfer(FunctionId id, bool read, MPI_File fh, const void* buf, int count, MPI_Datatype type, MPI_Status* status,
              MPI_Request* request, PmpiCall pmpi) {
-  count_bytes(id, count, type);
-  void* user = const_cast<void*>(buf);
-  if (route_call(id, {buf}, true).route == Route::kPmpi) return pmpi(user, status);
-  Extent extent;
-  if (fh == MPI_FILE_NULL || !extent_of(count, type, &extent)) return pmpi(user, status);
-  Staging staging(id, fh);
-  void* staged = read ? staging.inout(user, extent) : const_cast<void*>(staging.in(buf, extent));
-  if (staging.failed()) return staging.raise();
-  if (!request) return staging.finish(pmpi(staged, status));
-  const int result = pmpi(staged, nullptr);
-  if (result != MPI_SUCCESS || !staging.staged_any()) return result;
+  std::unique_ptr<StagedMemory> memory = stage_memory(id, read, fh, buf, count, type);
+  if (!memory) return pmpi(const_cast<void*>(buf), status);
+  if (memory->staging.failed()) return memory->staging.raise();
+  if (!request) return memory->staging.finish(pmpi(memory->staged, status));
+  const int result = pmpi(memory->staged, nullptr);
+  if (result != MPI_SUCCESS || !memory->staging.staged_any()) return result;
   // Finished by the Wait or Test that completes the request, whatever its
   // status says: Open MPI's I/O requests leave the status's cancelled flag
   // unset.
-  auto held = std::make_shared<Staging>(std::move(staging));
-  track_request(*request, [held] { return held->finish(MPI_SUCCESS); });
+  std::shared_ptr<StagedMemory> held = std::move(memory);
+  track_request(*request, [held] { return held->staging.finish(MPI_SUCCESS); });
   return result;
 }
 
-// A split collective between its _begin and its _end: at most one per file.
-struct SplitCall {
-  explicit SplitCall(Staging s, void* staged) : staging(std::move(s)), staged(staged) {}
-  Staging staging;
-  void* staged;  // the buffer the real MPI was given
-};
+// The split collectives between their _begin and their _end: at most one
+// per file.
 std::mutex split_mutex;
-std::unordered_map<MPI_File, std::unique_ptr<SplitCall>>& split_calls() {
-  static auto* table = new std::unordered_map<MPI_File, std::unique_ptr<SplitCall>>;
+std::unordered_map<MPI_File, std::unique_ptr<StagedMemory>>& split_calls() {
+  static auto* table = new std::unordered_map<MPI_File, std::unique_ptr<StagedMemory>>;
   return *table;
 }
 
 // A split collective's _begin: pmpi(buffer) makes the real call.
 template <typename PmpiCall>
 int begin_split(FunctionId id, bool read, MPI_File fh, const void* buf, int count, MPI_Datatype type, PmpiCall pmpi) {
-  count_bytes(id, count, type);
-  void* user = const_cast<void*>(buf);
-  if (route_call(id, {buf}, true).route == Route::kPmpi) return pmpi(user);
-  Extent extent;
-  if (fh == MPI_FILE_NULL || !extent_of(count, type, &extent)) return pmpi(user);
-  Staging staging(id, fh);
-  void* staged = read ? staging.inout(user, extent) : const_cast<void*>(staging.in(buf, extent));
-  if (staging.failed()) return staging.raise();
-  const int result = pmpi(staged);
-  if (result != MPI_SUCCESS || !staging.staged_any()) return result;
+  std::unique_ptr<StagedMemory> memory = stage_memory(id, read, fh, buf, count, type);
+  if (!memory) return pmpi(const_cast<void*>(buf));
+  if (memory->staging.failed()) return memory->staging.raise();
+  const int result = pmpi(memory->staged);
+  if (result != MPI_SUCCESS || !memory->staging.staged_any()) return result;
   std::lock_guard<std::mutex> lock(split_mutex);
-  split_calls()[fh] = std::make_unique<SplitCall>(std::move(staging), staged);
+  split_calls()[fh] = std::move(memory);
   return result;
 }
 
@@ -79,7 +86,7 @@ int begin_split(FunctionId id, bool read, MPI_File fh, const void* buf, int coun
 // gave the real MPI; a read's data goes to the device.
 template <typename PmpiCall>
 int end_split(MPI_File fh, const void* buf, MPI_Status* status, PmpiCall pmpi) {
-  std::unique_ptr<SplitCall> call;
+  std::unique_ptr<StagedMemory> call;
   {
     std::lock_guard<std::mutex> lock(split_mutex);
     auto it = split_calls().find(fh);

@@ -15,11 +15,9 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
-#include <string>
 #include <unordered_map>
 #include <vector>
 

@@ -135,8 +135,8 @@ void test_neighbors(MPI_Comm comm, const std::string& topology, int count) {
   {  // allgatherv
     const uint64_t id = next_case_id();
     const Layout1D in = blocks_of(indegree, count);
-    // Every neighbour sends count + (its index in my list): counts must
-    // match the sender's count, so use one count for all.
+    // Every neighbour sends count elements; block i sits at the end of the
+    // i-th region blocks_of lays out, so the gaps before blocks grow.
     // (At least one entry: Open MPI rejects null arrays, also of no neighbours.)
     std::vector<int> counts(std::max(indegree, 1), count), displs(std::max(indegree, 1));
     for (int i = 0; i < indegree; ++i) displs[i] = in.displs[i] + (in.counts[i] - count);

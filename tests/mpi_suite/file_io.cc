@@ -6,6 +6,7 @@
 // wrote. A read past the end of the file fills only what the file has.
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -46,7 +47,10 @@ struct Way {
   bool own_view;  // the rank's block is at offset 0 of a view of its own
 };
 
-int wait(MPI_Request* request, MPI_Status* status) { return MPI_Wait(request, status); }
+// A nonblocking call's result rc, and its request waited for.
+int waited(int rc, MPI_Request* request, MPI_Status* status) {
+  return rc != MPI_SUCCESS ? rc : MPI_Wait(request, status);
+}
 
 std::vector<Way> ways() {
   const MPI_Offset block = MPI_Offset(kCount) * 4;
@@ -64,25 +68,21 @@ std::vector<Way> ways() {
       {"iwrite_at/iread_at",
        [=](MPI_File f, const void* b, MPI_Status* s) {
          MPI_Request r;
-         const int rc = MPI_File_iwrite_at(f, at(), b, kCount, MPI_INT32_T, &r);
-         return rc ? rc : wait(&r, s);
+         return waited(MPI_File_iwrite_at(f, at(), b, kCount, MPI_INT32_T, &r), &r, s);
        },
        [=](MPI_File f, void* b, MPI_Status* s) {
          MPI_Request r;
-         const int rc = MPI_File_iread_at(f, at(), b, kCount, MPI_INT32_T, &r);
-         return rc ? rc : wait(&r, s);
+         return waited(MPI_File_iread_at(f, at(), b, kCount, MPI_INT32_T, &r), &r, s);
        },
        false},
       {"iwrite_at_all/iread_at_all",
        [=](MPI_File f, const void* b, MPI_Status* s) {
          MPI_Request r;
-         const int rc = MPI_File_iwrite_at_all(f, at(), b, kCount, MPI_INT32_T, &r);
-         return rc ? rc : wait(&r, s);
+         return waited(MPI_File_iwrite_at_all(f, at(), b, kCount, MPI_INT32_T, &r), &r, s);
        },
        [=](MPI_File f, void* b, MPI_Status* s) {
          MPI_Request r;
-         const int rc = MPI_File_iread_at_all(f, at(), b, kCount, MPI_INT32_T, &r);
-         return rc ? rc : wait(&r, s);
+         return waited(MPI_File_iread_at_all(f, at(), b, kCount, MPI_INT32_T, &r), &r, s);
        },
        false},
       {"write/read (view)",
@@ -94,25 +94,21 @@ std::vector<Way> ways() {
       {"iwrite/iread (view)",
        [](MPI_File f, const void* b, MPI_Status* s) {
          MPI_Request r;
-         const int rc = MPI_File_iwrite(f, b, kCount, MPI_INT32_T, &r);
-         return rc ? rc : wait(&r, s);
+         return waited(MPI_File_iwrite(f, b, kCount, MPI_INT32_T, &r), &r, s);
        },
        [](MPI_File f, void* b, MPI_Status* s) {
          MPI_Request r;
-         const int rc = MPI_File_iread(f, b, kCount, MPI_INT32_T, &r);
-         return rc ? rc : wait(&r, s);
+         return waited(MPI_File_iread(f, b, kCount, MPI_INT32_T, &r), &r, s);
        },
        true},
       {"iwrite_all/iread_all (view)",
        [](MPI_File f, const void* b, MPI_Status* s) {
          MPI_Request r;
-         const int rc = MPI_File_iwrite_all(f, b, kCount, MPI_INT32_T, &r);
-         return rc ? rc : wait(&r, s);
+         return waited(MPI_File_iwrite_all(f, b, kCount, MPI_INT32_T, &r), &r, s);
        },
        [](MPI_File f, void* b, MPI_Status* s) {
          MPI_Request r;
-         const int rc = MPI_File_iread_all(f, b, kCount, MPI_INT32_T, &r);
-         return rc ? rc : wait(&r, s);
+         return waited(MPI_File_iread_all(f, b, kCount, MPI_INT32_T, &r), &r, s);
        },
        true},
       {"write_all_begin/end (view)",
