@@ -1,5 +1,6 @@
 // MPI_BOTTOM with struct types built from absolute addresses of device
-// buffers: MPI_Send/MPI_Recv, MPI_Bcast, MPI_Gatherv and MPI_Alltoallw name
+// buffers: MPI_Send/MPI_Recv (also from plain device buffers, which Ferry
+// sends through peer memory), MPI_Bcast, MPI_Gatherv and MPI_Alltoallw name
 // their memory only through the datatype; the data must arrive as with
 // ordinary buffers. A type whose blocks lie in host and
 // device memory, or in two device allocations, gets MPI_ERR_BUFFER through
@@ -53,6 +54,30 @@ void test_calls(int count) {
     expect_buffer(what, in, random_values<int32_t>(count, id, (rank + size - 1) % size));
     MPI_Type_free(&out_type);
     MPI_Type_free(&in_type);
+  }
+  {  // A plain device buffer sent (through peer memory where Ferry can),
+     // received at MPI_BOTTOM, blocking and nonblocking.
+    for (bool blocking : {true, false}) {
+      const uint64_t id = next_case_id();
+      const Case what{blocking ? "MPI_Send/MPI_Recv" : "MPI_Isend/MPI_Irecv", "MPI_INT32_T to struct at MPI_BOTTOM", "",
+                      count, "device"};
+      Buffer out = make_buffer(random_values<int32_t>(count, id, rank), device);
+      Buffer in = make_buffer(poisoned<int32_t>(count), device, 4);
+      MPI_Datatype in_type = absolute(in.data(), count);
+      const int from = (rank + size - 1) % size, to = (rank + 1) % size;
+      MPI_Request requests[2];
+      if (blocking) {
+        check_mpi(MPI_Sendrecv(out.data(), count, MPI_INT32_T, to, 4, MPI_BOTTOM, 1, in_type, from, 4, MPI_COMM_WORLD,
+                               MPI_STATUS_IGNORE),
+                  what);
+      } else {
+        check_mpi(MPI_Irecv(MPI_BOTTOM, 1, in_type, from, 4, MPI_COMM_WORLD, &requests[0]), what);
+        check_mpi(MPI_Isend(out.data(), count, MPI_INT32_T, to, 4, MPI_COMM_WORLD, &requests[1]), what);
+        check_mpi(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE), what);
+      }
+      expect_buffer(what, in, random_values<int32_t>(count, id, from));
+      MPI_Type_free(&in_type);
+    }
   }
   {  // Bcast from the last rank.
     const uint64_t id = next_case_id();
