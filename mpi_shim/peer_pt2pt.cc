@@ -142,6 +142,10 @@ struct State {
   // Changes whenever comms does, so a thread may keep its last answer.
   std::atomic<std::uint64_t> comms_generation{0};
   std::vector<std::uint64_t> host_of;  // by world rank
+  // By world rank: when an offer to that rank was last seen claimed (steady
+  // clock, ns). A receive busy claiming a sender's offers keeps the others'
+  // windows open.
+  std::unique_ptr<std::atomic<std::int64_t>[]> claimed_at;
   int world_rank = 0;
   std::mutex envelopes_mutex;
   std::unordered_map<int, std::deque<Envelope>> envelopes;  // by world rank of the sender
@@ -638,6 +642,7 @@ void start() {
   std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(size));
   if (PMPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD) != MPI_SUCCESS) return;
   s.host_of.resize(size);
+  s.claimed_at.reset(new std::atomic<std::int64_t>[size]());
   for (int r = 0; r < size; ++r) s.host_of[r] = all[2 * r];
   if (PMPI_Comm_dup(MPI_COMM_WORLD, &s.control) != MPI_SUCCESS) return;
   PMPI_Comm_set_errhandler(s.control, MPI_ERRORS_RETURN);
@@ -873,8 +878,9 @@ struct Held {
 // nonblocking one (request) first posts *request, the receive of the word
 // that ends the offer, and lets its marker go. A persistent one (held)
 // uses what it holds, and its request is posted by MPI_Start; it offers
-// even without a bounce buffer (then the offer stands until claimed). False
-// in *handled when no offer could be made (nothing sent).
+// even without a bounce buffer, and takes one when it comes to withdraw
+// (the offer stands until claimed while none is free). False in *handled
+// when no offer could be made (nothing sent).
 int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, MPI_Comm comm, MPI_Request* request,
                 Offer* offer, bool* handled, const Held* held = nullptr) {
   *handled = false;
@@ -990,24 +996,49 @@ int end_here(const PendingOffer& n) {
   return PMPI_Send(nullptr, 0, MPI_BYTE, s.world_rank, n.offer.env.reply_tag, s.answers);
 }
 
+// A bounce buffer for an offer that has none (a persistent send's, made
+// while all were in use), if one is free now.
+bool has_bounce(Offer& offer) {
+  if (offer.bounce) return true;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.bounce_mutex);
+  reap_locked(s);
+  offer.bounce = take_bounce_locked(s, offer.e.backend, offer.e.info.device, static_cast<std::size_t>(offer.e.bytes));
+  return offer.bounce != nullptr;
+}
+
 // One look at an offer: it has ended once its receive copied it; it is
 // withdrawn once it waited FERRY_PT2PT_CLAIM_US unclaimed (at once with
-// withdraw_now); a claim never finished is given up on after
+// withdraw_now), counted from its first look or from the last time the
+// same receiver was seen claiming an offer of this rank, whichever is later
+// (a receive copying a window of large messages one after another is busy,
+// not absent); a claim never finished is given up on after
 // FERRY_HANDSHAKE_TIMEOUT.
 void look_at(PendingOffer& n, bool withdraw_now) {
   if (n.ended) return;
   const auto now = std::chrono::steady_clock::now();
+  const auto window = std::chrono::microseconds(params().pt2pt_claim_us);
   if (!n.looked_at) {
     n.looked_at = true;
-    n.offer_ends = now + std::chrono::microseconds(params().pt2pt_claim_us);
+    n.offer_ends = now + window;
     n.gives_up = handshake_deadline();
   }
-  std::atomic<std::uint64_t>& claim = state().claims[n.offer.slot];
+  State& s = state();
+  std::atomic<std::uint64_t>& claim = s.claims[n.offer.slot];
   const std::uint64_t ticket = n.offer.ticket;
   std::uint64_t word = claim.load(std::memory_order_acquire);
+  std::atomic<std::int64_t>& receiver_claimed = s.claimed_at[n.offer.e.to.world];
+  const std::int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  if (word == claim_word(ticket, kClaimed) || word == claim_word(ticket, kClaimDone))
+    receiver_claimed.store(now_ns, std::memory_order_relaxed);
+  const bool expired =
+      withdraw_now ||
+      (now > n.offer_ends &&
+       now_ns > receiver_claimed.load(std::memory_order_relaxed) +
+                    std::chrono::duration_cast<std::chrono::nanoseconds>(window).count());
   if (word == claim_word(ticket, kClaimDone)) {
     n.ended = true;
-  } else if (word == claim_word(ticket, kOffered) && n.offer.bounce && (withdraw_now || now > n.offer_ends) &&
+  } else if (word == claim_word(ticket, kOffered) && expired && has_bounce(n.offer) &&
              claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
     n.ended = n.withdrawn = true;
     std::function<int()> end_request;
