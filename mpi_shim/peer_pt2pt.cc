@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <deque>
 #include <functional>
 #include <map>
@@ -41,9 +40,7 @@ namespace {
 constexpr int kEnvelopeTag = 1;
 constexpr int kFirstReplyTag = 2;
 
-// kHostCopy: a withdrawn offer whose data follows as a message on the reply
-// tag (no bounce buffer was free: FERRY_PT2PT_BOUNCE_BYTES were in use).
-enum class EnvelopeKind : std::int32_t { kEmpty = 1, kPeerMemory = 2, kHostCopy = 3 };
+enum class EnvelopeKind : std::int32_t { kEmpty = 1, kPeerMemory = 2 };
 enum Reply : std::int32_t { kCopied = 1, kFailed = 2 };
 
 struct Envelope {
@@ -85,10 +82,6 @@ constexpr std::uint64_t claim_word(std::uint64_t ticket, Claim state) { return t
 // then the data (whole 2 MiB pages, which copy engines fill fastest).
 constexpr std::size_t kBounceHeader = std::size_t{2} << 20;
 
-// Whether a message of bytes can go as one real MPI message of MPI_BYTE (a
-// withdrawn offer without a bounce buffer).
-bool fits_one_message(std::int64_t bytes) { return bytes <= INT_MAX; }
-
 struct CommEntry {
   std::uint64_t id = 0;
   std::vector<int> world;       // by rank in the communicator
@@ -128,13 +121,6 @@ struct SendInFlight {
   Bounce* bounce;
 };
 
-// A withdrawn offer's data on its way as a message: the send, and the
-// pinned host copy it reads.
-struct HostCopyInFlight {
-  MPI_Request send;
-  std::unique_ptr<Staging> copy;
-};
-
 struct PendingOffer;
 struct PersistentSend;
 
@@ -167,7 +153,6 @@ struct State {
   std::mutex bounce_mutex;
   std::vector<std::unique_ptr<Bounce>> bounces;
   std::vector<SendInFlight> in_flight;
-  std::vector<HostCopyInFlight> host_copies;
   // Streams of the sends' copies into bounce buffers and of the receives'
   // copies out of them, by backend and device (-1: a host receive buffer).
   std::mutex streams_mutex;
@@ -190,7 +175,7 @@ struct State {
   std::atomic<int> live_offers{0};
   std::unordered_map<MPI_Request, std::unique_ptr<PersistentSend>> persistent_sends;
   std::atomic<int> live_persistent_sends{0};
-  std::atomic<std::uint64_t> straight_blocking{0}, straight_nonblocking{0}, bounced{0}, host_copied{0};
+  std::atomic<std::uint64_t> straight_blocking{0}, straight_nonblocking{0}, bounced{0};
 };
 
 State& state() {
@@ -442,9 +427,7 @@ Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* 
 // then copies it out of the sender's buffer (or bounce buffer), straight
 // into buf when buf is one range in packed order, else through host memory
 // and MPI_Pack/MPI_Unpack; tells the sender it is done (the claim word, or
-// an acknowledgement that frees the bounce buffer) and sets status. A
-// withdrawn offer's kHostCopy envelope: its data is received as a message
-// into host memory and copied from there the same ways.
+// an acknowledgement that frees the bounce buffer) and sets status.
 int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, int count, MPI_Datatype type,
                     MPI_Status* status) {
   State& s = state();
@@ -452,7 +435,7 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
   if (env.claim_slot >= 0) {
     // An offer: claimed, the send buffer is copied from and the word says
     // when that is done; withdrawn (the sender waited long enough), a
-    // bounce buffer's envelope follows, or a kHostCopy one.
+    // bounce buffer's envelope follows.
     claim = peer_claim(env);
     std::uint64_t offered = claim_word(env.claim_ticket, kOffered);
     if (!claim ||
@@ -469,27 +452,13 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
   const bool dense = described && extent.dense && extent.bytes == static_cast<std::size_t>(capacity) &&
                      packed_layout(type);
   const std::int64_t delivered = std::min<std::int64_t>(std::max<std::int64_t>(capacity, 0), env.bytes);
-  const bool host_copy = env.kind == EnvelopeKind::kHostCopy;
   gpu::Backend* backend = backend_of(env.buffer.handle.owner);
   void* source = nullptr;
-  std::unique_ptr<char[]> received;
-  Status copied = Status::kOk;
-  if (host_copy) {
-    received.reset(new char[env.bytes]);
-    if (PMPI_Recv(received.get(), static_cast<int>(env.bytes), MPI_BYTE, world, env.reply_tag, s.control,
-                  MPI_STATUS_IGNORE) != MPI_SUCCESS)
-      copied = Status::kUnavailable;
-  } else {
-    copied = backend ? s.memory.pin_buffer(env.buffer, &source) : Status::kUnavailable;
-  }
-  const bool pinned = ok(copied) && !host_copy;
-  // The first length bytes of the message to dst (any memory).
-  auto fetch = [&](void* dst, std::size_t length) {
-    return host_copy ? gpu::copy(dst, received.get(), length) : copy_out(backend, env, source, dst, length);
-  };
+  Status copied = backend ? s.memory.pin_buffer(env.buffer, &source) : Status::kUnavailable;
+  const bool pinned = ok(copied);
   int error = MPI_SUCCESS;
   if (ok(copied) && delivered > 0 && dense) {
-    copied = fetch(static_cast<char*>(buf) + extent.lb, delivered);
+    copied = copy_out(backend, env, source, static_cast<char*>(buf) + extent.lb, delivered);
   } else if (ok(copied) && delivered > 0) {
     // A type with holes or reordering: the bytes in order on the host, then
     // unpacked into buf (a staged image of it when buf is device memory). The
@@ -503,7 +472,7 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
       error = staging.raise();
     } else {
       error = PMPI_Pack(image, count, type, packed.data(), static_cast<int>(capacity), &position, MPI_COMM_SELF);
-      if (error == MPI_SUCCESS) copied = fetch(packed.data(), delivered);
+      if (error == MPI_SUCCESS) copied = copy_out(backend, env, source, packed.data(), delivered);
       position = 0;
       if (error == MPI_SUCCESS && ok(copied))
         error = PMPI_Unpack(packed.data(), static_cast<int>(capacity), &position, image, count, type, MPI_COMM_SELF);
@@ -520,7 +489,7 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
     claim->store(claim_word(env.claim_ticket, kClaimDone), std::memory_order_release);
     if (env.reply_when_copied)
       replied = PMPI_Send(nullptr, 0, MPI_BYTE, world, env.reply_tag, s.answers);
-  } else if (!host_copy) {
+  } else {
     const std::int32_t reply = copied == Status::kTimeout ? kFailed : kCopied;
     replied = PMPI_Send(&reply, 1, MPI_INT32_T, world, env.reply_tag, s.answers);
   }
@@ -583,17 +552,8 @@ void free_bounce(Bounce& bounce) {
 }
 
 // Finishes the sends whose receives acknowledged them: their bounce buffers
-// are free again; and the host copies whose messages have gone. Call with
-// bounce_mutex held.
+// are free again. Call with bounce_mutex held.
 void reap_locked(State& s) {
-  for (auto it = s.host_copies.begin(); it != s.host_copies.end();) {
-    int done = 0;
-    if (PMPI_Test(&it->send, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
-      it = s.host_copies.erase(it);
-    } else {
-      ++it;
-    }
-  }
   if (s.in_flight.empty()) return;
   std::vector<MPI_Request> replies;
   replies.reserve(s.in_flight.size());
@@ -713,17 +673,10 @@ void stop() {
     // given up on after FERRY_HANDSHAKE_TIMEOUT.
     std::lock_guard<std::mutex> lock(s.bounce_mutex);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
-    while ((!s.in_flight.empty() || !s.host_copies.empty()) && std::chrono::steady_clock::now() < deadline) {
+    while (!s.in_flight.empty() && std::chrono::steady_clock::now() < deadline) {
       reap_locked(s);
-      if (!s.in_flight.empty() || !s.host_copies.empty()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (!s.in_flight.empty()) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    for (HostCopyInFlight& send : s.host_copies) {
-      PMPI_Cancel(&send.send);
-      PMPI_Request_free(&send.send);
-    }
-    if (!s.host_copies.empty())
-      FERRY_WARN(Shim, "%zu device messages sent through host memory were never received", s.host_copies.size());
-    s.host_copies.clear();
     for (SendInFlight& send : s.in_flight) {
       PMPI_Cancel(&send.reply);
       PMPI_Request_free(&send.reply);
@@ -924,11 +877,10 @@ struct Held {
 // the case the offer is withdrawn, sends the envelope and the marker. A
 // nonblocking one (request) first posts *request, the receive of the word
 // that ends the offer, and lets its marker go. A persistent one (held)
-// uses what it holds, and its request is posted by MPI_Start. Without a
-// free bounce buffer (FERRY_PT2PT_BOUNCE_BYTES in use) it offers all the
-// same: withdrawn, it takes one if one is free by then, else its data goes
-// as a message from host memory (send_withdrawn_to_host). False in
-// *handled when no offer could be made (nothing sent).
+// uses what it holds, and its request is posted by MPI_Start; it offers
+// even without a bounce buffer, and takes one when it comes to withdraw
+// (the offer stands until claimed while none is free). False in *handled
+// when no offer could be made (nothing sent).
 int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, MPI_Comm comm, MPI_Request* request,
                 Offer* offer, bool* handled, const Held* held = nullptr) {
   *handled = false;
@@ -939,7 +891,7 @@ int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, 
     reap_locked(s);
     bounce = take_bounce_locked(s, e.backend, e.info.device, static_cast<std::size_t>(e.bytes));
   }
-  if (!bounce && !held && !fits_one_message(e.bytes)) return MPI_SUCCESS;
+  if (!bounce && !held) return MPI_SUCCESS;
   std::uint64_t ticket = 0;
   const int slot = held ? held->slot : take_claim(&ticket);
   if (held) ticket = next_ticket();
@@ -1017,35 +969,6 @@ int send_withdrawn(Offer& offer, const std::function<int()>& end_request = nullp
   return buffer_read() ? MPI_SUCCESS : MPI_ERR_OTHER;
 }
 
-// A withdrawn offer with no bounce buffer: the data is copied to pinned host
-// memory, a kHostCopy envelope goes on the reply tag and the data after it
-// as a message the receive takes when it completes (the send completes
-// now, as MPI's progress rule needs). As send_withdrawn otherwise.
-int send_withdrawn_to_host(Offer& offer, const std::function<int()>& end_request = nullptr) {
-  State& s = state();
-  auto copy = std::make_unique<Staging>(FunctionId::kSend, offer.comm);
-  Extent whole;
-  whole.bytes = static_cast<std::size_t>(offer.e.bytes);
-  const void* host = copy->in(offer.e.data, whole);
-  int rc = end_request ? end_request() : MPI_SUCCESS;
-  if (copy->failed()) return MPI_ERR_NO_MEM;
-  s.host_copied.fetch_add(1, std::memory_order_relaxed);
-  Envelope moved = offer.env;
-  moved.kind = EnvelopeKind::kHostCopy;
-  moved.claim_slot = -1;
-  moved.reply_when_copied = 0;
-  const int to = offer.e.to.world;
-  if (rc == MPI_SUCCESS) rc = PMPI_Send(&moved, sizeof(moved), MPI_BYTE, to, moved.reply_tag, s.control);
-  MPI_Request send = MPI_REQUEST_NULL;
-  if (rc == MPI_SUCCESS)
-    rc = PMPI_Isend(host, static_cast<int>(offer.e.bytes), MPI_BYTE, to, moved.reply_tag, s.control, &send);
-  if (rc == MPI_SUCCESS) {
-    std::lock_guard<std::mutex> lock(s.bounce_mutex);
-    s.host_copies.push_back(HostCopyInFlight{send, std::move(copy)});
-  }
-  return rc;
-}
-
 // While a send waits for its offer to be claimed: this rank's receives
 // that are complete take their messages now, claiming the offers they
 // matched, since their senders may be waiting the same way.
@@ -1073,8 +996,8 @@ int end_here(const PendingOffer& n) {
   return PMPI_Send(nullptr, 0, MPI_BYTE, s.world_rank, n.offer.env.reply_tag, s.answers);
 }
 
-// A bounce buffer for an offer that has none (made while all were in use),
-// if one is free now.
+// A bounce buffer for an offer that has none (a persistent send's, made
+// while all were in use), if one is free now.
 bool has_bounce(Offer& offer) {
   if (offer.bounce) return true;
   State& s = state();
@@ -1115,13 +1038,12 @@ void look_at(PendingOffer& n, bool withdraw_now) {
                     std::chrono::duration_cast<std::chrono::nanoseconds>(window).count());
   if (word == claim_word(ticket, kClaimDone)) {
     n.ended = true;
-  } else if (word == claim_word(ticket, kOffered) && expired &&
-             (has_bounce(n.offer) || fits_one_message(n.offer.e.bytes)) &&
+  } else if (word == claim_word(ticket, kOffered) && expired && has_bounce(n.offer) &&
              claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
     n.ended = n.withdrawn = true;
     std::function<int()> end_request;
     if (n.has_request) end_request = [&n] { return end_here(n); };
-    n.error = n.offer.bounce ? send_withdrawn(n.offer, end_request) : send_withdrawn_to_host(n.offer, end_request);
+    n.error = send_withdrawn(n.offer, end_request);
   } else if (word == claim_word(ticket, kOffered) && now > n.gives_up &&
              claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
     // No bounce buffer to go on through, and no receive came.
@@ -1315,8 +1237,7 @@ int free_offer(MPI_Request request) {
 
 SendCounts send_counts() {
   const State& s = state();
-  return SendCounts{s.straight_blocking.load(), s.straight_nonblocking.load(), s.bounced.load(),
-                    s.host_copied.load()};
+  return SendCounts{s.straight_blocking.load(), s.straight_nonblocking.load(), s.bounced.load()};
 }
 
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
