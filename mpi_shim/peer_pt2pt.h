@@ -60,10 +60,10 @@ enum class Mode { kNone, kStandard, kSynchronous, kReady };
 // the send buffer itself: the receive copies straight from it if it claims
 // the offer in time. The send withdraws an offer nobody claimed within
 // FERRY_PT2PT_CLAIM_US of its waiting (a blocking send's call, the first
-// completion call that looks at a nonblocking one's request) and goes on
-// through a bounce buffer, so it never waits for its receive (MPI's
-// progress rule, and programs that count on small messages being
-// buffered). A nonblocking offer's *request is a receive of the word that
+// completion call that looks at a nonblocking one's request) or of the
+// receiver's latest claim of another of its offers, and goes on through a
+// bounce buffer, so it never waits for its receive (MPI's progress rule,
+// and programs that count on small messages being buffered). A nonblocking offer's *request is a receive of the word that
 // the copy is done (see settle_offers). Any other send copies the data to
 // a bounce buffer of device memory first, and *request is the marker's.
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
