@@ -11,6 +11,7 @@
 #include "mpi_shim/nonblocking_engine.h"
 #include "mpi_shim/peer_pt2pt.h"
 #include "mpi_shim/requests.h"
+#include "mpi_shim/rma.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/stats.h"
 #include "mpi_shim/wrapper_support.h"
@@ -88,6 +89,7 @@ int handle_Finalize() {
     print_stats(rank);
   }
   nbc::finalize();
+  release_verdict_window();
   release_engine_communicators();
   peer::stop();
   release_staged_requests();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <vector>
 
 #include "engine/collectives/executor.h"
 #include "engine/pgas/atomics.h"
@@ -19,7 +20,7 @@ struct Published {
   std::int32_t disp_unit;
   std::int32_t has_memory;
   std::int32_t ready;
-  std::int32_t reserved;
+  std::int32_t host_memory;
 };
 
 constexpr std::int64_t kExclusive = -1;
@@ -56,6 +57,8 @@ static_assert(sizeof(std::atomic<std::uint64_t>) == 8 && std::atomic<std::uint64
 struct Window::Region {
   std::uint64_t base;  // the address in the owning process
   std::uint64_t bytes;
+  std::uint32_t host;  // host memory: listed, not exported
+  std::uint32_t reserved;
   ExportedBuffer exported;
 };
 struct Window::RegionTable {
@@ -66,7 +69,7 @@ struct Window::RegionTable {
 };
 
 Status Window::create(Communicator& comm, void* base, std::size_t size, int disp_unit, std::unique_ptr<Window>* out,
-                      bool dynamic, const SymmetricHeap* heap) {
+                      bool dynamic, const SymmetricHeap* heap, bool host_memory) {
   gpu::Backend* backend = gpu::active_backend();
   if (!backend || !comm.all_peers_mapped() || (dynamic && size != 0)) return Status::kUnavailable;
   std::unique_ptr<Window> window(new Window(comm, backend));
@@ -77,7 +80,8 @@ Status Window::create(Communicator& comm, void* base, std::size_t size, int disp
   Published mine{};
   mine.bytes = size;
   mine.disp_unit = disp_unit;
-  mine.has_memory = size > 0;
+  mine.has_memory = size > 0 && !host_memory;
+  mine.host_memory = size > 0 && host_memory;
   mine.ready = !mine.has_memory || heap || ok(comm.peer_memory().export_buffer(base, &mine.exported));
   mine.ready = mine.ready && ok(backend->stream_create(&window->stream_));
   std::vector<Published> all(n);
@@ -94,6 +98,7 @@ Status Window::create(Communicator& comm, void* base, std::size_t size, int disp
     rm.bytes = all[r].bytes;
     rm.disp_unit = all[r].disp_unit;
     rm.has_memory = all[r].has_memory;
+    rm.host = all[r].host_memory;
     rm.mapped = nullptr;
     if (!rm.has_memory) continue;
     if (r == me) {
@@ -151,13 +156,13 @@ bool Window::any_lock_held() const {
 }
 
 Window::RegionTable& Window::regions(int rank) const {
-  static_assert(sizeof(Region) == 128 && sizeof(RegionTable) == 16 + 128 * kMaxRegions,
+  static_assert(sizeof(Region) == 136 && sizeof(RegionTable) == 16 + 136 * kMaxRegions,
                 "the region table is shared between processes; keep its layout fixed");
   return *reinterpret_cast<RegionTable*>(control_->segment(rank) + kControlHeaderBytes +
                                          2 * size() * sizeof(std::uint64_t));
 }
 
-Status Window::attach(void* base, std::size_t bytes) {
+Status Window::attach(void* base, std::size_t bytes, bool host_memory) {
   RegionTable& table = regions(rank());
   const std::uint64_t begin = reinterpret_cast<std::uintptr_t>(base), end = begin + bytes;
   for (int i = 0; i < table.count; ++i) {
@@ -165,14 +170,24 @@ Status Window::attach(void* base, std::size_t bytes) {
     if (begin < r.base + r.bytes && r.base < end) return Status::kInvalidArgument;
   }
   if (table.count == kMaxRegions) return Status::kOutOfMemory;
-  Region region{begin, bytes, {}};
-  if (bytes > 0) FERRY_CHECK(comm_.peer_memory().export_buffer(base, &region.exported));
+  Region region{begin, bytes, host_memory, 0, {}};
+  if (bytes > 0 && !host_memory) FERRY_CHECK(comm_.peer_memory().export_buffer(base, &region.exported));
   const std::uint64_t generation = table.generation.load(std::memory_order_relaxed);
   table.generation.store(generation + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   table.regions[table.count++] = region;
   table.generation.store(generation + 2, std::memory_order_release);
   return Status::kOk;
+}
+
+bool Window::attached(const void* base, bool* host_memory) const {
+  const RegionTable& table = regions(rank());
+  for (int i = 0; i < table.count; ++i)
+    if (table.regions[i].base == reinterpret_cast<std::uintptr_t>(base)) {
+      *host_memory = table.regions[i].host;
+      return true;
+    }
+  return false;
 }
 
 Status Window::detach(const void* base) {
@@ -210,7 +225,7 @@ Status Window::refresh_regions(int target) {
     copy.clear();
     for (int i = 0; i < count; ++i) {
       const Region& r = table.regions[i];
-      copy.push_back({r.base, r.bytes, r.exported, nullptr});
+      copy.push_back({r.base, r.bytes, r.exported, r.host != 0, nullptr});
     }
     std::atomic_thread_fence(std::memory_order_acquire);
     return table.generation.load(std::memory_order_relaxed) == before;
@@ -220,13 +235,19 @@ Status Window::refresh_regions(int target) {
   return Status::kOk;
 }
 
-Status Window::locate(int target, std::int64_t first, std::size_t bytes, char** at) {
+Status Window::locate(int target, std::int64_t first, std::size_t bytes, char** at, bool* in_host) {
   *at = nullptr;
+  if (in_host) *in_host = false;
   if (bytes == 0) return Status::kOk;
   if (first < 0) return Status::kInvalidArgument;
   const std::uint64_t begin = static_cast<std::uint64_t>(first), end = begin + bytes;
   if (!dynamic_) {
     if (end > ranks_[target].bytes) return Status::kInvalidArgument;
+    if (ranks_[target].host) {
+      if (!in_host) return Status::kInvalidArgument;
+      *in_host = true;
+      return Status::kOk;
+    }
     *at = static_cast<char*>(ranks_[target].mapped) + begin;
     return Status::kOk;
   }
@@ -235,6 +256,11 @@ Status Window::locate(int target, std::int64_t first, std::size_t bytes, char** 
     FERRY_CHECK(refresh_regions(target));
   for (KnownRegion& r : peer.regions) {
     if (begin < r.base || end > r.base + r.bytes) continue;
+    if (r.host) {
+      if (!in_host) return Status::kInvalidArgument;
+      *in_host = true;
+      return Status::kOk;
+    }
     if (!r.mapped) {
       if (target == rank())
         r.mapped = reinterpret_cast<void*>(static_cast<std::uintptr_t>(r.base));
@@ -402,6 +428,44 @@ Status Window::accumulate(const void* origin, void* result, int target, char* at
         FERRY_CHECK(reduce_into(here, from, s.bytes / element_bytes, element_bytes, type, op.reduce));
         break;
     }
+  }
+  return flush();
+}
+
+Status Window::accumulate_on_host(const void* origin, void* result, int target, char* at, const Segment* segments,
+                                  std::size_t count, const HostCombine& combine) {
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < count; ++i) total += segments[i].bytes;
+  if (total == 0) return Status::kOk;
+  std::vector<char> operand(origin ? total : 0), elements(total);
+  AccumulateLock lock(control(target).accumulate_lock);
+  FERRY_CHECK(flush());  // earlier puts to the same place land first
+  std::size_t packed = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const Segment& s = segments[i];
+    FERRY_CHECK(backend_->copy_async(elements.data() + packed, at + s.target, s.bytes, stream_));
+    if (origin)
+      FERRY_CHECK(backend_->copy_async(operand.data() + packed, static_cast<const char*>(origin) + s.origin, s.bytes,
+                                       stream_));
+    packed += s.bytes;
+  }
+  FERRY_CHECK(flush());
+  if (result) {
+    packed = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      FERRY_CHECK(backend_->copy_async(static_cast<char*>(result) + segments[i].result, elements.data() + packed,
+                                       segments[i].bytes, stream_));
+      packed += segments[i].bytes;
+    }
+    // The host copies are rewritten below: the copies out of them finish first.
+    FERRY_CHECK(flush());
+  }
+  if (!origin) return Status::kOk;  // NO_OP
+  FERRY_CHECK(combine(operand.data(), elements.data(), total));
+  packed = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    FERRY_CHECK(backend_->copy_async(at + segments[i].target, elements.data() + packed, segments[i].bytes, stream_));
+    packed += segments[i].bytes;
   }
   return flush();
 }

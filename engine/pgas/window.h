@@ -6,11 +6,15 @@
 // counters of general active-target epochs. A dynamic window has no memory
 // of its own: each rank attaches device regions, listed in its control block
 // with a generation counter, and origins map a region when they first reach
-// it. MPI-free: mpi_shim/rma.cc maps the MPI calls onto this.
+// it. A rank's window memory, or an attached region, may be host memory that
+// this engine only lists: locate() says so, and the caller moves those bytes
+// another way (the shim: the real MPI's window). MPI-free: mpi_shim/rma*.cc
+// map the MPI calls onto this.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -48,8 +52,11 @@ class Window {
   // With heap, base is this rank's copy of one symmetric object of at least
   // size bytes on every rank (SymmetricHeap::allocate): peers' memory is
   // already mapped there, and nothing is exported.
+  // With host_memory, [base, base + size) is host memory: listed (sizes and
+  // ranges are checked) but never mapped; locate() reports it.
   static Status create(Communicator& comm, void* base, std::size_t size, int disp_unit,
-                       std::unique_ptr<Window>* out, bool dynamic = false, const SymmetricHeap* heap = nullptr);
+                       std::unique_ptr<Window>* out, bool dynamic = false, const SymmetricHeap* heap = nullptr,
+                       bool host_memory = false);
   // Not collective: call close() on every rank first.
   ~Window();
   Window(const Window&) = delete;
@@ -65,8 +72,10 @@ class Window {
   int size() const { return comm_.size(); }
   std::size_t bytes(int rank) const { return ranks_[rank].bytes; }
   int disp_unit(int rank) const { return ranks_[rank].disp_unit; }
-  // rank's window memory as this process reaches it (null for size 0).
+  // rank's window memory as this process reaches it (null for size 0 and
+  // for host memory).
   void* memory(int rank) const { return ranks_[rank].mapped; }
+  bool host_memory(int rank) const { return ranks_[rank].host; }
 
   // Whether an access epoch to target is open (fence, start, lock, lock_all).
   bool may_access(int target) const;
@@ -80,9 +89,12 @@ class Window {
 
   bool dynamic() const { return dynamic_; }
   // Dynamic windows: this rank's device memory [base, base + bytes) becomes
-  // reachable at its own address. kInvalidArgument when it overlaps an
-  // attached region, kOutOfMemory when kMaxRegions are attached already.
-  Status attach(void* base, std::size_t bytes);
+  // reachable at its own address (host_memory: listed only). kInvalidArgument
+  // when it overlaps an attached region, kOutOfMemory when kMaxRegions are
+  // attached already.
+  Status attach(void* base, std::size_t bytes, bool host_memory = false);
+  // Whether base starts a region attached here, and whether it is host memory.
+  bool attached(const void* base, bool* host_memory) const;
   // kInvalidArgument when no attached region starts at base.
   Status detach(const void* base);
 
@@ -90,7 +102,9 @@ class Window {
   // process: first is an offset into its window memory or, in a dynamic
   // window, an address in one region attached at the target.
   // kInvalidArgument when the range lies outside; *at is null when bytes is 0.
-  Status locate(int target, std::int64_t first, std::size_t bytes, char** at);
+  // When it lies in host memory (in_host, if given, becomes true), *at is
+  // null too: the caller must reach it some other way.
+  Status locate(int target, std::int64_t first, std::size_t bytes, char** at, bool* in_host = nullptr);
 
   // Data movement at a location from locate(). Puts and gets are queued
   // segment by segment and complete at the next flush or synchronization.
@@ -102,6 +116,12 @@ class Window {
   // elements. Completes before returning.
   Status accumulate(const void* origin, void* result, int target, char* at, const Segment* segments,
                     std::size_t count, std::size_t element_bytes, DataType type, AccumulateOp op);
+  // The same for element types and ops no kernel has: combine(origin,
+  // target, bytes) applies op on host copies of the elements, packed in
+  // segment order (origin null for NO_OP), under the target's accumulate lock.
+  using HostCombine = std::function<Status(const void* origin, void* target, std::size_t bytes)>;
+  Status accumulate_on_host(const void* origin, void* result, int target, char* at, const Segment* segments,
+                            std::size_t count, const HostCombine& combine);
   // Atomically: result = target element; if it equals compare, it becomes origin.
   Status compare_and_swap(const void* origin, const void* compare, void* result, int target, char* at,
                           std::size_t element_bytes);
@@ -130,7 +150,8 @@ class Window {
     void* mapped;
     std::uint64_t bytes;
     std::int32_t disp_unit;
-    std::int32_t has_memory;
+    std::int32_t has_memory;  // mapped from an export, to unpin at the end
+    bool host;
   };
   enum class Held : std::uint8_t { kNone, kShared, kExclusive };
   struct Control;
@@ -141,6 +162,7 @@ class Window {
     std::uint64_t base;
     std::uint64_t bytes;
     ExportedBuffer exported;
+    bool host;
     void* mapped;  // pinned on first use; null before
   };
   struct PeerRegions {
