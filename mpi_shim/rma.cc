@@ -437,9 +437,14 @@ int handle_Win_fence(int assert, MPI_Win win) {
   return on_window(FunctionId::kWin_fence, win, [&](DeviceWindow& dw) {
     Window& w = *dw.window;
     if (w.any_lock_held() || w.access_group_open() || w.exposure_open()) return fail(win, MPI_ERR_RMA_SYNC);
-    const int rc = engine_result(win, FunctionId::kWin_fence, w.fence(!(assert & MPI_MODE_NOSUCCEED)));
+    // The real MPI's first: its fence may need every rank's progress, which
+    // a rank waiting in the engine's barrier would not make.
+    const int rc = real_half(dw, MPI_SUCCESS, [&] {
+      return complete_host_staged(win, kEveryTarget, PMPI_Win_fence(assert, win));
+    });
     clear_real_pending(dw, kEveryTarget);
-    return real_half(dw, rc, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_fence(assert, win)); });
+    if (rc != MPI_SUCCESS) return rc;
+    return engine_result(win, FunctionId::kWin_fence, w.fence(!(assert & MPI_MODE_NOSUCCEED)));
   }, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_fence(assert, win)); });
 }
 

@@ -107,7 +107,15 @@ int create_window(FunctionId id, MPI_Comm comm, WindowParts& parts, MPI_Win* win
   record->disp_unit = parts.disp_unit;
   record->flavor = parts.flavor;
   record->real_memory = parts.real_memory;
-  if (parts.real_memory) record->real_pending.assign(static_cast<std::size_t>(record->window->size()), 0);
+  if (parts.real_memory) {
+    record->real_pending.assign(static_cast<std::size_t>(record->window->size()), 0);
+    // A rank waiting for the engine's post, complete or lock word may be
+    // one that another rank's real MPI call needs to make progress.
+    record->window->set_progress([] {
+      int flag = 0;
+      PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+    });
+  }
   // Every call on the window must now reach its handler, in this process too.
   gpu::g_device_runtime_seen.store(true, std::memory_order_relaxed);
   std::unique_lock<std::shared_mutex> lock(windows_mutex);

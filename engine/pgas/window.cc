@@ -28,10 +28,14 @@ constexpr std::size_t kControlHeaderBytes = 64;
 
 // Waits that depend on another process: spin briefly, then give the core
 // away (ranks often outnumber cores on a shared node).
+// progress (when set) runs while giving the core away.
 template <typename Ready>
-void wait_until(Ready ready) {
+void wait_until(Ready ready, const std::function<void()>* progress = nullptr) {
   for (int spins = 0; !ready(); ++spins)
-    if (spins > 64) sched_yield();
+    if (spins > 64) {
+      if (progress && *progress) (*progress)();
+      sched_yield();
+    }
 }
 
 }  // namespace
@@ -502,7 +506,7 @@ Status Window::post(const std::vector<int>& origins) {
 Status Window::start(const std::vector<int>& targets) {
   std::atomic<std::uint64_t>* posts = control(rank()).posts();
   for (int t : targets) {
-    wait_until([&] { return posts[t].load(std::memory_order_acquire) > posts_seen_[t]; });
+    wait_until([&] { return posts[t].load(std::memory_order_acquire) > posts_seen_[t]; }, &progress_);
     ++posts_seen_[t];
   }
   access_group_ = targets;
@@ -529,7 +533,7 @@ Status Window::test(bool* done) {
 
 Status Window::wait() {
   bool done = false;
-  wait_until([&] { return ok(test(&done)) && done; });
+  wait_until([&] { return ok(test(&done)) && done; }, &progress_);
   return Status::kOk;
 }
 
@@ -539,7 +543,7 @@ Status Window::lock(int target, bool exclusive) {
     std::int64_t seen = word.load(std::memory_order_relaxed);
     if (exclusive) return seen == 0 && word.compare_exchange_weak(seen, kExclusive, std::memory_order_acquire);
     return seen >= 0 && word.compare_exchange_weak(seen, seen + 1, std::memory_order_acquire);
-  });
+  }, &progress_);
   held_[target] = exclusive ? Held::kExclusive : Held::kShared;
   return Status::kOk;
 }

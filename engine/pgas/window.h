@@ -126,6 +126,11 @@ class Window {
   Status compare_and_swap(const void* origin, const void* compare, void* result, int target, char* at,
                           std::size_t element_bytes);
 
+  // Run while start(), wait() and lock() wait for other ranks: when those
+  // ranks may be waiting in another layer (the real MPI) for this one to
+  // make progress there.
+  void set_progress(std::function<void()> progress) { progress_ = std::move(progress); }
+
   // Completes every operation this rank issued (locally and at the targets).
   Status flush();
 
@@ -194,6 +199,7 @@ class Window {
   void* scratch_ = nullptr;
   std::size_t scratch_bytes_ = 0;
   bool dynamic_ = false;
+  std::function<void()> progress_;
   std::vector<PeerRegions> peer_regions_;  // dynamic windows, per target
 
   bool fence_epoch_ = false;
