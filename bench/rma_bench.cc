@@ -1,10 +1,14 @@
-// rma-bench: MPI_Put + MPI_Win_flush from device memory into a peer's device
-// window (Ferry), against the host-staged way an application without Ferry
-// must take (device -> host copy, MPI_Put on a host window, MPI_Win_flush,
-// host -> device copy standing in for the target's copy back), on the same
-// device buffers in one run. Run with two ranks under the preload:
+// rma-bench: MPI_Put + MPI_Win_flush (or, with --get, MPI_Get + flush)
+// between device memory and a peer's device window (Ferry), in the three
+// ways a window gets device memory: MPI_Win_allocate with the memory-kinds
+// info, MPI_Win_create on device memory, and MPI_Win_create_dynamic without
+// info and MPI_Win_attach of device memory; against the host-staged way an
+// application without Ferry must take (device -> host copy, MPI_Put on a
+// host window, MPI_Win_flush, host -> device copy standing in for the
+// target's copy back), on the same device buffers in one run. Run with two
+// ranks under the preload:
 //
-//   mpirun -np 2 -x LD_PRELOAD=libferry.so rma-bench [--max-size 128M]
+//   mpirun -np 2 -x LD_PRELOAD=libferry.so rma-bench [--max-size 128M] [--get]
 //
 // Times are the host clock around one Put + flush as the MPI caller feels
 // it, median over many iterations after warm-up, on rank 0 (the origin);
@@ -94,8 +98,11 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   std::size_t max_size = 128u << 20;
-  for (int i = 1; i < argc; ++i)
+  bool get = false;
+  for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--max-size") && i + 1 < argc) max_size = parse_size(argv[++i]);
+    if (!std::strcmp(argv[i], "--get")) get = true;
+  }
   if (ranks != 2) {
     if (rank == 0) std::fprintf(stderr, "rma-bench: run with 2 ranks\n");
     MPI_Finalize();
@@ -114,11 +121,29 @@ int main(int argc, char** argv) {
   MPI_Win_allocate(MPI_Aint(max_size), 1, device_kind, MPI_COMM_WORLD, &device_window_memory, &device_win);
   MPI_Win_allocate(MPI_Aint(max_size), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &host_window_memory, &host_win);
   MPI_Info_free(&device_kind);
+  // The same on device memory of the program's own: created, and attached
+  // to a dynamic window made without info.
+  char* created_memory = static_cast<char*>(ferry.malloc(max_size));
+  char* attached_memory = static_cast<char*>(ferry.malloc(max_size));
+  MPI_Win created_win, dynamic_win;
+  MPI_Win_create(created_memory, MPI_Aint(max_size), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &created_win);
+  MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &dynamic_win);
+  MPI_Win_attach(dynamic_win, attached_memory, MPI_Aint(max_size));
+  MPI_Aint attached_at = 0;
+  MPI_Get_address(attached_memory, &attached_at);
+  MPI_Bcast(&attached_at, 1, MPI_AINT, target, MPI_COMM_WORLD);
 
   char* origin = static_cast<char*>(ferry.malloc(max_size));
   std::vector<char> pattern(max_size);
   for (std::size_t i = 0; i < max_size; ++i) pattern[i] = char(i * 7 + 1);
-  ferry.memcpy(origin, pattern.data(), max_size);
+  // A put carries the pattern into zeroed windows; a get brings it from
+  // the windows into a zeroed origin.
+  const std::vector<char> zeros(max_size, 0);
+  ferry.memcpy(origin, get ? zeros.data() : pattern.data(), max_size);
+  for (void* memory : {device_window_memory, host_window_memory, static_cast<void*>(created_memory),
+                       static_cast<void*>(attached_memory)})
+    ferry.memcpy(memory, get ? pattern.data() : zeros.data(), max_size);
+  MPI_Barrier(MPI_COMM_WORLD);
   // Pinned host staging for the staged way, as a careful application would
   // have it: pageable copies would only make it slower.
   std::vector<char> staging(max_size), staging_back(max_size);
@@ -128,43 +153,62 @@ int main(int argc, char** argv) {
 #endif
 
   if (rank == 0) {
-    std::printf("# rma-bench: MPI_Put + MPI_Win_flush, %s device, 2 ranks; us = median host time per Put+flush\n",
-                ferry.backend());
-    std::printf("%12s %12s %12s %12s %12s %10s\n", "bytes", "ferry_us", "ferry_GB/s", "staged_us", "staged_GB/s",
-                "speedup");
+    std::printf("# rma-bench: MPI_%s + MPI_Win_flush, %s device, 2 ranks; us = median host time per call+flush\n",
+                get ? "Get" : "Put", ferry.backend());
+    std::printf("%12s %12s %12s %12s %12s %12s %12s %12s %10s\n", "bytes", "alloc_us", "alloc_GB/s", "create_us",
+                "create_GB/s", "dynamic_us", "dynamic_GB/s", "staged_us", "speedup");
   }
-  MPI_Win_lock_all(0, device_win);
+  MPI_Win wins[] = {device_win, created_win, dynamic_win};
+  for (MPI_Win w : wins) MPI_Win_lock_all(0, w);
   MPI_Win_lock_all(0, host_win);
   for (std::size_t bytes = 8; bytes <= max_size; bytes *= 4) {
-    double ferry_us = 0, staged_us = 0;
     if (rank == 0) {
-      ferry_us = time_steps(bytes, [&] {
-        MPI_Put(origin, int(bytes), MPI_BYTE, target, 0, int(bytes), MPI_BYTE, device_win);
-        MPI_Win_flush(target, device_win);
+      double us[3] = {0, 0, 0};
+      for (int k = 0; k < 3; ++k) {
+        const MPI_Aint disp = k == 2 ? attached_at : 0;
+        us[k] = time_steps(bytes, [&] {
+          if (get)
+            MPI_Get(origin, int(bytes), MPI_BYTE, target, disp, int(bytes), MPI_BYTE, wins[k]);
+          else
+            MPI_Put(origin, int(bytes), MPI_BYTE, target, disp, int(bytes), MPI_BYTE, wins[k]);
+          MPI_Win_flush(target, wins[k]);
+        });
+      }
+      const double staged_us = time_steps(bytes, [&] {
+        if (get) {
+          MPI_Get(staging.data(), int(bytes), MPI_BYTE, target, 0, int(bytes), MPI_BYTE, host_win);
+          MPI_Win_flush(target, host_win);
+          ferry.memcpy(origin, staging.data(), bytes);
+        } else {
+          ferry.memcpy(staging.data(), origin, bytes);
+          MPI_Put(staging.data(), int(bytes), MPI_BYTE, target, 0, int(bytes), MPI_BYTE, host_win);
+          MPI_Win_flush(target, host_win);
+          ferry.memcpy(device_window_memory, staging_back.data(), bytes);
+        }
       });
-      staged_us = time_steps(bytes, [&] {
-        ferry.memcpy(staging.data(), origin, bytes);
-        MPI_Put(staging.data(), int(bytes), MPI_BYTE, target, 0, int(bytes), MPI_BYTE, host_win);
-        MPI_Win_flush(target, host_win);
-        ferry.memcpy(device_window_memory, staging_back.data(), bytes);
-      });
-      std::printf("%12zu %12.2f %12.2f %12.2f %12.2f %10.2f\n", bytes, ferry_us, bytes / ferry_us / 1e3, staged_us,
-                  bytes / staged_us / 1e3, staged_us / ferry_us);
+      std::printf("%12zu %12.2f %12.2f %12.2f %12.2f %12.2f %12.2f %12.2f %10.2f\n", bytes, us[0],
+                  bytes / us[0] / 1e3, us[1], bytes / us[1] / 1e3, us[2], bytes / us[2] / 1e3, staged_us,
+                  staged_us / us[0]);
       std::fflush(stdout);
     }
     if (bytes == max_size) break;
     if (bytes * 4 > max_size) bytes = max_size / 4;
   }
   MPI_Win_unlock_all(host_win);
-  MPI_Win_unlock_all(device_win);
+  for (MPI_Win w : wins) MPI_Win_unlock_all(w);
 
-  // The data arrived: rank 1's window holds the origin's bytes.
+  // The data arrived: rank 1's windows hold the origin's bytes (a get:
+  // the origin holds rank 1's, which the windows started with).
   MPI_Barrier(MPI_COMM_WORLD);
   int bad = 0;
-  if (rank == target) {
+  if (rank == (get ? 0 : target)) {
     std::vector<char> got(max_size);
-    ferry.memcpy(got.data(), device_window_memory, max_size);
+    ferry.memcpy(got.data(), get ? origin : device_window_memory, max_size);
     bad = got != pattern;
+    for (char* memory : {created_memory, attached_memory}) {
+      ferry.memcpy(got.data(), get ? origin : memory, max_size);
+      bad = bad || got != pattern;
+    }
   }
   int any_bad = 0;
   MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -173,9 +217,14 @@ int main(int argc, char** argv) {
   cudaHostUnregister(staging.data());
   cudaHostUnregister(staging_back.data());
 #endif
-  ferry.free(origin);
   MPI_Win_free(&host_win);
   MPI_Win_free(&device_win);
+  MPI_Win_free(&created_win);
+  MPI_Win_detach(dynamic_win, attached_memory);
+  MPI_Win_free(&dynamic_win);
+  ferry.free(origin);
+  ferry.free(created_memory);
+  ferry.free(attached_memory);
   MPI_Finalize();
   return any_bad;
 }
