@@ -85,10 +85,19 @@ int completed_request(MPI_Request* request) {
 }
 
 // The operation's target bytes are host memory: the real MPI's window moves
-// them (real() makes the call, staging device buffers).
+// them (real() makes the call, staging device buffers), in a passive-target
+// epoch opened there now if the engine's is open and the real MPI's not yet.
 template <typename Real>
-int to_real_window(DeviceWindow& dw, int target, Real real) {
-  dw.real_pending[static_cast<std::size_t>(target)] = 1;
+int to_real_window(DeviceWindow& dw, MPI_Win win, int target, Real real) {
+  const auto t = static_cast<std::size_t>(target);
+  if (dw.window->lock_all_held() && !dw.real_lock_all) {
+    if (int rc = PMPI_Win_lock_all(0, win); rc != MPI_SUCCESS) return rc;
+    dw.real_lock_all = true;
+  } else if (dw.lock_type[t] && !dw.real_locked[t]) {
+    if (int rc = PMPI_Win_lock(dw.lock_type[t], target, 0, win); rc != MPI_SUCCESS) return rc;
+    dw.real_locked[t] = 1;
+  }
+  dw.real_pending[t] = 1;
   return real();
 }
 
@@ -102,7 +111,7 @@ int move(DeviceWindow& dw, MPI_Win win, FunctionId id, void* origin, int origin_
   Target t;
   if (int rc = check_target(dw, target, disp, target_count, target_type, &t); rc != MPI_SUCCESS) return fail(win, rc);
   if (passive_only && !w.passive_access(target)) return fail(win, MPI_ERR_RMA_SYNC);
-  if (t.in_host) return to_real_window(dw, target, real);
+  if (t.in_host) return to_real_window(dw, win, target, real);
   Operand o;
   if (int rc = check_origin(origin, origin_count, origin_type, t.bytes, &o); rc != MPI_SUCCESS) return fail(win, rc);
   const std::vector<Window::Segment> segments = pair_runs(t, &o, nullptr);
@@ -142,7 +151,7 @@ int get_accumulate(DeviceWindow& dw, MPI_Win win, FunctionId id, const void* ori
   Target t;
   if (int rc = check_target(dw, target, disp, target_count, target_type, &t); rc != MPI_SUCCESS) return fail(win, rc);
   if (passive_only && !w.passive_access(target)) return fail(win, MPI_ERR_RMA_SYNC);
-  if (t.in_host) return to_real_window(dw, target, real);
+  if (t.in_host) return to_real_window(dw, win, target, real);
   // Elements are the target type's basic type, which the origin's and the
   // result's are too (the verdict says so).
   const MPI_Datatype basic = basic_type(target_type);
@@ -309,7 +318,7 @@ int handle_Compare_and_swap(const void* origin_addr, const void* compare_addr, v
     if (target_rank == MPI_PROC_NULL) return MPI_SUCCESS;
     Target t;
     if (int rc = check_target(dw, target_rank, target_disp, 1, datatype, &t); rc != MPI_SUCCESS) return fail(win, rc);
-    if (t.in_host) return to_real_window(dw, target_rank, real);
+    if (t.in_host) return to_real_window(dw, win, target_rank, real);
     // One element, compared and swapped as bytes.
     int element_size = 0;
     if (!dense_data_type(datatype, &element_size) || element_size > 16) return fail(win, MPI_ERR_TYPE);
@@ -409,11 +418,14 @@ int handle_Rget_accumulate(const void* origin_addr, int origin_count, MPI_Dataty
 }
 
 // ---- Synchronization -----------------------------------------------------
-// When the real MPI's window holds memory too (real_memory), each call runs
-// on both windows: locks are taken on the real MPI's first, so the engine's
-// lock word is only ever contended by holders of compatible real locks and
-// no rank spins on it while another waits for MPI progress. The calls that
-// complete operations on the real MPI's windows deliver staged results
+// When the real MPI's window holds memory too (real_memory), fence and
+// general active target run on both windows; a passive-target epoch opens
+// on the real MPI's only with the first operation to host memory
+// (to_real_window), so epochs that reach device memory alone cost what they
+// cost on device windows. Engine locks come first, real ones second, on
+// every rank, and ranks waiting for an engine lock drive the real MPI's
+// progress, so neither order can wait on the other. The calls that complete
+// operations on the real MPI's windows deliver staged results
 // (complete_host_staged).
 
 namespace {
@@ -513,10 +525,8 @@ int handle_Win_lock(int lock_type, int rank, int assert, MPI_Win win) {
     if (rank == MPI_PROC_NULL) return MPI_SUCCESS;
     if (rank < 0 || rank >= w.size()) return fail(win, MPI_ERR_RANK);
     if (w.locked(rank) || w.access_group_open()) return fail(win, MPI_ERR_RMA_SYNC);
-    if (dw.real_memory)
-      if (int rc = PMPI_Win_lock(lock_type, rank, assert, win); rc != MPI_SUCCESS) return rc;
     const int rc = engine_result(win, FunctionId::kWin_lock, w.lock(rank, lock_type == MPI_LOCK_EXCLUSIVE));
-    if (rc != MPI_SUCCESS && dw.real_memory) PMPI_Win_unlock(rank, win);
+    if (rc == MPI_SUCCESS && dw.real_memory) dw.lock_type[static_cast<std::size_t>(rank)] = lock_type;
     return rc;
   }, [&] { return PMPI_Win_lock(lock_type, rank, assert, win); });
 }
@@ -528,19 +538,21 @@ int handle_Win_unlock(int rank, MPI_Win win) {
     if (rank < 0 || rank >= w.size()) return fail(win, MPI_ERR_RANK);
     if (!w.locked(rank) || w.lock_all_held()) return fail(win, MPI_ERR_RMA_SYNC);
     const int rc = engine_result(win, FunctionId::kWin_unlock, w.unlock(rank));
+    if (!dw.real_memory) return rc;
+    const auto t = static_cast<std::size_t>(rank);
     clear_real_pending(dw, rank);
-    return real_half(dw, rc, [&] { return complete_host_staged(win, rank, PMPI_Win_unlock(rank, win)); });
+    dw.lock_type[t] = 0;
+    if (!dw.real_locked[t]) return rc;
+    dw.real_locked[t] = 0;
+    const int real_rc = complete_host_staged(win, rank, PMPI_Win_unlock(rank, win));
+    return rc != MPI_SUCCESS ? rc : real_rc;
   }, [&] { return complete_host_staged(win, rank, PMPI_Win_unlock(rank, win)); });
 }
 
 int handle_Win_lock_all(int assert, MPI_Win win) {
   return on_window(FunctionId::kWin_lock_all, win, [&](DeviceWindow& dw) {
     if (dw.window->any_lock_held() || dw.window->access_group_open()) return fail(win, MPI_ERR_RMA_SYNC);
-    if (dw.real_memory)
-      if (int rc = PMPI_Win_lock_all(assert, win); rc != MPI_SUCCESS) return rc;
-    const int rc = engine_result(win, FunctionId::kWin_lock_all, dw.window->lock_all());
-    if (rc != MPI_SUCCESS && dw.real_memory) PMPI_Win_unlock_all(win);
-    return rc;
+    return engine_result(win, FunctionId::kWin_lock_all, dw.window->lock_all());
   }, [&] { return PMPI_Win_lock_all(assert, win); });
 }
 
@@ -548,8 +560,12 @@ int handle_Win_unlock_all(MPI_Win win) {
   return on_window(FunctionId::kWin_unlock_all, win, [&](DeviceWindow& dw) {
     if (!dw.window->lock_all_held()) return fail(win, MPI_ERR_RMA_SYNC);
     const int rc = engine_result(win, FunctionId::kWin_unlock_all, dw.window->unlock_all());
+    if (!dw.real_memory) return rc;
     clear_real_pending(dw, kEveryTarget);
-    return real_half(dw, rc, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_unlock_all(win)); });
+    if (!dw.real_lock_all) return rc;
+    dw.real_lock_all = false;
+    const int real_rc = complete_host_staged(win, kEveryTarget, PMPI_Win_unlock_all(win));
+    return rc != MPI_SUCCESS ? rc : real_rc;
   }, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_unlock_all(win)); });
 }
 
@@ -600,7 +616,10 @@ int handle_Win_flush_local_all(MPI_Win win) { return flush_every(win, FunctionId
 int handle_Win_sync(MPI_Win win) {
   return on_window(FunctionId::kWin_sync, win, [&](DeviceWindow& dw) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    return real_half(dw, MPI_SUCCESS, [&] { return PMPI_Win_sync(win); });
+    // The real MPI's only inside an epoch open there.
+    const bool real_epoch = dw.real_lock_all || std::find(dw.real_locked.begin(), dw.real_locked.end(), 1) !=
+                                                    dw.real_locked.end();
+    return real_epoch ? PMPI_Win_sync(win) : MPI_SUCCESS;
   }, [&] { return PMPI_Win_sync(win); });
 }
 
