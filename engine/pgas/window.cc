@@ -27,8 +27,8 @@ constexpr std::int64_t kExclusive = -1;
 constexpr std::size_t kControlHeaderBytes = 64;
 
 // Waits that depend on another process: spin briefly, then give the core
-// away (ranks often outnumber cores on a shared node).
-// progress (when set) runs while giving the core away.
+// away (ranks often outnumber cores on a shared node), running progress
+// (when set) each time.
 template <typename Ready>
 void wait_until(Ready ready, const std::function<void()>* progress = nullptr) {
   for (int spins = 0; !ready(); ++spins)
