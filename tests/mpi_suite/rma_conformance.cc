@@ -3,10 +3,10 @@
 // memory each rank exposes (all device, all host, mixed: even ranks device,
 // odd ranks host) x every synchronization (fence, PSCW, lock, lock_all,
 // flush, flush_local, MPI_Win_sync) x every operation (put, get,
-// accumulate, get_accumulate, fetch_and_op, compare_and_swap and the
-// request forms in passive epochs). Origin and result buffers are of the
-// rank's own memory kind, so mixed windows move device data to host targets
-// and back. Each case's window contents and fetched results must equal those
+// accumulate, get_accumulate, fetch_and_op, compare_and_swap, a put to a
+// strided target type, and the request forms in passive epochs). Origin
+// and result buffers are of the rank's own memory kind, so mixed windows
+// move device data to host targets and back. Each case's window contents and fetched results must equal those
 // of the same case on host memory through the real MPI (MPI_Win_create on
 // host buffers: Ferry passes those through). Then accumulate types and ops:
 // whatever the real MPI accepts on host memory (MPI_CHAR, MPI_BYTE, logical,
@@ -67,7 +67,7 @@ bool passive(Sync s) { return s != Sync::fence && s != Sync::pscw; }
 
 // An odd element count, so that no operation ends on a round boundary.
 constexpr int kSlice = 8;
-constexpr int kSlices = 10;
+constexpr int kSlices = 11;
 constexpr int kElements = kSlices * kSlice + 3;
 
 Memory memory_of(bool device) { return device ? Memory::device : Memory::host; }
@@ -192,6 +192,12 @@ std::vector<int64_t> run_case(Flavor flavor, Memories memories, Sync sync, const
   check_mpi(MPI_Get_accumulate(o(3), 5, t, r(3), 5, t, right, at(3, 2), 5, t, MPI_MAX, win), what);
   check_mpi(MPI_Fetch_and_op(o(4), r(4), t, right, at(4, 3), MPI_SUM, win), what);
   check_mpi(MPI_Compare_and_swap(o(5), compare.data(), r(5), t, right, at(5, 2), win), what);
+  // A strided target: 3 blocks of 2 elements, 3 apart.
+  MPI_Datatype strided;
+  MPI_Type_vector(3, 2, 3, t, &strided);
+  MPI_Type_commit(&strided);
+  check_mpi(MPI_Put(o(10), 6, t, right, at(10, 0), 1, strided, win), what);
+  MPI_Type_free(&strided);
   if (passive(sync)) {
     MPI_Request requests[4];
     check_mpi(MPI_Rput(o(6), 3, t, right, at(6, 4), 3, t, win, &requests[0]), what);
