@@ -303,8 +303,24 @@ int handle_Win_create_dynamic(MPI_Info info, MPI_Comm comm, MPI_Win* win) {
   record_route(FunctionId::kWin_create_dynamic, {Route::kEngine, "device runtime in use"});
   parts.flavor = MPI_WIN_FLAVOR_DYNAMIC;
   parts.real_memory = true;
-  return create_window(FunctionId::kWin_create_dynamic, comm, parts, win,
-                       [&](MPI_Win* w) { return PMPI_Win_create_dynamic(info, comm, w); });
+  return create_window(FunctionId::kWin_create_dynamic, comm, parts, win, [&](MPI_Win* w) {
+    // An MPI whose one-sided components cannot serve a dynamic window here
+    // (Open MPI's osc/ucx without a network) refuses it on every rank: the
+    // window then takes device regions only, on a handle-only real window.
+    MPI_Errhandler previous = MPI_ERRHANDLER_NULL;
+    PMPI_Comm_get_errhandler(comm, &previous);
+    PMPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    const int made = PMPI_Win_create_dynamic(info, comm, w);
+    PMPI_Comm_set_errhandler(comm, previous);
+    PMPI_Errhandler_free(&previous);
+    int mine = made == MPI_SUCCESS, everyone = 0;
+    PMPI_Allreduce(&mine, &everyone, 1, MPI_INT, MPI_MIN, comm);
+    if (everyone) return MPI_SUCCESS;
+    if (made == MPI_SUCCESS) PMPI_Win_free(w);
+    FERRY_INFO(Pgas, "MPI_Win_create_dynamic: the real MPI makes no dynamic window here; device regions only");
+    parts.real_memory = false;
+    return handle_only(info, comm)(w);
+  });
 }
 
 int handle_Win_attach(MPI_Win win, void* base, MPI_Aint size) {
@@ -338,6 +354,10 @@ int handle_Win_attach(MPI_Win win, void* base, MPI_Aint size) {
     }
   } else {
     // Host memory: the real MPI's window takes it; the engine lists it.
+    if (!dw->real_memory) {
+      FERRY_WARN(Pgas, "MPI_Win_attach: the real MPI makes no dynamic window here, so only device memory attaches");
+      return raise_win_error(win, MPI_ERR_ARG);
+    }
     if (int rc = PMPI_Win_attach(win, base, size); rc != MPI_SUCCESS) return rc;
   }
   const Status status = w.attach(base, static_cast<std::size_t>(size), !device);
