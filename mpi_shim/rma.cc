@@ -93,8 +93,9 @@ int to_real_window(DeviceWindow& dw, MPI_Win win, int target, Real real) {
   if (dw.window->lock_all_held() && !dw.real_lock_all) {
     if (int rc = PMPI_Win_lock_all(0, win); rc != MPI_SUCCESS) return rc;
     dw.real_lock_all = true;
-  } else if (dw.lock_type[t] && !dw.real_locked[t]) {
-    if (int rc = PMPI_Win_lock(dw.lock_type[t], target, 0, win); rc != MPI_SUCCESS) return rc;
+  } else if (dw.window->locked(target) && !dw.window->lock_all_held() && !dw.real_locked[t]) {
+    const int lock_type = dw.window->exclusive_lock(target) ? MPI_LOCK_EXCLUSIVE : MPI_LOCK_SHARED;
+    if (int rc = PMPI_Win_lock(lock_type, target, 0, win); rc != MPI_SUCCESS) return rc;
     dw.real_locked[t] = 1;
   }
   dw.real_pending[t] = 1;
@@ -525,9 +526,7 @@ int handle_Win_lock(int lock_type, int rank, int assert, MPI_Win win) {
     if (rank == MPI_PROC_NULL) return MPI_SUCCESS;
     if (rank < 0 || rank >= w.size()) return fail(win, MPI_ERR_RANK);
     if (w.locked(rank) || w.access_group_open()) return fail(win, MPI_ERR_RMA_SYNC);
-    const int rc = engine_result(win, FunctionId::kWin_lock, w.lock(rank, lock_type == MPI_LOCK_EXCLUSIVE));
-    if (rc == MPI_SUCCESS && dw.real_memory) dw.lock_type[static_cast<std::size_t>(rank)] = lock_type;
-    return rc;
+    return engine_result(win, FunctionId::kWin_lock, w.lock(rank, lock_type == MPI_LOCK_EXCLUSIVE));
   }, [&] { return PMPI_Win_lock(lock_type, rank, assert, win); });
 }
 
@@ -541,7 +540,6 @@ int handle_Win_unlock(int rank, MPI_Win win) {
     if (!dw.real_memory) return rc;
     const auto t = static_cast<std::size_t>(rank);
     clear_real_pending(dw, rank);
-    dw.lock_type[t] = 0;
     if (!dw.real_locked[t]) return rc;
     dw.real_locked[t] = 0;
     const int real_rc = complete_host_staged(win, rank, PMPI_Win_unlock(rank, win));

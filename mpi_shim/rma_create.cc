@@ -110,7 +110,6 @@ int create_window(FunctionId id, MPI_Comm comm, WindowParts& parts, MPI_Win* win
   if (parts.real_memory) {
     const auto ranks = static_cast<std::size_t>(record->window->size());
     record->real_pending.assign(ranks, 0);
-    record->lock_type.assign(ranks, 0);
     record->real_locked.assign(ranks, 0);
     // A rank waiting for the engine's post, complete or lock word may be
     // one that another rank's real MPI call needs to make progress.

@@ -51,10 +51,9 @@ struct DeviceWindow {
   // MPI_Win_test: the engine's exposure epoch ended, the real MPI's not yet.
   bool engine_exposure_done = false;
   // Passive-target epochs reach the real MPI's window only when an
-  // operation to host memory needs them: per target, the type of the
-  // engine's open lock (0: none) and whether the real MPI's is taken; the
-  // same for lock_all.
-  std::vector<int> lock_type;
+  // operation to host memory needs them (with the type of the engine's
+  // lock): per target, whether the real MPI's lock is taken; the same for
+  // lock_all.
   std::vector<char> real_locked;
   bool real_lock_all = false;
   std::mutex mutex;  // one call at a time per window (MPI_THREAD_MULTIPLE)

@@ -85,6 +85,8 @@ class Window {
   bool access_group_open() const { return !access_group_.empty(); }
   bool locked(int target) const { return lock_all_ || held_[target] != Held::kNone; }
   bool lock_all_held() const { return lock_all_; }
+  // Whether this rank's lock on target (not lock_all) is exclusive.
+  bool exclusive_lock(int target) const { return held_[target] == Held::kExclusive; }
   bool any_lock_held() const;
 
   bool dynamic() const { return dynamic_; }
