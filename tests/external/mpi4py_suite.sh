@@ -9,7 +9,10 @@
 # - only the CuPy array backends run (cupy, dlpack-cupy);
 # - CuPy 14 raises OverflowError for -1 in an unsigned array: such integers
 #   are wrapped modulo 2^bits, as NumPy's older casting did.
-# Extra mpirun arguments go in MPIRUN_ARGS.
+# Extra mpirun arguments go in MPIRUN_ARGS. The window tests (test_rma,
+# test_win) need windows the real MPI makes: Open MPI 4.1's osc/pt2pt refuses
+# the MPI_THREAD_MULTIPLE mpi4py asks for, so pass
+# "-x MPI4PY_RC_THREAD_LEVEL=serialized --mca osc ^ucx" there.
 set -euo pipefail
 lib=$(realpath "$1")
 source_dir=$(realpath "$2")
