@@ -440,6 +440,8 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
     std::uint64_t offered = claim_word(env.claim_ticket, kOffered);
     if (!claim ||
         !claim->compare_exchange_strong(offered, claim_word(env.claim_ticket, kClaimed), std::memory_order_acq_rel)) {
+      FERRY_TRACE(Shim, "a %llu-byte offer from rank %d was withdrawn before this receive claimed it",
+                  static_cast<unsigned long long>(env.bytes), world);
       Envelope bounced;
       const int rc = PMPI_Recv(&bounced, sizeof(bounced), MPI_BYTE, world, env.reply_tag, s.control, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return rc;
@@ -610,10 +612,15 @@ Bounce* take_bounce_locked(State& s, gpu::Backend* backend, int device, std::siz
           continue;
         }
         held -= (*it)->bytes;
+        FERRY_TRACE(Shim, "bounce buffer of %zu bytes freed to make room for %zu", (*it)->bytes, rounded);
         free_bounce(**it);
         it = s.bounces.erase(it);
       }
-      if (held + rounded > limit) return nullptr;
+      if (held + rounded > limit) {
+        FERRY_TRACE(Shim, "no bounce buffer of %zu bytes: %llu held, FERRY_PT2PT_BOUNCE_BYTES %llu", rounded,
+                    static_cast<unsigned long long>(held), static_cast<unsigned long long>(limit));
+        return nullptr;
+      }
     }
     void* ptr = nullptr;
     gpu::Event filled = nullptr;
@@ -623,6 +630,8 @@ Bounce* take_bounce_locked(State& s, gpu::Backend* backend, int device, std::siz
       backend->device_free(ptr);
       return nullptr;
     }
+    FERRY_TRACE(Shim, "bounce buffer of %zu bytes made (%llu held before)", rounded,
+                static_cast<unsigned long long>(held));
     s.bounces.push_back(std::make_unique<Bounce>(Bounce{ptr, rounded, backend, device, false}));
     best = s.bounces.back().get();
     best->filled = filled;
@@ -891,7 +900,11 @@ int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, 
     reap_locked(s);
     bounce = take_bounce_locked(s, e.backend, e.info.device, static_cast<std::size_t>(e.bytes));
   }
-  if (!bounce && !held) return MPI_SUCCESS;
+  if (!bounce && !held) {
+    FERRY_TRACE(Shim, "a %lld-byte send to rank %d is not offered: no bounce buffer for it",
+                static_cast<long long>(e.bytes), e.to.world);
+    return MPI_SUCCESS;
+  }
   std::uint64_t ticket = 0;
   const int slot = held ? held->slot : take_claim(&ticket);
   if (held) ticket = next_ticket();
@@ -1041,6 +1054,10 @@ void look_at(PendingOffer& n, bool withdraw_now) {
   } else if (word == claim_word(ticket, kOffered) && expired && has_bounce(n.offer) &&
              claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
     n.ended = n.withdrawn = true;
+    FERRY_TRACE(Shim, "a %lld-byte offer to rank %d withdrawn, unclaimed %lld us after its first look",
+                static_cast<long long>(n.offer.e.bytes), n.offer.e.to.world,
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                           now - (n.offer_ends - window)).count()));
     std::function<int()> end_request;
     if (n.has_request) end_request = [&n] { return end_here(n); };
     n.error = send_withdrawn(n.offer, end_request);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -121,9 +122,13 @@ void log_message(LogLevel level, LogSubsys subsys, const char* file, int line,
   std::vsnprintf(body, sizeof(body), format, args);
   va_end(args);
 
+  // Seconds of the machine's monotonic clock: lines of the ranks of one
+  // machine order by it.
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   std::lock_guard<std::mutex> lock(mutex);
-  std::fprintf(config().out, "%s:%d:%d ferry %s %s %s:%d %s\n", host, static_cast<int>(getpid()),
-               log_rank.load(std::memory_order_relaxed), kLevelNames[static_cast<int>(level)],
+  std::fprintf(config().out, "%s:%d:%d %.6f ferry %s %s %s:%d %s\n", host, static_cast<int>(getpid()),
+               log_rank.load(std::memory_order_relaxed), seconds, kLevelNames[static_cast<int>(level)],
                subsys_name(subsys), base, line, body);
   std::fflush(config().out);
 }
