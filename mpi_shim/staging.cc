@@ -1,10 +1,13 @@
 #include "mpi_shim/staging.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <climits>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "engine/common/log.h"
 #include "engine/common/params.h"
@@ -13,14 +16,21 @@
 namespace ferry::shim {
 namespace {
 
-// Pinned host blocks by power-of-two size class, reused across calls so the
-// staged route never allocates on the steady path.
+// Host blocks by power-of-two size class, reused across calls so the staged
+// route never allocates on the steady path. Pinned blocks, in use and
+// cached, stay within FERRY_STAGING_POOL_MAX_BYTES; past it a block is
+// pageable memory, mapped for the call and unmapped after: pinning memory
+// costs more than a slower copy through it once, and most staged receives
+// of device buffers are never written (their data comes through peer
+// memory), so their pages are never touched.
 class PinnedPool {
  public:
   explicit PinnedPool(gpu::Backend* backend) : backend_(backend) {}
 
   Status acquire(std::size_t bytes, void** block, std::size_t* capacity) {
     const std::size_t size = size_class(bytes);
+    *capacity = size;
+    bool pin = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = free_.find(size);
@@ -28,26 +38,44 @@ class PinnedPool {
         *block = it->second.back();
         it->second.pop_back();
         cached_bytes_ -= size;
-        *capacity = size;
+        pinned_in_use_ += size;
+        pinned_peak_ = std::max(pinned_peak_, pinned_in_use_ + cached_bytes_);
         return Status::kOk;
       }
+      pin = pinned_in_use_ + cached_bytes_ + size <= static_cast<std::size_t>(params().staging_pool_max_bytes);
+      if (pin) {
+        pinned_in_use_ += size;
+        pinned_peak_ = std::max(pinned_peak_, pinned_in_use_ + cached_bytes_);
+        ++pinned_allocations_;
+      }
     }
-    FERRY_CHECK(backend_->pinned_alloc(size, block));
-    FERRY_TRACE(Stage, "pinned staging block of %zu bytes", size);
-    *capacity = size;
+    if (pin && ok(backend_->pinned_alloc(size, block))) {
+      FERRY_TRACE(Stage, "pinned staging block of %zu bytes", size);
+      return Status::kOk;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pin) {
+      pinned_in_use_ -= size;
+      --pinned_allocations_;
+    }
+    void* mapped = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped == MAP_FAILED) return Status::kOutOfMemory;
+    FERRY_TRACE(Stage, "pageable staging block of %zu bytes (pinned staging at FERRY_STAGING_POOL_MAX_BYTES)", size);
+    pageable_.insert(mapped);
+    ++pageable_blocks_;
+    *block = mapped;
     return Status::kOk;
   }
 
   void release(void* block, std::size_t capacity) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (cached_bytes_ + capacity <= static_cast<std::size_t>(params().staging_pool_max_bytes)) {
-        free_[capacity].push_back(block);
-        cached_bytes_ += capacity;
-        return;
-      }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pageable_.erase(block)) {
+      munmap(block, capacity);
+      return;
     }
-    backend_->pinned_free(block);
+    pinned_in_use_ -= capacity;
+    free_[capacity].push_back(block);
+    cached_bytes_ += capacity;
   }
 
   void drain() {
@@ -56,6 +84,13 @@ class PinnedPool {
       for (void* b : blocks) backend_->pinned_free(b);
     free_.clear();
     cached_bytes_ = 0;
+  }
+
+  void add_to(StagingMemory* total) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    total->pinned_peak_bytes += pinned_peak_;
+    total->pinned_allocations += pinned_allocations_;
+    total->pageable_blocks += pageable_blocks_;
   }
 
  private:
@@ -68,7 +103,10 @@ class PinnedPool {
   gpu::Backend* backend_;
   std::mutex mutex_;
   std::map<std::size_t, std::vector<void*>> free_;
+  std::set<void*> pageable_;
   std::size_t cached_bytes_ = 0;
+  std::size_t pinned_in_use_ = 0;
+  std::uint64_t pinned_peak_ = 0, pinned_allocations_ = 0, pageable_blocks_ = 0;
 };
 
 // Pinned memory comes from the backend that owns the device buffer; the
@@ -318,6 +356,13 @@ int Staging::restart() {
     if (s.copy_in && !copy_from_device(s)) return raise();
   }
   return MPI_SUCCESS;
+}
+
+StagingMemory staging_memory() {
+  StagingMemory total;
+  pool_for(gpu::BackendKind::kEmulated)->add_to(&total);
+  if (PinnedPool* cuda = cuda_pool.load()) cuda->add_to(&total);
+  return total;
 }
 
 void release_staging_pools() {

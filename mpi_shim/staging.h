@@ -102,6 +102,14 @@ class Staging {
   std::vector<Staged> staged_;
 };
 
+// Host memory staging took (FERRY_STATS): the most pinned bytes held at once
+// (in use and cached), pinned blocks allocated, and pageable blocks taken
+// past FERRY_STAGING_POOL_MAX_BYTES.
+struct StagingMemory {
+  std::uint64_t pinned_peak_bytes = 0, pinned_allocations = 0, pageable_blocks = 0;
+};
+StagingMemory staging_memory();
+
 // Frees the pinned memory cached between calls (MPI_Finalize).
 void release_staging_pools();
 // Frees the staging still held by requests: those the user freed before they

@@ -7,6 +7,7 @@
 #include "engine/collectives/tuner.h"
 #include "engine/common/params.h"
 #include "mpi_shim/peer_pt2pt.h"
+#include "mpi_shim/staging.h"
 
 namespace ferry::shim {
 namespace {
@@ -74,6 +75,14 @@ void print_stats(int rank) {
                  static_cast<unsigned long long>(sends.straight_blocking),
                  static_cast<unsigned long long>(sends.straight_nonblocking),
                  static_cast<unsigned long long>(sends.bounced));
+  const StagingMemory staging = staging_memory();
+  if (staging.pinned_allocations + staging.pageable_blocks > 0)
+    std::fprintf(stderr,
+                 "ferry stats rank %d: staging memory: %llu pinned blocks, at most %llu pinned bytes held; %llu "
+                 "pageable blocks\n",
+                 rank, static_cast<unsigned long long>(staging.pinned_allocations),
+                 static_cast<unsigned long long>(staging.pinned_peak_bytes),
+                 static_cast<unsigned long long>(staging.pageable_blocks));
   for (int c = 0; c < static_cast<int>(EngineCollective::kCount); ++c) {
     const EngineCallStats engine = engine_call_stats(static_cast<EngineCollective>(c));
     if (engine.calls == 0) continue;
