@@ -600,10 +600,19 @@ Bounce* take_bounce_locked(State& s, gpu::Backend* backend, int device, std::siz
     std::size_t rounded = std::size_t{2} << 20;
     while (rounded < bytes && rounded < kStep) rounded *= 2;
     if (rounded < bytes) rounded = (bytes + kStep - 1) / kStep * kStep;
-    std::uint64_t held = 0;
-    for (const auto& b : s.bounces) held += b->bytes;
+    std::uint64_t held = 0, idle = 0;
+    for (const auto& b : s.bounces) {
+      held += b->bytes;
+      if (!b->busy) idle += b->bytes;
+    }
+    // Idle buffers are freed only when that makes room.
+    if (held - idle + rounded > limit) {
+      FERRY_TRACE(Shim, "no bounce buffer of %zu bytes: %llu in use, FERRY_PT2PT_BOUNCE_BYTES %llu", rounded,
+                  static_cast<unsigned long long>(held - idle), static_cast<unsigned long long>(limit));
+      return nullptr;
+    }
     if (held + rounded > limit) {
-      // Make room from idle buffers, largest first.
+      // Largest first.
       std::sort(s.bounces.begin(), s.bounces.end(),
                 [](const std::unique_ptr<Bounce>& a, const std::unique_ptr<Bounce>& b) { return a->bytes > b->bytes; });
       for (auto it = s.bounces.begin(); it != s.bounces.end() && held + rounded > limit;) {
@@ -615,11 +624,6 @@ Bounce* take_bounce_locked(State& s, gpu::Backend* backend, int device, std::siz
         FERRY_TRACE(Shim, "bounce buffer of %zu bytes freed to make room for %zu", (*it)->bytes, rounded);
         free_bounce(**it);
         it = s.bounces.erase(it);
-      }
-      if (held + rounded > limit) {
-        FERRY_TRACE(Shim, "no bounce buffer of %zu bytes: %llu held, FERRY_PT2PT_BOUNCE_BYTES %llu", rounded,
-                    static_cast<unsigned long long>(held), static_cast<unsigned long long>(limit));
-        return nullptr;
       }
     }
     void* ptr = nullptr;
