@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -23,6 +24,7 @@
 #include "engine/common/params.h"
 #include "engine/transport/p2p.h"
 #include "handlers.h"
+#include "mpi_shim/host_bounce.h"
 #include "mpi_shim/requests.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
@@ -40,7 +42,10 @@ namespace {
 constexpr int kEnvelopeTag = 1;
 constexpr int kFirstReplyTag = 2;
 
-enum class EnvelopeKind : std::int32_t { kEmpty = 1, kPeerMemory = 2 };
+// kHostBounce: a withdrawn offer's data in a host bounce buffer of the
+// sender's (host_bounce.h), named by buffer.pid, claim_nonce and
+// buffer.allocation_id.
+enum class EnvelopeKind : std::int32_t { kEmpty = 1, kPeerMemory = 2, kHostBounce = 3 };
 enum Reply : std::int32_t { kCopied = 1, kFailed = 2 };
 
 struct Envelope {
@@ -66,7 +71,7 @@ struct Envelope {
   // nonblocking send's request is the receive of that word).
   std::uint32_t reply_when_copied;
   std::uint32_t reserved;
-  ExportedBuffer buffer;  // kPeerMemory only
+  ExportedBuffer buffer;  // kPeerMemory; kHostBounce names its segment
 };
 static_assert(sizeof(Envelope) == 184, "Envelope travels between processes; keep its layout fixed");
 
@@ -115,10 +120,12 @@ struct Bounce {
   void* data() const { return static_cast<char*>(ptr) + kBounceHeader; }
 };
 
-// A send whose receive has not acknowledged it yet.
+// A send whose receive has not acknowledged it yet: its data in a device
+// bounce buffer or a host one.
 struct SendInFlight {
   MPI_Request reply;
   Bounce* bounce;
+  HostBounce* host = nullptr;
 };
 
 struct PendingOffer;
@@ -153,6 +160,8 @@ struct State {
   std::mutex bounce_mutex;
   std::vector<std::unique_ptr<Bounce>> bounces;
   std::vector<SendInFlight> in_flight;
+  std::unique_ptr<HostBounces> host_bounces;  // made at first use
+  PeerHostBounces peer_host_bounces;
   // Streams of the sends' copies into bounce buffers and of the receives'
   // copies out of them, by backend and device (-1: a host receive buffer).
   std::mutex streams_mutex;
@@ -175,7 +184,7 @@ struct State {
   std::atomic<int> live_offers{0};
   std::unordered_map<MPI_Request, std::unique_ptr<PersistentSend>> persistent_sends;
   std::atomic<int> live_persistent_sends{0};
-  std::atomic<std::uint64_t> straight_blocking{0}, straight_nonblocking{0}, bounced{0};
+  std::atomic<std::uint64_t> straight_blocking{0}, straight_nonblocking{0}, bounced{0}, host_bounced{0};
 };
 
 State& state() {
@@ -424,7 +433,8 @@ Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* 
 }
 
 // A message whose envelope says kPeerMemory: claims it if it is an offer,
-// then copies it out of the sender's buffer (or bounce buffer), straight
+// then copies it out of the sender's buffer (or bounce buffer, device or
+// host), straight
 // into buf when buf is one range in packed order, else through host memory
 // and MPI_Pack/MPI_Unpack; tells the sender it is done (the claim word, or
 // an acknowledgement that frees the bounce buffer) and sets status.
@@ -454,13 +464,25 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
   const bool dense = described && extent.dense && extent.bytes == static_cast<std::size_t>(capacity) &&
                      packed_layout(type);
   const std::int64_t delivered = std::min<std::int64_t>(std::max<std::int64_t>(capacity, 0), env.bytes);
-  gpu::Backend* backend = backend_of(env.buffer.handle.owner);
+  const bool on_host = env.kind == EnvelopeKind::kHostBounce;
+  gpu::Backend* backend = on_host ? nullptr : backend_of(env.buffer.handle.owner);
   void* source = nullptr;
-  Status copied = backend ? s.memory.pin_buffer(env.buffer, &source) : Status::kUnavailable;
-  const bool pinned = ok(copied);
+  const void* host_source = nullptr;
+  Status copied = Status::kUnavailable;
+  if (on_host) {
+    host_source = s.peer_host_bounces.map(env.buffer.pid, env.claim_nonce, env.buffer.allocation_id, env.bytes);
+    if (host_source) copied = Status::kOk;
+  } else if (backend) {
+    copied = s.memory.pin_buffer(env.buffer, &source);
+  }
+  const bool pinned = ok(copied) && !on_host;
+  // The first length bytes of the message to dst (any memory).
+  auto fetch = [&](void* dst, std::size_t length) {
+    return on_host ? gpu::copy(dst, host_source, length) : copy_out(backend, env, source, dst, length);
+  };
   int error = MPI_SUCCESS;
   if (ok(copied) && delivered > 0 && dense) {
-    copied = copy_out(backend, env, source, static_cast<char*>(buf) + extent.lb, delivered);
+    copied = fetch(static_cast<char*>(buf) + extent.lb, delivered);
   } else if (ok(copied) && delivered > 0) {
     // A type with holes or reordering: the bytes in order on the host, then
     // unpacked into buf (a staged image of it when buf is device memory). The
@@ -474,7 +496,7 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
       error = staging.raise();
     } else {
       error = PMPI_Pack(image, count, type, packed.data(), static_cast<int>(capacity), &position, MPI_COMM_SELF);
-      if (error == MPI_SUCCESS) copied = copy_out(backend, env, source, packed.data(), delivered);
+      if (error == MPI_SUCCESS) copied = fetch(packed.data(), delivered);
       position = 0;
       if (error == MPI_SUCCESS && ok(copied))
         error = PMPI_Unpack(packed.data(), static_cast<int>(capacity), &position, image, count, type, MPI_COMM_SELF);
@@ -570,7 +592,9 @@ void reap_locked(State& s) {
   for (int k = 0; k < outcount; ++k) finished[done[k]] = true;
   std::vector<SendInFlight> still;
   for (std::size_t i = 0; i < s.in_flight.size(); ++i) {
-    if (finished[i]) {
+    if (finished[i] && s.in_flight[i].host) {
+      s.in_flight[i].host->busy = false;
+    } else if (finished[i]) {
       Bounce* bounce = s.in_flight[i].bounce;
       bounce->busy = false;
       // Its word was raised past the chunks to come: never used again.
@@ -701,6 +725,7 @@ void stop() {
     for (auto& b : s.bounces)
       if (!b->busy) free_bounce(*b);
     s.bounces.clear();
+    s.host_bounces.reset();
   }
   {
     std::lock_guard<std::mutex> lock(s.claims_mutex);
@@ -870,6 +895,7 @@ struct Offer {
   std::uint64_t ticket;
   Envelope env;
   MPI_Comm comm;
+  HostBounce* host = nullptr;  // taken when withdrawn with no bounce buffer free
 };
 
 void give_back_bounce(Bounce* bounce) {
@@ -886,29 +912,19 @@ struct Held {
   std::int32_t reply_tag;
 };
 
-// Starts a send that offers its own buffer: reserves a bounce buffer for
-// the case the offer is withdrawn, sends the envelope and the marker. A
-// nonblocking one (request) first posts *request, the receive of the word
-// that ends the offer, and lets its marker go. A persistent one (held)
-// uses what it holds, and its request is posted by MPI_Start; it offers
-// even without a bounce buffer, and takes one when it comes to withdraw
-// (the offer stands until claimed while none is free). False in *handled
-// when no offer could be made (nothing sent).
+// Starts a send that offers its own buffer: sends the envelope and the
+// marker. A nonblocking one (request) first posts *request, the receive of
+// the word that ends the offer, and lets its marker go. A persistent one
+// (held) uses what it holds, and its request is posted by MPI_Start. An
+// offer holds no bounce buffer: withdrawn, it takes a device one if one is
+// free within FERRY_PT2PT_BOUNCE_BYTES, else a host one (host_bounce.h),
+// so a window of many large sends neither holds a bounce buffer each nor
+// is staged past the limit. False in *handled when no offer could be made
+// (nothing sent).
 int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, MPI_Comm comm, MPI_Request* request,
                 Offer* offer, bool* handled, const Held* held = nullptr) {
   *handled = false;
   State& s = state();
-  Bounce* bounce = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(s.bounce_mutex);
-    reap_locked(s);
-    bounce = take_bounce_locked(s, e.backend, e.info.device, static_cast<std::size_t>(e.bytes));
-  }
-  if (!bounce && !held) {
-    FERRY_TRACE(Shim, "a %lld-byte send to rank %d is not offered: no bounce buffer for it",
-                static_cast<long long>(e.bytes), e.to.world);
-    return MPI_SUCCESS;
-  }
   std::uint64_t ticket = 0;
   const int slot = held ? held->slot : take_claim(&ticket);
   if (held) ticket = next_ticket();
@@ -922,7 +938,6 @@ int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, 
   env.reply_when_copied = request || held;
   auto not_offered = [&] {
     if (slot >= 0 && !held) give_claim(slot);
-    if (bounce) give_back_bounce(bounce);
     return MPI_SUCCESS;
   };
   if (slot < 0 || !ok(s.memory.export_buffer(e.data, e.info, &env.buffer))) return not_offered();
@@ -937,7 +952,7 @@ int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, 
     return not_offered();
   }
   *handled = true;
-  *offer = Offer{e, bounce, slot, ticket, env, comm};
+  *offer = Offer{e, nullptr, slot, ticket, env, comm};
   // A persistent send's route is its init's.
   if (!held) record_route(id, RouteDecision{Route::kEngine, "peer memory"});
   if (!request && !held) {
@@ -986,6 +1001,41 @@ int send_withdrawn(Offer& offer, const std::function<int()>& end_request = nullp
   return buffer_read() ? MPI_SUCCESS : MPI_ERR_OTHER;
 }
 
+// A withdrawn offer's data through its host bounce buffer: copied there,
+// its request ended (end_request), the acknowledgement's receive posted
+// and the envelope sent on the reply tag. Returns once the send buffer has
+// been read. An MPI error class.
+int send_withdrawn_to_host(Offer& offer, const std::function<int()>& end_request = nullptr) {
+  State& s = state();
+  HostBounce* host = offer.host;
+  Envelope moved = offer.env;
+  moved.kind = EnvelopeKind::kHostBounce;
+  moved.claim_slot = -1;
+  moved.reply_when_copied = 0;
+  moved.first_chunk = 0;
+  std::memset(&moved.buffer, 0, sizeof(moved.buffer));
+  moved.buffer.pid = static_cast<std::int32_t>(getpid());
+  moved.buffer.allocation_id = host->index;
+  moved.claim_nonce = s.host_bounces->nonce();
+  const bool read = ok(gpu::copy(host->data, offer.e.data, static_cast<std::size_t>(offer.e.bytes)));
+  int rc = end_request ? end_request() : MPI_SUCCESS;
+  if (!read) {
+    std::lock_guard<std::mutex> lock(s.bounce_mutex);
+    host->busy = false;
+    return MPI_ERR_OTHER;
+  }
+  s.host_bounced.fetch_add(1, std::memory_order_relaxed);
+  if (rc == MPI_SUCCESS) {
+    std::lock_guard<std::mutex> lock(s.bounce_mutex);
+    MPI_Request reply = MPI_REQUEST_NULL;
+    rc = PMPI_Irecv(&host->reply, 1, MPI_INT32_T, offer.e.to.world, moved.reply_tag, s.answers, &reply);
+    if (rc == MPI_SUCCESS) s.in_flight.push_back(SendInFlight{reply, nullptr, host});
+  }
+  if (rc == MPI_SUCCESS)
+    rc = PMPI_Send(&moved, sizeof(moved), MPI_BYTE, offer.e.to.world, moved.reply_tag, s.control);
+  return rc;
+}
+
 // While a send waits for its offer to be claimed: this rank's receives
 // that are complete take their messages now, claiming the offers they
 // matched, since their senders may be waiting the same way.
@@ -1024,6 +1074,19 @@ bool has_bounce(Offer& offer) {
   return offer.bounce != nullptr;
 }
 
+// A host bounce buffer for an offer about to be withdrawn when no device
+// one is free, if one can be had within FERRY_PT2PT_HOST_BOUNCE_BYTES.
+bool has_host_bounce(Offer& offer) {
+  if (offer.host) return true;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.bounce_mutex);
+  reap_locked(s);
+  if (!s.host_bounces) s.host_bounces = std::make_unique<HostBounces>(s.claims_nonce);
+  const std::uint64_t limit = static_cast<std::uint64_t>(std::max<std::int64_t>(params().pt2pt_host_bounce_bytes, 0));
+  offer.host = s.host_bounces->take(static_cast<std::size_t>(offer.e.bytes), limit);
+  return offer.host != nullptr;
+}
+
 // One look at an offer: it has ended once its receive copied it; it is
 // withdrawn once it waited FERRY_PT2PT_CLAIM_US unclaimed (at once with
 // withdraw_now), counted from its first look or from the last time the
@@ -1055,7 +1118,7 @@ void look_at(PendingOffer& n, bool withdraw_now) {
                     std::chrono::duration_cast<std::chrono::nanoseconds>(window).count());
   if (word == claim_word(ticket, kClaimDone)) {
     n.ended = true;
-  } else if (word == claim_word(ticket, kOffered) && expired && has_bounce(n.offer) &&
+  } else if (word == claim_word(ticket, kOffered) && expired && (has_bounce(n.offer) || has_host_bounce(n.offer)) &&
              claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
     n.ended = n.withdrawn = true;
     FERRY_TRACE(Shim, "a %lld-byte offer to rank %d withdrawn, unclaimed %lld us after its first look",
@@ -1064,7 +1127,7 @@ void look_at(PendingOffer& n, bool withdraw_now) {
                                            now - (n.offer_ends - window)).count()));
     std::function<int()> end_request;
     if (n.has_request) end_request = [&n] { return end_here(n); };
-    n.error = send_withdrawn(n.offer, end_request);
+    n.error = n.offer.bounce ? send_withdrawn(n.offer, end_request) : send_withdrawn_to_host(n.offer, end_request);
   } else if (word == claim_word(ticket, kOffered) && now > n.gives_up &&
              claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
     // No bounce buffer to go on through, and no receive came.
@@ -1258,7 +1321,8 @@ int free_offer(MPI_Request request) {
 
 SendCounts send_counts() {
   const State& s = state();
-  return SendCounts{s.straight_blocking.load(), s.straight_nonblocking.load(), s.bounced.load()};
+  return SendCounts{s.straight_blocking.load(), s.straight_nonblocking.load(), s.bounced.load(),
+                    s.host_bounced.load()};
 }
 
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,

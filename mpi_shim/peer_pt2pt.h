@@ -102,9 +102,10 @@ int sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest
              const std::function<int()>& receive, MPI_Comm comm, bool* handled);
 
 // The counts FERRY_STATS prints: sends copied straight from the send
-// buffer (blocking and nonblocking) and sends through bounce buffers.
+// buffer (blocking and nonblocking), sends through device bounce buffers
+// and through host ones.
 struct SendCounts {
-  std::uint64_t straight_blocking, straight_nonblocking, bounced;
+  std::uint64_t straight_blocking, straight_nonblocking, bounced, host_bounced;
 };
 SendCounts send_counts();
 
