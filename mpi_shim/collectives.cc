@@ -11,6 +11,7 @@
 #include "mpi_shim/engine_route.h"
 #include "mpi_shim/nonblocking_engine.h"
 #include "mpi_shim/translate.h"
+#include "mpi_shim/wrapper_support.h"
 
 namespace ferry::shim {
 namespace {
@@ -48,6 +49,7 @@ bool alltoallv_layout(const void* sendbuf, const int* sendcounts, const int* sdi
 int handle_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                      MPI_Comm comm) {
   const FunctionId id = FunctionId::kAllreduce;
+  if (null_send_buffer(id, sendbuf, count, datatype, recvbuf)) return raise_error(comm, MPI_ERR_BUFFER);
   gpu::CallBuffers classified;
   RouteDecision route = decide_route(id, {sendbuf, recvbuf}, true, true);
   DataType type = DataType::kFloat32;

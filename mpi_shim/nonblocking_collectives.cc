@@ -8,11 +8,15 @@
 #include "handlers.h"
 #include "mpi_shim/collective_staging.h"
 #include "mpi_shim/nonblocking_engine.h"
+#include "mpi_shim/route.h"
+#include "mpi_shim/wrapper_support.h"
 
 namespace ferry::shim {
 
 int handle_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                       MPI_Comm comm, MPI_Request* request) {
+  if (null_send_buffer(FunctionId::kIallreduce, sendbuf, count, datatype, recvbuf))
+    return raise_error(comm, MPI_ERR_BUFFER);
   int result = MPI_SUCCESS;
   if (nbc::start_allreduce(sendbuf, recvbuf, count, datatype, op, comm, request, &result)) return result;
   return reduce_like(FunctionId::kIallreduce, sendbuf, recvbuf, count, datatype, op, comm, request, false,
@@ -158,6 +162,8 @@ int handle_Ialltoallw(const void* sendbuf, const int* sendcounts, const int* sdi
 // Each MPI_Start runs the nonblocking call (nonblocking_engine.h).
 int handle_Allreduce_init(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                           MPI_Comm comm, MPI_Info, MPI_Request* request) {
+  if (null_send_buffer(FunctionId::kAllreduce_init, sendbuf, count, datatype, recvbuf))
+    return raise_error(comm, MPI_ERR_BUFFER);
   return nbc::init_allreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
 }
 

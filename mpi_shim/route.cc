@@ -60,6 +60,18 @@ RouteDecision decide_route(FunctionId, std::initializer_list<const void*> buffer
   return {Route::kEngine, "device buffers"};
 }
 
+bool null_send_buffer(FunctionId id, const void* sendbuf, int count, MPI_Datatype type, const void* recvbuf) {
+  if (sendbuf || count <= 0 || !gpu::device_runtime_active() || !is_device_buffer(recvbuf)) return false;
+  int integers = 0, addresses = 0, types = 0, combiner = 0;
+  if (type == MPI_DATATYPE_NULL ||
+      PMPI_Type_get_envelope(type, &integers, &addresses, &types, &combiner) != MPI_SUCCESS ||
+      combiner != MPI_COMBINER_NAMED)
+    return false;
+  FERRY_WARN(Route, "%s: a null send buffer with %d elements (MPI_IN_PLACE is not null): MPI_ERR_BUFFER",
+             function_name(id), count);
+  return true;
+}
+
 void record_route(FunctionId id, const RouteDecision& decision) {
   count_route(id, decision.route);
   FERRY_TRACE(Route, "%s -> %s (%s)", function_name(id), route_name(decision.route), decision.reason);

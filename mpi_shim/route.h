@@ -1,6 +1,8 @@
 // The one place that decides how an intercepted call runs.
 #pragma once
 
+#include <mpi.h>
+
 #include <initializer_list>
 
 #include "function_ids.h"
@@ -37,6 +39,12 @@ struct RouteDecision {
 // so only calls whose null buffers are significant ask for that.
 RouteDecision decide_route(FunctionId id, std::initializer_list<const void*> buffers, bool engine_supported,
                            bool absolute_bottom = false);
+
+// A null send buffer with count elements of a predefined type beside a
+// device receive buffer: the call is MPI_ERR_BUFFER (logged under
+// FERRY_DEBUG), never MPI_IN_PLACE, for which the engine would take it.
+// A derived type may name absolute addresses from MPI_BOTTOM (null too).
+bool null_send_buffer(FunctionId id, const void* sendbuf, int count, MPI_Datatype type, const void* recvbuf);
 
 // Counts the route in the stats and logs it with its reason.
 void record_route(FunctionId id, const RouteDecision& decision);

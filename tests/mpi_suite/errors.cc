@@ -147,6 +147,26 @@ void test_still_usable(MPI_Comm comm) {
   expect_buffer(what, recv, std::vector<int>(kElements, world_size()));
 }
 
+// A null send buffer with data to send, beside a device receive buffer, is
+// MPI_ERR_BUFFER and leaves the receive buffer as it was; it is never taken
+// for MPI_IN_PLACE. (The real MPI crashes on it with host buffers, so there
+// is no host class to compare with: only under Ferry with a device.)
+void test_null_send_buffer(MPI_Comm comm) {
+  const char* ferry_backend = suite_ferry_backend();
+  if (!ferry_backend || std::strcmp(ferry_backend, "none") == 0) return;
+  const std::vector<int> values(kElements, 3);
+  const Buffer recv = make_buffer(values, Memory::device);
+  const Case blocking{"MPI_Allreduce", "MPI_INT", "MPI_SUM", kElements, "device", "null send buffer"};
+  const int blocking_class = error_class(MPI_Allreduce(nullptr, recv.data(), kElements, MPI_INT, MPI_SUM, comm));
+  expect(blocking_class == MPI_ERR_BUFFER, blocking, "error class " + class_name(blocking_class));
+  const Case nonblocking{"MPI_Iallreduce", "MPI_INT", "MPI_SUM", kElements, "device", "null send buffer"};
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int nonblocking_class =
+      error_class(MPI_Iallreduce(nullptr, recv.data(), kElements, MPI_INT, MPI_SUM, comm, &request));
+  expect(nonblocking_class == MPI_ERR_BUFFER, nonblocking, "error class " + class_name(nonblocking_class));
+  expect_buffer(blocking, recv, values);
+}
+
 // 1 under Ferry with a device backend; 0 on plain Open MPI, which on this
 // Debian build has no CUDA support.
 void test_cuda_support_query() {
@@ -169,6 +189,7 @@ int main(int argc, char** argv) {
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   test_bad_calls(comm);
+  test_null_send_buffer(comm);
   test_still_usable(comm);
   MPI_Comm_free(&comm);
   test_cuda_support_query();
