@@ -156,14 +156,18 @@ void test_null_send_buffer(MPI_Comm comm) {
   if (!ferry_backend || std::strcmp(ferry_backend, "none") == 0) return;
   const std::vector<int> values(kElements, 3);
   const Buffer recv = make_buffer(values, Memory::device);
-  const Case blocking{"MPI_Allreduce", "MPI_INT", "MPI_SUM", kElements, "device", "null send buffer"};
-  const int blocking_class = error_class(MPI_Allreduce(nullptr, recv.data(), kElements, MPI_INT, MPI_SUM, comm));
+  const Case blocking{"MPI_Allreduce", "MPI_INT", "MPI_SUM",
+                      kElements,       "device",  "null send buffer"};
+  const int blocking_class =
+      error_class(MPI_Allreduce(nullptr, recv.data(), kElements, MPI_INT, MPI_SUM, comm));
   expect(blocking_class == MPI_ERR_BUFFER, blocking, "error class " + class_name(blocking_class));
-  const Case nonblocking{"MPI_Iallreduce", "MPI_INT", "MPI_SUM", kElements, "device", "null send buffer"};
+  const Case nonblocking{"MPI_Iallreduce", "MPI_INT", "MPI_SUM",
+                         kElements,        "device",  "null send buffer"};
   MPI_Request request = MPI_REQUEST_NULL;
-  const int nonblocking_class =
-      error_class(MPI_Iallreduce(nullptr, recv.data(), kElements, MPI_INT, MPI_SUM, comm, &request));
-  expect(nonblocking_class == MPI_ERR_BUFFER, nonblocking, "error class " + class_name(nonblocking_class));
+  const int nonblocking_class = error_class(
+      MPI_Iallreduce(nullptr, recv.data(), kElements, MPI_INT, MPI_SUM, comm, &request));
+  expect(nonblocking_class == MPI_ERR_BUFFER, nonblocking,
+         "error class " + class_name(nonblocking_class));
   expect_buffer(blocking, recv, values);
 }
 
