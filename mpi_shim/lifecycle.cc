@@ -1,6 +1,9 @@
 // MPI_Init / MPI_Finalize, error reporting shared by the wrappers, and
 // Open MPI's CUDA-awareness query.
+#include <cstdio>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "engine/common/log.h"
 #include "engine/common/params.h"
@@ -23,7 +26,14 @@ void after_init() {
   int rank = -1;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   set_log_rank(rank);
-  for (const std::string& problem : param_problems()) FERRY_WARN(Init, "%s", problem.c_str());
+  // A setting that silently does something else is worse than a line on
+  // stderr: invalid values are reported by rank 0 even without FERRY_DEBUG;
+  // unknown FERRY_* names only under it.
+  const std::vector<std::string> values = param_value_problems();
+  if (rank == 0)
+    for (const std::string& problem : values) std::fprintf(stderr, "ferry: %s\n", problem.c_str());
+  const std::vector<std::string> all = param_problems();  // values first, then names
+  for (std::size_t i = values.size(); i < all.size(); ++i) FERRY_WARN(Init, "%s", all[i].c_str());
   peer::start();
   FERRY_INFO(Init, "Ferry %d.%d.%d loaded; FERRY_ROUTE=%s FERRY_DEVICE=%s", FERRY_VERSION_MAJOR,
              FERRY_VERSION_MINOR, FERRY_VERSION_PATCH, params().route.c_str(), params().device.c_str());

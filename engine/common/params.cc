@@ -1,6 +1,7 @@
 #include "engine/common/params.h"
 
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -62,9 +63,76 @@ std::string to_text(const std::string& v) { return v; }
 std::string to_text(std::int64_t v) { return std::to_string(v); }
 std::string to_text(bool v) { return v ? "1" : "0"; }
 
+// What a value may be beyond its type: one of a few words (matched without
+// regard to case, kept in the spelling here), or an integer in a range
+// (every other Int: 0 or more).
+// Constant-initialized: params() may run in another library's static
+// initializer, before this file's dynamic ones.
+struct Words {
+  const char* field;
+  const char* words[5];  // up to the first null
+};
+constexpr Words kWords[] = {
+    {"device", {"auto", "cuda", "emulated"}},
+    {"route", {"auto", "staged", "pmpi"}},
+    {"debug", {"", "WARN", "INFO", "TRACE"}},
+    {"gpu_leader", {"auto", "on", "off"}},
+    {"pt2pt", {"peer", "staged"}},
+    {"nbc", {"engine", "staged"}},
+};
+struct Range {
+  const char* field;
+  std::int64_t min, max;
+};
+constexpr Range kRanges[] = {
+    {"channels", 1, 64},
+    {"worker_blocks", 1, 64},
+};
+
+bool equal_ignoring_case(const std::string& a, const char* b) {
+  const std::size_t n = std::strlen(b);
+  if (a.size() != n) return false;
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+// A value set in the environment outside what its parameter takes is
+// reported and replaced by the default.
+void check(const char* field, const char* default_value, std::string* value, std::vector<std::string>* problems) {
+  for (const Words& allowed : kWords) {
+    if (std::strcmp(allowed.field, field) != 0) continue;
+    std::string list;
+    for (const char* word : allowed.words) {
+      if (!word) break;
+      if (equal_ignoring_case(*value, word)) {
+        *value = word;
+        return;
+      }
+      list += std::string(list.empty() ? "" : ", ") + (*word ? word : "(empty)");
+    }
+    problems->push_back(env_name_of(field) + "=" + *value + " is not one of " + list + "; using the default (" +
+                        (*default_value ? default_value : "empty") + ")");
+    *value = default_value;
+  }
+}
+
+void check(const char* field, const char* default_value, std::int64_t* value, std::vector<std::string>* problems) {
+  Range range{field, 0, INT64_MAX};
+  for (const Range& r : kRanges)
+    if (std::strcmp(r.field, field) == 0) range = r;
+  if (*value >= range.min && *value <= range.max) return;
+  problems->push_back(env_name_of(field) + "=" + std::to_string(*value) + " is outside " + std::to_string(range.min) +
+                      (range.max == INT64_MAX ? " or more" : " to " + std::to_string(range.max)) +
+                      "; using the default (" + default_value + ")");
+  parse_value(default_value, value);
+}
+
+void check(const char*, const char*, bool*, std::vector<std::string>*) {}
+
 struct Parsed {
   Params params;
-  std::vector<std::string> problems;
+  std::vector<std::string> value_problems, unknown_names;
   std::vector<std::string> environment;
 };
 
@@ -73,7 +141,7 @@ const Parsed& parsed() {
     auto* out = new Parsed;
     for (char** e = environ; e && *e; ++e)
       if (std::strncmp(*e, "FERRY_", 6) == 0) out->environment.emplace_back(*e);
-    out->params = parse_params(out->environment, &out->problems);
+    out->params = parse_params(out->environment, &out->value_problems, &out->unknown_names);
     return out;
   }();
   return *p;
@@ -81,12 +149,17 @@ const Parsed& parsed() {
 
 }  // namespace
 
-Params parse_params(const std::vector<std::string>& environment, std::vector<std::string>* problems) {
+Params parse_params(const std::vector<std::string>& environment, std::vector<std::string>* problems,
+                    std::vector<std::string>* unknown_names) {
   Params p;
 #define FERRY_PARAM(field, type, default_value, category, description)                                   \
   parse_value(default_value, &p.field);                                                                   \
-  if (const char* text = lookup(environment, env_name_of(#field)); text && !parse_value(text, &p.field)) \
-    problems->push_back(env_name_of(#field) + "=" + text + " is not a valid " #type "; using the default");
+  if (const char* text = lookup(environment, env_name_of(#field)); text && !parse_value(text, &p.field)) { \
+    problems->push_back(env_name_of(#field) + "=" + text + " is not a valid " #type "; using the default"); \
+    parse_value(default_value, &p.field);                                                                 \
+  } else if (text) {                                                                                      \
+    check(#field, default_value, &p.field, problems);                                                     \
+  }
 #include "engine/common/params.def"
 #undef FERRY_PARAM
 
@@ -98,14 +171,20 @@ Params parse_params(const std::vector<std::string>& environment, std::vector<std
 #define FERRY_PARAM(field, type, default_value, category, description) known = known || name == env_name_of(#field);
 #include "engine/common/params.def"
 #undef FERRY_PARAM
-    if (!known) problems->push_back(name + " is not a Ferry parameter (see ferry-info)");
+    if (!known) (unknown_names ? unknown_names : problems)->push_back(name + " is not a Ferry parameter (see ferry-info)");
   }
   return p;
 }
 
 const Params& params() { return parsed().params; }
 
-std::vector<std::string> param_problems() { return parsed().problems; }
+std::vector<std::string> param_problems() {
+  std::vector<std::string> all = parsed().value_problems;
+  all.insert(all.end(), parsed().unknown_names.begin(), parsed().unknown_names.end());
+  return all;
+}
+
+std::vector<std::string> param_value_problems() { return parsed().value_problems; }
 
 std::vector<ParamInfo> describe_params() {
   const Parsed& all = parsed();

@@ -20,9 +20,13 @@ struct Params {
 // Parsed once from the environment on first use; thread-safe.
 const Params& params();
 
-// Parses "NAME=value" entries; malformed or unknown FERRY_* names are
-// described in problems and leave the defaults in place.
-Params parse_params(const std::vector<std::string>& environment, std::vector<std::string>* problems);
+// Parses "NAME=value" entries. A malformed value, or one outside what its
+// parameter takes (one of a few words, matched without regard to case; an
+// integer range), is described in problems and the default used instead.
+// FERRY_* names that are no parameter are described in unknown_names (in
+// problems when that is null).
+Params parse_params(const std::vector<std::string>& environment, std::vector<std::string>* problems,
+                    std::vector<std::string>* unknown_names = nullptr);
 
 struct ParamInfo {
   std::string env_name;       // FERRY_ROUTE
@@ -39,5 +43,7 @@ std::vector<ParamInfo> describe_params();
 
 // Warnings about FERRY_* variables that are set but unknown, or malformed.
 std::vector<std::string> param_problems();
+// Only those about values (MPI_Init prints them on rank 0).
+std::vector<std::string> param_value_problems();
 
 }  // namespace ferry

@@ -34,6 +34,46 @@ TEST(Params, MalformedValueKeepsDefaultAndIsReported) {
   EXPECT_NE(problems[0].find("FERRY_STATS=maybe"), std::string::npos);
 }
 
+TEST(Params, ValueOutsideItsWordsKeepsDefaultAndIsReported) {
+  std::vector<std::string> problems;
+  const Params p = parse_params({"FERRY_ROUTE=bogus", "FERRY_DEVICE=gpu", "FERRY_NBC=Staged"}, &problems);
+  EXPECT_EQ(p.route, "auto");
+  EXPECT_EQ(p.device, "auto");
+  EXPECT_EQ(p.nbc, "staged");  // matched without regard to case
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_NE(problems[0].find("FERRY_DEVICE=gpu is not one of auto, cuda, emulated"), std::string::npos);
+  EXPECT_NE(problems[1].find("FERRY_ROUTE=bogus is not one of auto, staged, pmpi"), std::string::npos);
+}
+
+TEST(Params, WordsMatchWithoutRegardToCase) {
+  std::vector<std::string> problems;
+  const Params p = parse_params({"FERRY_ROUTE=AUTO", "FERRY_DEBUG=trace"}, &problems);
+  EXPECT_EQ(p.route, "auto");
+  EXPECT_EQ(p.debug, "TRACE");
+  EXPECT_TRUE(problems.empty());
+}
+
+TEST(Params, IntegerOutsideItsRangeKeepsDefaultAndIsReported) {
+  std::vector<std::string> problems;
+  const Params p =
+      parse_params({"FERRY_HANDSHAKE_TIMEOUT=-5", "FERRY_CHANNELS=65", "FERRY_WORKER_BLOCKS=64"}, &problems);
+  EXPECT_EQ(p.handshake_timeout, 600);
+  EXPECT_EQ(p.channels, 64);
+  EXPECT_EQ(p.worker_blocks, 64);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_NE(problems[0].find("FERRY_CHANNELS=65 is outside 1 to 64"), std::string::npos);
+  EXPECT_NE(problems[1].find("FERRY_HANDSHAKE_TIMEOUT=-5 is outside 0 or more"), std::string::npos);
+}
+
+TEST(Params, UnknownNamesApartFromValues) {
+  std::vector<std::string> problems, unknown;
+  parse_params({"FERRY_ROUT=staged", "FERRY_HANDSHAKE_TIMEOUT=abc"}, &problems, &unknown);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("FERRY_HANDSHAKE_TIMEOUT=abc"), std::string::npos);
+  ASSERT_EQ(unknown.size(), 1u);
+  EXPECT_NE(unknown[0].find("FERRY_ROUT"), std::string::npos);
+}
+
 TEST(Params, UnknownFerryVariableIsReported) {
   std::vector<std::string> problems;
   parse_params({"FERRY_ROUT=staged"}, &problems);
