@@ -434,10 +434,10 @@ Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* 
 
 // A message whose envelope says kPeerMemory: claims it if it is an offer,
 // then copies it out of the sender's buffer (or bounce buffer, device or
-// host), straight
-// into buf when buf is one range in packed order, else through host memory
-// and MPI_Pack/MPI_Unpack; tells the sender it is done (the claim word, or
-// an acknowledgement that frees the bounce buffer) and sets status.
+// host), straight into buf when buf is one range in packed order, else
+// through host memory and MPI_Pack/MPI_Unpack; tells the sender it is done
+// (the claim word, or an acknowledgement that frees the bounce buffer) and
+// sets status.
 int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, int count, MPI_Datatype type,
                     MPI_Status* status) {
   State& s = state();
@@ -1029,7 +1029,11 @@ int send_withdrawn_to_host(Offer& offer, const std::function<int()>& end_request
     std::lock_guard<std::mutex> lock(s.bounce_mutex);
     MPI_Request reply = MPI_REQUEST_NULL;
     rc = PMPI_Irecv(&host->reply, 1, MPI_INT32_T, offer.e.to.world, moved.reply_tag, s.answers, &reply);
-    if (rc == MPI_SUCCESS) s.in_flight.push_back(SendInFlight{reply, nullptr, host});
+    if (rc == MPI_SUCCESS) {
+      s.in_flight.push_back(SendInFlight{reply, nullptr, host});
+    } else {
+      host->busy = false;
+    }
   }
   if (rc == MPI_SUCCESS)
     rc = PMPI_Send(&moved, sizeof(moved), MPI_BYTE, offer.e.to.world, moved.reply_tag, s.control);
