@@ -15,6 +15,7 @@
 //                          the tuner's predicted allreduce time and bus
 //                          bandwidth for 2..4096 ranks: ring vs tree, and
 //                          the direct algorithms where they apply
+//   ferry-info --version, --help
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -737,10 +738,35 @@ int model_command(int argc, char** argv) {
   return print_model(sizes, *machine);
 }
 
+void print_usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: ferry-info [OPTION]\n"
+               "What Ferry sees on this machine and how it is configured.\n\n"
+               "  (no option)           version, device backend, devices, parameters in effect\n"
+               "  --markdown            the parameter table as Markdown (the README's)\n"
+               "  --topo FILE...        what Ferry makes of NCCL-style topology XML, one file a host\n"
+               "  --discover [--ranks N]  the topology the engine would use here, and its search\n"
+               "                        over N ranks of this machine\n"
+               "  --self-test           checks for debugging a cluster, one PASS/FAIL/SKIP line each\n"
+               "                        (under mpirun -np N: across the ranks); exit 1 on a failure\n"
+               "  --model [--bytes 8,1M,256M] [--machine nvlink|pcie|multinode]\n"
+               "                        the tuner's predicted allreduce time and bus bandwidth\n"
+               "  --version             Ferry's version\n"
+               "  --help                this text\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
+  if ((mode == "--help" || mode == "-h") && argc == 2) {
+    print_usage(stdout);
+    return 0;
+  }
+  if ((mode == "--version" || mode == "-V") && argc == 2) {
+    std::printf("ferry-info (Ferry) %d.%d.%d\n", FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR, FERRY_VERSION_PATCH);
+    return 0;
+  }
   if (mode == "--markdown" && argc == 2) {
     print_markdown_table();
     return 0;
@@ -755,9 +781,8 @@ int main(int argc, char** argv) {
     if (rc >= 0) return rc;
   }
   if (argc > 1) {
-    std::fprintf(stderr,
-                 "usage: ferry-info [--markdown | --topo FILE... | --discover [--ranks N] | --self-test |\n"
-                 "                   --model [--bytes 8,1M,256M] [--machine nvlink|pcie|multinode]]\n");
+    std::fprintf(stderr, "ferry-info: unknown option %s\n", argv[1]);
+    print_usage(stderr);
     return 2;
   }
   print_report();
