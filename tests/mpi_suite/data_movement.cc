@@ -275,6 +275,36 @@ void test_large_counts() {
   test_alltoall<int32_t>({MPI_INT, "MPI_INT"}, 1 << 16, Layout::in_place, Alltoall::plain);
 }
 
+// MPI_Alltoallv whose send and receive displacements are negative: the
+// blocks lie before the buffer arguments, in memory the caller owns. The
+// whole region a call reads and writes is what must be staged or mapped.
+void test_alltoallv_before_the_buffers() {
+  const int ranks = world_size(), rank = world_rank();
+  const int count = 13, lead = count * ranks + 3;  // every block before the arguments
+  const uint64_t case_id = 0xa2a7;
+  std::vector<int32_t> send_memory = poisoned<int32_t>(lead);
+  std::vector<int> send_counts(ranks, count), send_displs(ranks), recv_counts(ranks, count), recv_displs(ranks);
+  for (int to = 0; to < ranks; ++to) {
+    const std::vector<int32_t> values = block<int32_t>(case_id, rank, to, count);
+    std::copy(values.begin(), values.end(), send_memory.begin() + to * count);
+    send_displs[to] = to * count - lead;
+    recv_displs[to] = to * count - lead;
+  }
+  std::vector<int32_t> want = poisoned<int32_t>(lead);
+  for (int from = 0; from < ranks; ++from) {
+    const std::vector<int32_t> values = block<int32_t>(case_id, from, rank, count);
+    std::copy(values.begin(), values.end(), want.begin() + from * count);
+  }
+  const Buffer send = make_buffer(send_memory, Memory::device);
+  const Buffer recv = make_buffer(poisoned<int32_t>(lead), Memory::device);
+  const Case what{"MPI_Alltoallv", "MPI_INT", "", count, "device", "displacements before the buffers"};
+  check_mpi(MPI_Alltoallv(static_cast<int32_t*>(send.data()) + lead, send_counts.data(), send_displs.data(), MPI_INT,
+                          static_cast<int32_t*>(recv.data()) + lead, recv_counts.data(), recv_displs.data(), MPI_INT,
+                          MPI_COMM_WORLD),
+            what);
+  expect_buffer(what, recv, want);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -286,5 +316,6 @@ int main(int argc, char** argv) {
   test_type<double>({MPI_DOUBLE, "MPI_DOUBLE"});
   test_type<std::complex<double>>({MPI_C_DOUBLE_COMPLEX, "MPI_C_DOUBLE_COMPLEX"});
   test_large_counts();
+  test_alltoallv_before_the_buffers();
   return suite::finish();
 }
