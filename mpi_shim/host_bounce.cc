@@ -11,21 +11,19 @@
 namespace ferry::shim::peer {
 namespace {
 
-// Whole 2 MiB pages: a power of two up to 64 MiB, whole 64 MiB above, so
-// segments are reused by messages of nearby sizes.
-std::size_t segment_bytes(std::size_t bytes) {
+// Mappings of other processes' segments kept before the least recently
+// used is unmapped.
+constexpr std::size_t kMaxPeerMappings = 64;
+
+}  // namespace
+
+std::size_t bounce_bytes(std::size_t bytes) {
   constexpr std::size_t kStep = std::size_t{64} << 20;
   std::size_t rounded = std::size_t{2} << 20;
   while (rounded < bytes && rounded < kStep) rounded *= 2;
   if (rounded < bytes) rounded = (bytes + kStep - 1) / kStep * kStep;
   return rounded;
 }
-
-// Mappings of other processes' segments kept before the least recently
-// used is unmapped.
-constexpr std::size_t kMaxPeerMappings = 64;
-
-}  // namespace
 
 std::string host_bounce_name(int pid, std::uint64_t nonce, std::uint64_t index) {
   return "/ferry-bounce-" + std::to_string(pid) + "-" + std::to_string(nonce) + "-" + std::to_string(index);
@@ -48,7 +46,7 @@ HostBounce* HostBounces::take(std::size_t bytes, std::uint64_t limit) {
     best->busy = true;
     return best;
   }
-  const std::size_t rounded = segment_bytes(bytes);
+  const std::size_t rounded = bounce_bytes(bytes);
   std::uint64_t held = 0, idle = 0;
   for (const auto& b : segments_) {
     held += b->bytes;

@@ -22,6 +22,12 @@
 
 namespace ferry::shim::peer {
 
+// The size a bounce buffer (device or host) of bytes is made with: whole
+// 2 MiB pages, a power of two up to 64 MiB, whole 64 MiB above, so buffers
+// are reused by messages of nearby sizes (and the receivers' mappings with
+// them).
+std::size_t bounce_bytes(std::size_t bytes);
+
 struct HostBounce {
   std::uint64_t index;
   void* data;

@@ -29,11 +29,9 @@ void after_init() {
   // A setting that silently does something else is worse than a line on
   // stderr: invalid values are reported by rank 0 even without FERRY_DEBUG;
   // unknown FERRY_* names only under it.
-  const std::vector<std::string> values = param_value_problems();
   if (rank == 0)
-    for (const std::string& problem : values) std::fprintf(stderr, "ferry: %s\n", problem.c_str());
-  const std::vector<std::string> all = param_problems();  // values first, then names
-  for (std::size_t i = values.size(); i < all.size(); ++i) FERRY_WARN(Init, "%s", all[i].c_str());
+    for (const std::string& problem : param_value_problems()) std::fprintf(stderr, "ferry: %s\n", problem.c_str());
+  for (const std::string& name : param_unknown_names()) FERRY_WARN(Init, "%s", name.c_str());
   peer::start();
   FERRY_INFO(Init, "Ferry %d.%d.%d loaded; FERRY_ROUTE=%s FERRY_DEVICE=%s", FERRY_VERSION_MAJOR,
              FERRY_VERSION_MINOR, FERRY_VERSION_PATCH, params().route.c_str(), params().device.c_str());

@@ -617,13 +617,7 @@ Bounce* take_bounce_locked(State& s, gpu::Backend* backend, int device, std::siz
         (!best || b->bytes < best->bytes))
       best = b.get();
   if (!best) {
-    // Whole 2 MiB pages: a power of two up to 64 MiB, whole 64 MiB above, so
-    // buffers are reused by messages of nearby sizes (and the receivers'
-    // mappings with them).
-    constexpr std::size_t kStep = std::size_t{64} << 20;
-    std::size_t rounded = std::size_t{2} << 20;
-    while (rounded < bytes && rounded < kStep) rounded *= 2;
-    if (rounded < bytes) rounded = (bytes + kStep - 1) / kStep * kStep;
+    const std::size_t rounded = bounce_bytes(bytes);
     std::uint64_t held = 0, idle = 0;
     for (const auto& b : s.bounces) {
       held += b->bytes;

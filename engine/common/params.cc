@@ -186,6 +186,8 @@ std::vector<std::string> param_problems() {
 
 std::vector<std::string> param_value_problems() { return parsed().value_problems; }
 
+std::vector<std::string> param_unknown_names() { return parsed().unknown_names; }
+
 std::vector<ParamInfo> describe_params() {
   const Parsed& all = parsed();
   std::vector<ParamInfo> out;

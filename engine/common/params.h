@@ -43,7 +43,9 @@ std::vector<ParamInfo> describe_params();
 
 // Warnings about FERRY_* variables that are set but unknown, or malformed.
 std::vector<std::string> param_problems();
-// Only those about values (MPI_Init prints them on rank 0).
+// Only those about values (MPI_Init prints them on rank 0), and only those
+// about names.
 std::vector<std::string> param_value_problems();
+std::vector<std::string> param_unknown_names();
 
 }  // namespace ferry
