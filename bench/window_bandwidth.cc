@@ -13,67 +13,22 @@
 // toolkit and runs on the emulated device too. FERRY_STATS=1 shows how many
 // sends were copied straight from the send buffer and how many went through
 // bounce buffers.
-#include <dlfcn.h>
 #include <mpi.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
-#include "ferry/ferry.h"
+#include "bench_common.h"
 
 namespace {
 
-struct Ferry {
-  decltype(&ferry_device_malloc) malloc = nullptr;
-  decltype(&ferry_device_free) free = nullptr;
-  decltype(&ferry_memcpy) memcpy = nullptr;
-};
-
-Ferry load_ferry() {
-  Ferry f;
-  f.malloc = reinterpret_cast<decltype(f.malloc)>(dlsym(RTLD_DEFAULT, "ferry_device_malloc"));
-  f.free = reinterpret_cast<decltype(f.free)>(dlsym(RTLD_DEFAULT, "ferry_device_free"));
-  f.memcpy = reinterpret_cast<decltype(f.memcpy)>(dlsym(RTLD_DEFAULT, "ferry_memcpy"));
-  if (!f.malloc || !f.free || !f.memcpy) {
-    std::fprintf(stderr, "window-bandwidth: libferry.so is not loaded (run with LD_PRELOAD=libferry.so)\n");
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
-  return f;
-}
-
-std::size_t parse_size(const std::string& text) {
-  char* end = nullptr;
-  double value = std::strtod(text.c_str(), &end);
-  if (end && (*end == 'K' || *end == 'k')) value *= 1024;
-  if (end && (*end == 'M' || *end == 'm')) value *= 1024 * 1024;
-  if (end && (*end == 'G' || *end == 'g')) value *= 1024.0 * 1024 * 1024;
-  return static_cast<std::size_t>(value);
-}
-
-std::vector<std::size_t> parse_sizes(const char* list) {
-  std::vector<std::size_t> sizes;
-  std::string text(list);
-  for (std::size_t start = 0; start <= text.size();) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    sizes.push_back(parse_size(text.substr(start, comma - start)));
-    start = comma + 1;
-  }
-  return sizes;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
+using bench::Ferry;
+using bench::median;
+using bench::parse_sizes;
+using bench::seconds_since;
 
 // One window each way of sending: the device buffers to MPI (staged false),
 // or through host copies by hand (staged true). Returns the window's time
@@ -135,7 +90,7 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
-  const Ferry ferry = load_ferry();
+  const Ferry ferry = bench::load_ferry("window-bandwidth");
   if (rank == 0) std::printf("%12s %8s %16s %16s\n", "bytes", "window", "ferry GB/s", "staged GB/s");
   for (std::size_t bytes : sizes) {
     std::vector<char*> device(window_size), host;

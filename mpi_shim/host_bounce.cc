@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "engine/common/log.h"
+#include "engine/common/process_memory.h"
 
 namespace ferry::shim::peer {
 namespace {
@@ -25,8 +26,8 @@ std::size_t bounce_bytes(std::size_t bytes) {
   return rounded;
 }
 
-std::string host_bounce_name(int pid, std::uint64_t nonce, std::uint64_t index) {
-  return "/ferry-bounce-" + std::to_string(pid) + "-" + std::to_string(nonce) + "-" + std::to_string(index);
+std::string host_bounce_name(std::uint64_t nonce, std::uint64_t index) {
+  return "ferry-bounce-" + std::to_string(nonce) + "-" + std::to_string(index);
 }
 
 HostBounces::~HostBounces() {
@@ -35,7 +36,7 @@ HostBounces::~HostBounces() {
 
 void HostBounces::destroy(HostBounce& bounce) {
   munmap(bounce.data, bounce.bytes);
-  shm_unlink(host_bounce_name(getpid(), nonce_, bounce.index).c_str());
+  close(bounce.fd);
 }
 
 HostBounce* HostBounces::take(std::size_t bytes, std::uint64_t limit) {
@@ -63,23 +64,16 @@ HostBounce* HostBounces::take(std::size_t bytes, std::uint64_t limit) {
     it = segments_.erase(it);
   }
   const std::uint64_t index = next_index_++;
-  const std::string name = host_bounce_name(getpid(), nonce_, index);
-  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) return nullptr;
-  // posix_fallocate, not ftruncate alone: a full /dev/shm fails here rather
-  // than with SIGBUS at the first store.
-  void* data = MAP_FAILED;
-  if (ftruncate(fd, static_cast<off_t>(rounded)) == 0 && posix_fallocate(fd, 0, static_cast<off_t>(rounded)) == 0)
-    data = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  const int fd = create_process_memory(host_bounce_name(nonce_, index), rounded, true);
+  void* data = fd < 0 ? MAP_FAILED : mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) {
-    shm_unlink(name.c_str());
-    FERRY_TRACE(Shim, "no host bounce buffer of %zu bytes: the machine's shared memory is full", rounded);
+    if (fd >= 0) close(fd);
+    FERRY_TRACE(Shim, "no host bounce buffer of %zu bytes: the machine's memory is full", rounded);
     return nullptr;
   }
   FERRY_TRACE(Shim, "host bounce buffer of %zu bytes made (%llu held before)", rounded,
               static_cast<unsigned long long>(held));
-  segments_.push_back(std::make_unique<HostBounce>(HostBounce{index, data, rounded}));
+  segments_.push_back(std::make_unique<HostBounce>(HostBounce{index, fd, data, rounded}));
   segments_.back()->busy = true;
   return segments_.back().get();
 }
@@ -88,7 +82,7 @@ PeerHostBounces::~PeerHostBounces() {
   for (auto& [key, mapping] : mappings_) munmap(mapping.data, mapping.bytes);
 }
 
-const void* PeerHostBounces::map(int pid, std::uint64_t nonce, std::uint64_t index, std::size_t bytes) {
+const void* PeerHostBounces::map(int pid, int fd, std::uint64_t nonce, std::uint64_t index, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   const Key key{pid, nonce, index};
   auto it = mappings_.find(key);
@@ -102,15 +96,13 @@ const void* PeerHostBounces::map(int pid, std::uint64_t nonce, std::uint64_t ind
     munmap(oldest->second.data, oldest->second.bytes);
     mappings_.erase(oldest);
   }
-  const int fd = shm_open(host_bounce_name(pid, nonce, index).c_str(), O_RDONLY, 0);
-  if (fd < 0) return nullptr;
-  const off_t size = lseek(fd, 0, SEEK_END);
-  void* data = size >= static_cast<off_t>(bytes) && size > 0
-                   ? mmap(nullptr, static_cast<std::size_t>(size), PROT_READ, MAP_SHARED, fd, 0)
-                   : MAP_FAILED;
-  close(fd);
+  const int opened = open_process_memory(pid, fd, host_bounce_name(nonce, index), O_RDONLY);
+  if (opened < 0) return nullptr;
+  const std::size_t size = process_memory_bytes(opened);
+  void* data = size >= bytes && size > 0 ? mmap(nullptr, size, PROT_READ, MAP_SHARED, opened, 0) : MAP_FAILED;
+  close(opened);
   if (data == MAP_FAILED) return nullptr;
-  mappings_.emplace(key, Mapping{data, static_cast<std::size_t>(size), ++uses_});
+  mappings_.emplace(key, Mapping{data, size, ++uses_});
   return data;
 }
 

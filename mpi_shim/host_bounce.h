@@ -6,9 +6,11 @@
 // host memory needs the sender's own MPI progress to be delivered, which a
 // sender inside an engine collective never makes (a deadlock).
 //
-// A segment is made once, named by its owner's pid, a nonce of the owner's
-// and an index that is never reused, and kept for reuse until the owner's
-// MPI_Finalize; the receiver maps it by name at first use.
+// A segment is a memfd (engine/common/process_memory.h: nothing is left in
+// /dev/shm however the job ends), made once, called by a nonce of its
+// owner's and an index that is never reused, and kept for reuse until the
+// owner's MPI_Finalize; the receiver opens it by the owner's pid and
+// descriptor at first use.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +32,7 @@ std::size_t bounce_bytes(std::size_t bytes);
 
 struct HostBounce {
   std::uint64_t index;
+  int fd;  // the memfd, open while the segment lives
   void* data;
   std::size_t bytes;
   bool busy = false;
@@ -59,7 +62,7 @@ class HostBounces {
   std::vector<std::unique_ptr<HostBounce>> segments_;
 };
 
-std::string host_bounce_name(int pid, std::uint64_t nonce, std::uint64_t index);
+std::string host_bounce_name(std::uint64_t nonce, std::uint64_t index);
 
 // Another process's segments, mapped at first use and kept (the most
 // recently used ones, up to a bound).
@@ -70,8 +73,9 @@ class PeerHostBounces {
   PeerHostBounces(const PeerHostBounces&) = delete;
   PeerHostBounces& operator=(const PeerHostBounces&) = delete;
 
-  // The segment's data, at least bytes long; nullptr if it cannot be mapped.
-  const void* map(int pid, std::uint64_t nonce, std::uint64_t index, std::size_t bytes);
+  // The data of segment index (memfd fd) of process pid, at least bytes
+  // long; nullptr if it cannot be mapped.
+  const void* map(int pid, int fd, std::uint64_t nonce, std::uint64_t index, std::size_t bytes);
 
  private:
   using Key = std::tuple<int, std::uint64_t, std::uint64_t>;

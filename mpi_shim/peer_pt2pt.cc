@@ -22,6 +22,7 @@
 #include "engine/collectives/communicator.h"
 #include "engine/common/log.h"
 #include "engine/common/params.h"
+#include "engine/common/process_memory.h"
 #include "engine/transport/p2p.h"
 #include "handlers.h"
 #include "mpi_shim/host_bounce.h"
@@ -70,7 +71,10 @@ struct Envelope {
   // communicator, with reply_tag, once it has copied the buffer (a
   // nonblocking send's request is the receive of that word).
   std::uint32_t reply_when_copied;
-  std::uint32_t reserved;
+  // The memfd, in the sending process, of the shared memory this envelope
+  // names: its claims segment (an offer) or its host bounce buffer
+  // (kHostBounce).
+  std::int32_t segment_fd;
   ExportedBuffer buffer;  // kPeerMemory; kHostBounce names its segment
 };
 static_assert(sizeof(Envelope) == 184, "Envelope travels between processes; keep its layout fixed");
@@ -89,8 +93,8 @@ constexpr std::size_t kBounceHeader = std::size_t{2} << 20;
 
 struct CommEntry {
   std::uint64_t id = 0;
-  std::vector<int> world;       // by rank in the communicator
-  std::vector<char> on_host;    // another process of this machine
+  std::vector<int> world;     // by rank in the communicator
+  std::vector<char> on_host;  // another process of this machine
   bool any_on_host = false;
   std::uint64_t constructions = 0;
   std::map<std::pair<std::uint64_t, int>, std::uint64_t> group_constructions;  // (group, tag)
@@ -106,7 +110,7 @@ struct PeerRank {
 // (the receive copies it out whenever it completes, as MPI's progress rule
 // needs) and the user may reuse the buffer.
 struct Bounce {
-  void* ptr;  // the header page; data after kBounceHeader
+  void* ptr;          // the header page; data after kBounceHeader
   std::size_t bytes;  // of data
   gpu::Backend* backend;
   int device;
@@ -172,7 +176,7 @@ struct State {
   std::atomic<std::uint64_t>* claims = nullptr;
   std::uint64_t tickets = 0;
   bool claims_failed = false;
-  std::string claims_name;
+  int claims_fd = -1;  // its memfd
   std::uint64_t claims_nonce = 0;
   std::vector<int> free_claims;
   std::map<std::pair<int, std::uint64_t>, std::atomic<std::uint64_t>*> peer_claims;
@@ -250,20 +254,12 @@ void register_locked(MPI_Comm comm, std::uint64_t id) {
   s.comms_generation.fetch_add(1, std::memory_order_release);
 }
 
-std::string claims_segment_name(int pid, std::uint64_t nonce) {
-  return "/ferry-claims-" + std::to_string(pid) + "-" + std::to_string(nonce);
-}
+std::string claims_segment_name(std::uint64_t nonce) { return "ferry-claims-" + std::to_string(nonce); }
 
-std::atomic<std::uint64_t>* map_claims(const std::string& name, bool create) {
-  const int fd = shm_open(name.c_str(), create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
-  if (fd < 0) return nullptr;
-  if (create && ftruncate(fd, kClaimsBytes) != 0) {
-    close(fd);
-    shm_unlink(name.c_str());
-    return nullptr;
-  }
+// The claims segment behind fd, mapped; nullptr if it cannot be.
+std::atomic<std::uint64_t>* map_claims(int fd) {
+  if (fd < 0 || process_memory_bytes(fd) < kClaimsBytes) return nullptr;
   void* view = mmap(nullptr, kClaimsBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
   return view == MAP_FAILED ? nullptr : static_cast<std::atomic<std::uint64_t>*>(view);
 }
 
@@ -275,8 +271,8 @@ int take_claim(std::uint64_t* ticket) {
   if (!s.claims && !s.claims_failed) {
     s.claims_nonce = mix(static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()),
                          static_cast<std::uint64_t>(s.world_rank));
-    s.claims_name = claims_segment_name(getpid(), s.claims_nonce);
-    s.claims = map_claims(s.claims_name, true);
+    s.claims_fd = create_process_memory(claims_segment_name(s.claims_nonce), kClaimsBytes, true);
+    s.claims = map_claims(s.claims_fd);
     s.claims_failed = s.claims == nullptr;
     for (int slot = kClaimSlots - 1; s.claims && slot >= 0; --slot) s.free_claims.push_back(slot);
   }
@@ -305,7 +301,11 @@ std::atomic<std::uint64_t>* peer_claim(const Envelope& env) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.claims_mutex);
   auto& words = s.peer_claims[{env.claim_pid, env.claim_nonce}];
-  if (!words) words = map_claims(claims_segment_name(env.claim_pid, env.claim_nonce), false);
+  if (!words) {
+    const int fd = open_process_memory(env.claim_pid, env.segment_fd, claims_segment_name(env.claim_nonce), O_RDWR);
+    words = map_claims(fd);
+    if (fd >= 0) close(fd);
+  }
   return words && env.claim_slot >= 0 && env.claim_slot < kClaimSlots ? words + env.claim_slot : nullptr;
 }
 
@@ -315,8 +315,7 @@ bool peer_rank(MPI_Comm comm, int rank, PeerRank* out) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.comms_mutex);
   auto it = s.comms.find(comm);
-  if (it == s.comms.end() || rank < 0 || rank >= static_cast<int>(it->second.world.size()) ||
-      !it->second.on_host[rank])
+  if (it == s.comms.end() || rank < 0 || rank >= static_cast<int>(it->second.world.size()) || !it->second.on_host[rank])
     return false;
   *out = PeerRank{it->second.id, it->second.world[rank]};
   return true;
@@ -385,8 +384,10 @@ int find_envelope(int world, std::uint64_t comm_id, int tag, bool peek, Envelope
       if (arrived) continue;
     }
     if (std::chrono::steady_clock::now() > gives_up) {
-      FERRY_WARN(Shim, "the envelope of a device message from world rank %d did not come within "
-                 "FERRY_HANDSHAKE_TIMEOUT", world);
+      FERRY_WARN(Shim,
+                 "the envelope of a device message from world rank %d did not come within "
+                 "FERRY_HANDSHAKE_TIMEOUT",
+                 world);
       return MPI_ERR_OTHER;
     }
     if (polls > 1024) std::this_thread::yield();
@@ -399,9 +400,7 @@ int next_reply_tag() {
   return kFirstReplyTag + static_cast<int>(s.replies.fetch_add(1, std::memory_order_relaxed) % span);
 }
 
-gpu::Backend* backend_of(gpu::BackendKind kind) {
-  return gpu::owner_backend({gpu::MemoryKind::kDevice, kind});
-}
+gpu::Backend* backend_of(gpu::BackendKind kind) { return gpu::owner_backend({gpu::MemoryKind::kDevice, kind}); }
 
 // Copies the first length bytes of a message out of its bounce buffer,
 // mapped at bounce, to dst (any memory): chunk by chunk on a stream that
@@ -461,8 +460,8 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
   Extent extent;
   const std::int64_t capacity = message_bytes(count, type);
   const bool described = capacity >= 0 && extent_of(count, type, &extent);
-  const bool dense = described && extent.dense && extent.bytes == static_cast<std::size_t>(capacity) &&
-                     packed_layout(type);
+  const bool dense =
+      described && extent.dense && extent.bytes == static_cast<std::size_t>(capacity) && packed_layout(type);
   const std::int64_t delivered = std::min<std::int64_t>(std::max<std::int64_t>(capacity, 0), env.bytes);
   const bool on_host = env.kind == EnvelopeKind::kHostBounce;
   gpu::Backend* backend = on_host ? nullptr : backend_of(env.buffer.handle.owner);
@@ -470,7 +469,8 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
   const void* host_source = nullptr;
   Status copied = Status::kUnavailable;
   if (on_host) {
-    host_source = s.peer_host_bounces.map(env.buffer.pid, env.claim_nonce, env.buffer.allocation_id, env.bytes);
+    host_source =
+        s.peer_host_bounces.map(env.buffer.pid, env.segment_fd, env.claim_nonce, env.buffer.allocation_id, env.bytes);
     if (host_source) copied = Status::kOk;
   } else if (backend) {
     copied = s.memory.pin_buffer(env.buffer, &source);
@@ -511,8 +511,7 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
   int replied = MPI_SUCCESS;
   if (claim) {
     claim->store(claim_word(env.claim_ticket, kClaimDone), std::memory_order_release);
-    if (env.reply_when_copied)
-      replied = PMPI_Send(nullptr, 0, MPI_BYTE, world, env.reply_tag, s.answers);
+    if (env.reply_when_copied) replied = PMPI_Send(nullptr, 0, MPI_BYTE, world, env.reply_tag, s.answers);
   } else {
     const std::int32_t reply = copied == Status::kTimeout ? kFailed : kCopied;
     replied = PMPI_Send(&reply, 1, MPI_INT32_T, world, env.reply_tag, s.answers);
@@ -563,8 +562,8 @@ Status fill_bounce(Bounce& bounce, const void* data, Envelope* env) {
   env->chunk_bytes = chunk;
   for (std::size_t offset = 0; offset < bytes; offset += chunk) {
     const std::size_t length = std::min(chunk, bytes - offset);
-    FERRY_CHECK(backend->copy_async(static_cast<char*>(bounce.data()) + offset,
-                                    static_cast<const char*>(data) + offset, length, stream));
+    FERRY_CHECK(backend->copy_async(static_cast<char*>(bounce.data()) + offset, static_cast<const char*>(data) + offset,
+                                    length, stream));
     FERRY_CHECK(backend->stream_write_value(stream, bounce.word(), ++bounce.chunks));
   }
   return backend->event_record(bounce.filled, stream);
@@ -584,8 +583,8 @@ void reap_locked(State& s) {
   for (const SendInFlight& send : s.in_flight) replies.push_back(send.reply);
   std::vector<int> done(replies.size());
   int outcount = 0;
-  if (PMPI_Testsome(static_cast<int>(replies.size()), replies.data(), &outcount, done.data(),
-                    MPI_STATUSES_IGNORE) != MPI_SUCCESS ||
+  if (PMPI_Testsome(static_cast<int>(replies.size()), replies.data(), &outcount, done.data(), MPI_STATUSES_IGNORE) !=
+          MPI_SUCCESS ||
       outcount == MPI_UNDEFINED)
     return;
   std::vector<bool> finished(replies.size(), false);
@@ -713,8 +712,7 @@ void stop() {
       PMPI_Request_free(&send.reply);
     }
     if (!s.in_flight.empty())
-      FERRY_WARN(Shim, "%zu device messages were never received; their bounce buffers stay mapped",
-                 s.in_flight.size());
+      FERRY_WARN(Shim, "%zu device messages were never received; their bounce buffers stay mapped", s.in_flight.size());
     s.in_flight.clear();
     for (auto& b : s.bounces)
       if (!b->busy) free_bounce(*b);
@@ -726,11 +724,10 @@ void stop() {
     for (auto& [owner, words] : s.peer_claims)
       if (words) munmap(words, kClaimsBytes);
     s.peer_claims.clear();
-    if (s.claims) {
-      munmap(s.claims, kClaimsBytes);
-      shm_unlink(s.claims_name.c_str());
-      s.claims = nullptr;
-    }
+    if (s.claims) munmap(s.claims, kClaimsBytes);
+    s.claims = nullptr;
+    if (s.claims_fd >= 0) close(s.claims_fd);
+    s.claims_fd = -1;
   }
   g_active.store(false, std::memory_order_release);
   PMPI_Comm_free(&s.control);
@@ -927,6 +924,7 @@ int offer_start(FunctionId id, Mode mode, const Eligible& e, int dest, int tag, 
   env.claim_slot = slot;
   env.claim_pid = static_cast<std::int32_t>(getpid());
   env.claim_nonce = s.claims_nonce;
+  env.segment_fd = s.claims_fd;
   env.claim_ticket = ticket;
   env.chunk_bytes = env.bytes;
   env.reply_when_copied = request || held;
@@ -1011,6 +1009,7 @@ int send_withdrawn_to_host(Offer& offer, const std::function<int()>& end_request
   moved.buffer.pid = static_cast<std::int32_t>(getpid());
   moved.buffer.allocation_id = host->index;
   moved.claim_nonce = s.host_bounces->nonce();
+  moved.segment_fd = host->fd;
   const bool read = ok(gpu::copy(host->data, offer.e.data, static_cast<std::size_t>(offer.e.bytes)));
   int rc = end_request ? end_request() : MPI_SUCCESS;
   if (!read) {
@@ -1029,8 +1028,7 @@ int send_withdrawn_to_host(Offer& offer, const std::function<int()>& end_request
       host->busy = false;
     }
   }
-  if (rc == MPI_SUCCESS)
-    rc = PMPI_Send(&moved, sizeof(moved), MPI_BYTE, offer.e.to.world, moved.reply_tag, s.control);
+  if (rc == MPI_SUCCESS) rc = PMPI_Send(&moved, sizeof(moved), MPI_BYTE, offer.e.to.world, moved.reply_tag, s.control);
   return rc;
 }
 
@@ -1048,10 +1046,10 @@ struct PendingOffer {
   bool persistent = false;  // its claim word is its request's
   bool looked_at = false;   // by its call or a completion call: its time runs from then
   std::chrono::steady_clock::time_point offer_ends, gives_up;
-  bool ended = false;       // copied, withdrawn or given up on (a request's word is on its way)
+  bool ended = false;  // copied, withdrawn or given up on (a request's word is on its way)
   bool withdrawn = false;
-  bool slot_lost = false;   // claimed and never finished: its claim word stays out of use
-  bool released = false;    // by finish_offer
+  bool slot_lost = false;  // claimed and never finished: its claim word stays out of use
+  bool released = false;   // by finish_offer
   int error = MPI_SUCCESS;
 };
 
@@ -1111,9 +1109,8 @@ void look_at(PendingOffer& n, bool withdraw_now) {
     receiver_claimed.store(now_ns, std::memory_order_relaxed);
   const bool expired =
       withdraw_now ||
-      (now > n.offer_ends &&
-       now_ns > receiver_claimed.load(std::memory_order_relaxed) +
-                    std::chrono::duration_cast<std::chrono::nanoseconds>(window).count());
+      (now > n.offer_ends && now_ns > receiver_claimed.load(std::memory_order_relaxed) +
+                                          std::chrono::duration_cast<std::chrono::nanoseconds>(window).count());
   if (word == claim_word(ticket, kClaimDone)) {
     n.ended = true;
   } else if (word == claim_word(ticket, kOffered) && expired && (has_bounce(n.offer) || has_host_bounce(n.offer)) &&
@@ -1121,8 +1118,8 @@ void look_at(PendingOffer& n, bool withdraw_now) {
     n.ended = n.withdrawn = true;
     FERRY_TRACE(Shim, "a %lld-byte offer to rank %d withdrawn, unclaimed %lld us after its first look",
                 static_cast<long long>(n.offer.e.bytes), n.offer.e.to.world,
-                static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                           now - (n.offer_ends - window)).count()));
+                static_cast<long long>(
+                    std::chrono::duration_cast<std::chrono::microseconds>(now - (n.offer_ends - window)).count()));
     std::function<int()> end_request;
     if (n.has_request) end_request = [&n] { return end_here(n); };
     n.error = n.offer.bounce ? send_withdrawn(n.offer, end_request) : send_withdrawn_to_host(n.offer, end_request);
@@ -1319,8 +1316,7 @@ int free_offer(MPI_Request request) {
 
 SendCounts send_counts() {
   const State& s = state();
-  return SendCounts{s.straight_blocking.load(), s.straight_nonblocking.load(), s.bounced.load(),
-                    s.host_bounced.load()};
+  return SendCounts{s.straight_blocking.load(), s.straight_nonblocking.load(), s.bounced.load(), s.host_bounced.load()};
 }
 
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
@@ -1388,8 +1384,8 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
   return MPI_SUCCESS;
 }
 
-int send_init(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag,
-              MPI_Comm comm, MPI_Request* request, bool* handled) {
+int send_init(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+              MPI_Request* request, bool* handled) {
   *handled = false;
   Eligible e;
   if (params().pt2pt_claim_us <= 0 || (mode != Mode::kStandard && mode != Mode::kReady) ||
@@ -1439,8 +1435,8 @@ namespace {
 // is a marker (*marker): taken from the sender's queue, or left there with
 // peek. The receives posted before `posted` take theirs first: they
 // matched earlier messages.
-int marker_envelope(MPI_Comm comm, const MPI_Status* status, bool peek, std::uint64_t posted, Envelope* env,
-                    int* world, bool* marker) {
+int marker_envelope(MPI_Comm comm, const MPI_Status* status, bool peek, std::uint64_t posted, Envelope* env, int* world,
+                    bool* marker) {
   *marker = false;
   PeerRank from;
   if (!empty_from_peer(comm, status, &from)) return MPI_SUCCESS;
@@ -1487,8 +1483,7 @@ int after_matched_probe(MPI_Comm comm, MPI_Status* status, TakenEnvelope** taken
   return MPI_SUCCESS;
 }
 
-int receive_taken(MPI_Comm comm, TakenEnvelope* taken, void* buf, int count, MPI_Datatype type,
-                  MPI_Status* status) {
+int receive_taken(MPI_Comm comm, TakenEnvelope* taken, void* buf, int count, MPI_Datatype type, MPI_Status* status) {
   std::unique_ptr<TakenEnvelope> owned(taken);
   return receive_message(comm, owned->env, owned->world, buf, count, type, status);
 }
