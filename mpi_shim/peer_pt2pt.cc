@@ -81,11 +81,31 @@ static_assert(sizeof(Envelope) == 184, "Envelope travels between processes; keep
 
 // A claim word (host shared memory, one per offer in flight): the offer's
 // ticket, so a late receive cannot take a later offer in the same word,
-// and its state.
-enum Claim : std::uint64_t { kOffered = 1, kClaimed = 2, kClaimDone = 3, kWithdrawn = 4 };
+// and its state. kPushWanted: the receive asks the sender to copy into the
+// buffer named by the slot's PushRequest; kPushing: the sender copies;
+// kPushed: it has; kPushRefused: it could not, the receive copies. Only the
+// receive writes kClaimDone, after which the sender may reuse the word.
+enum Claim : std::uint64_t {
+  kOffered = 1,
+  kClaimed = 2,
+  kClaimDone = 3,
+  kWithdrawn = 4,
+  kPushWanted = 5,
+  kPushing = 6,
+  kPushRefused = 7,
+  kPushed = 8,
+};
 constexpr int kClaimSlots = 4096;
-constexpr std::size_t kClaimsBytes = kClaimSlots * sizeof(std::uint64_t);
 constexpr std::uint64_t claim_word(std::uint64_t ticket, Claim state) { return ticket << 8 | state; }
+
+// Where the receive of an offer asks its sender to copy (kPushWanted): one
+// a claim word, after the words in the claims segment.
+struct PushRequest {
+  ExportedBuffer destination;
+  std::uint64_t bytes;
+  std::uint64_t ticket;  // the offer's
+};
+constexpr std::size_t kClaimsBytes = kClaimSlots * (sizeof(std::uint64_t) + sizeof(PushRequest));
 
 // A bounce buffer: a page for the word that says how far it is filled,
 // then the data (whole 2 MiB pages, which copy engines fill fastest).
@@ -174,6 +194,7 @@ struct State {
   // peers' segments mapped here, by (process, nonce).
   std::mutex claims_mutex;
   std::atomic<std::uint64_t>* claims = nullptr;
+  PushRequest* push_requests = nullptr;  // after the claim words
   std::uint64_t tickets = 0;
   bool claims_failed = false;
   int claims_fd = -1;  // its memfd
@@ -188,7 +209,7 @@ struct State {
   std::atomic<int> live_offers{0};
   std::unordered_map<MPI_Request, std::unique_ptr<PersistentSend>> persistent_sends;
   std::atomic<int> live_persistent_sends{0};
-  std::atomic<std::uint64_t> straight_blocking{0}, straight_nonblocking{0}, bounced{0}, host_bounced{0};
+  std::atomic<std::uint64_t> straight_blocking{0}, straight_nonblocking{0}, bounced{0}, host_bounced{0}, pushed{0};
 };
 
 State& state() {
@@ -274,6 +295,7 @@ int take_claim(std::uint64_t* ticket) {
     s.claims_fd = create_process_memory(claims_segment_name(s.claims_nonce), kClaimsBytes, true);
     s.claims = map_claims(s.claims_fd);
     s.claims_failed = s.claims == nullptr;
+    if (s.claims) s.push_requests = reinterpret_cast<PushRequest*>(s.claims + kClaimSlots);
     for (int slot = kClaimSlots - 1; s.claims && slot >= 0; --slot) s.free_claims.push_back(slot);
   }
   if (s.free_claims.empty()) return -1;
@@ -307,6 +329,16 @@ std::atomic<std::uint64_t>* peer_claim(const Envelope& env) {
     if (fd >= 0) close(fd);
   }
   return words && env.claim_slot >= 0 && env.claim_slot < kClaimSlots ? words + env.claim_slot : nullptr;
+}
+
+// The push request of an offer from another process (its claims segment is
+// mapped by peer_claim).
+PushRequest* peer_push_request(const Envelope& env) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.claims_mutex);
+  auto it = s.peer_claims.find({env.claim_pid, env.claim_nonce});
+  if (it == s.peer_claims.end() || !it->second) return nullptr;
+  return reinterpret_cast<PushRequest*>(it->second + kClaimSlots) + env.claim_slot;
 }
 
 // rank of comm when it is a known communicator and rank another process of
@@ -431,6 +463,65 @@ Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* 
   return Status::kTimeout;
 }
 
+enum class Push { kNotAsked, kCopied, kTakenBack, kFailed };
+
+// A GPU that runs processes' work in turns (CUDA without MPS) switches
+// between them whenever another process's work comes, at a cost far above a
+// small copy's. So where an offer's sender and its receive share such a
+// GPU and the sender has the lower world rank, the receive asks the sender
+// to copy (FERRY_GPU_LEADER): each pair's copies, both ways, are then one
+// process's work. kCopied: the sender has copied into dst; kTakenBack: the
+// word is claimed for this receive to copy (the sender did not answer
+// within FERRY_PT2PT_CLAIM_US, being outside MPI, or refused); kNotAsked:
+// no such pair, or the offer was withdrawn first; kFailed: the sender
+// began and did not finish within FERRY_HANDSHAKE_TIMEOUT.
+Push ask_sender_to_copy(const Envelope& env, int world, std::atomic<std::uint64_t>* claim, void* dst,
+                        std::size_t bytes) {
+  State& s = state();
+  const std::string& leading = params().gpu_leader;
+  if (leading == "off" || world >= s.world_rank || env.kind != EnvelopeKind::kPeerMemory || bytes == 0)
+    return Push::kNotAsked;
+  const gpu::PointerInfo mine = gpu::classify(dst);
+  gpu::Backend* backend = backend_of(env.buffer.handle.owner);
+  if (!backend || mine.kind != gpu::MemoryKind::kDevice || mine.owner != env.buffer.handle.owner)
+    return Push::kNotAsked;
+  void* source = nullptr;
+  if (!ok(s.memory.pin_buffer(env.buffer, &source))) return Push::kNotAsked;
+  const bool shared =
+      gpu::classify(source).device == mine.device && (leading == "on" || backend->processes_take_turns(mine.device));
+  s.memory.unpin_buffer(env.buffer);
+  PushRequest* request = shared ? peer_push_request(env) : nullptr;
+  if (!request || !ok(s.memory.export_buffer(dst, mine, &request->destination))) return Push::kNotAsked;
+  request->bytes = bytes;
+  request->ticket = env.claim_ticket;
+  std::uint64_t word = claim_word(env.claim_ticket, kOffered);
+  if (!claim->compare_exchange_strong(word, claim_word(env.claim_ticket, kPushWanted), std::memory_order_acq_rel))
+    return Push::kNotAsked;
+  const auto answer_by = std::chrono::steady_clock::now() + std::chrono::microseconds(params().pt2pt_claim_us);
+  const auto gives_up = handshake_deadline();
+  for (int polls = 0;; ++polls) {
+    word = claim->load(std::memory_order_acquire);
+    const auto now = std::chrono::steady_clock::now();
+    if (word == claim_word(env.claim_ticket, kPushed)) {
+      claim->store(claim_word(env.claim_ticket, kClaimDone), std::memory_order_release);
+      return Push::kCopied;
+    }
+    if (word == claim_word(env.claim_ticket, kPushRefused)) {
+      claim->store(claim_word(env.claim_ticket, kClaimed), std::memory_order_release);
+      return Push::kTakenBack;
+    }
+    if (word == claim_word(env.claim_ticket, kPushWanted) && now > answer_by &&
+        claim->compare_exchange_strong(word, claim_word(env.claim_ticket, kClaimed), std::memory_order_acq_rel))
+      return Push::kTakenBack;
+    if (now > gives_up) {
+      FERRY_WARN(Shim, "rank %d began copying a %zu-byte message and did not finish within FERRY_HANDSHAKE_TIMEOUT",
+                 world, bytes);
+      return Push::kFailed;
+    }
+    if (polls > 1024) std::this_thread::yield();
+  }
+}
+
 // A message whose envelope says kPeerMemory: claims it if it is an offer,
 // then copies it out of the sender's buffer (or bounce buffer, device or
 // host), straight into buf when buf is one range in packed order, else
@@ -440,15 +531,38 @@ Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* 
 int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, int count, MPI_Datatype type,
                     MPI_Status* status) {
   State& s = state();
+  Extent extent;
+  const std::int64_t capacity = message_bytes(count, type);
+  const bool described = capacity >= 0 && extent_of(count, type, &extent);
+  const bool dense =
+      described && extent.dense && extent.bytes == static_cast<std::size_t>(capacity) && packed_layout(type);
+  const std::int64_t delivered = std::min<std::int64_t>(std::max<std::int64_t>(capacity, 0), env.bytes);
   std::atomic<std::uint64_t>* claim = nullptr;
   if (env.claim_slot >= 0) {
     // An offer: claimed, the send buffer is copied from and the word says
-    // when that is done; withdrawn (the sender waited long enough), a
-    // bounce buffer's envelope follows.
+    // when that is done (or the sender copies, ask_sender_to_copy);
+    // withdrawn (the sender waited long enough), a bounce buffer's envelope
+    // follows.
     claim = peer_claim(env);
+    const Push push = claim && dense ? ask_sender_to_copy(env, world, claim, static_cast<char*>(buf) + extent.lb,
+                                                          static_cast<std::size_t>(delivered))
+                                     : Push::kNotAsked;
+    if (push == Push::kCopied || push == Push::kFailed) {
+      s.pushed.fetch_add(push == Push::kCopied, std::memory_order_relaxed);
+      int error = push == Push::kFailed ? MPI_ERR_OTHER : MPI_SUCCESS;
+      if (env.reply_when_copied) {
+        const int replied = PMPI_Send(nullptr, 0, MPI_BYTE, world, env.reply_tag, s.answers);
+        if (error == MPI_SUCCESS) error = replied;
+      }
+      if (error == MPI_SUCCESS && static_cast<std::int64_t>(env.bytes) > capacity) error = MPI_ERR_TRUNCATE;
+      PMPI_Status_set_elements_x(status, MPI_BYTE, push == Push::kCopied ? delivered : 0);
+      if (error != MPI_SUCCESS) status->MPI_ERROR = error;
+      return error;
+    }
     std::uint64_t offered = claim_word(env.claim_ticket, kOffered);
-    if (!claim ||
-        !claim->compare_exchange_strong(offered, claim_word(env.claim_ticket, kClaimed), std::memory_order_acq_rel)) {
+    if (push == Push::kNotAsked &&
+        (!claim ||
+         !claim->compare_exchange_strong(offered, claim_word(env.claim_ticket, kClaimed), std::memory_order_acq_rel))) {
       FERRY_TRACE(Shim, "a %llu-byte offer from rank %d was withdrawn before this receive claimed it",
                   static_cast<unsigned long long>(env.bytes), world);
       Envelope bounced;
@@ -457,12 +571,6 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
       return receive_message(comm, bounced, world, buf, count, type, status);
     }
   }
-  Extent extent;
-  const std::int64_t capacity = message_bytes(count, type);
-  const bool described = capacity >= 0 && extent_of(count, type, &extent);
-  const bool dense =
-      described && extent.dense && extent.bytes == static_cast<std::size_t>(capacity) && packed_layout(type);
-  const std::int64_t delivered = std::min<std::int64_t>(std::max<std::int64_t>(capacity, 0), env.bytes);
   const bool on_host = env.kind == EnvelopeKind::kHostBounce;
   gpu::Backend* backend = on_host ? nullptr : backend_of(env.buffer.handle.owner);
   void* source = nullptr;
@@ -1083,6 +1191,20 @@ bool has_host_bounce(Offer& offer) {
   return offer.host != nullptr;
 }
 
+// Copies an offer's data into the receive buffer its receive asked for
+// (ask_sender_to_copy); false if it cannot.
+bool push_to_receive(const Offer& offer) {
+  State& s = state();
+  const PushRequest& request = s.push_requests[offer.slot];
+  void* destination = nullptr;
+  if (request.ticket != offer.ticket || request.bytes > static_cast<std::uint64_t>(offer.e.bytes) ||
+      !ok(s.memory.pin_buffer(request.destination, &destination)))
+    return false;
+  const bool copied = ok(offer.e.backend->copy(destination, offer.e.data, request.bytes));
+  s.memory.unpin_buffer(request.destination);
+  return copied;
+}
+
 // One look at an offer: it has ended once its receive copied it; it is
 // withdrawn once it waited FERRY_PT2PT_CLAIM_US unclaimed (at once with
 // withdraw_now), counted from its first look or from the last time the
@@ -1105,7 +1227,8 @@ void look_at(PendingOffer& n, bool withdraw_now) {
   std::uint64_t word = claim.load(std::memory_order_acquire);
   std::atomic<std::int64_t>& receiver_claimed = s.claimed_at[n.offer.e.to.world];
   const std::int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
-  if (word == claim_word(ticket, kClaimed) || word == claim_word(ticket, kClaimDone))
+  if (word == claim_word(ticket, kClaimed) || word == claim_word(ticket, kClaimDone) ||
+      word == claim_word(ticket, kPushWanted))
     receiver_claimed.store(now_ns, std::memory_order_relaxed);
   const bool expired =
       withdraw_now ||
@@ -1113,6 +1236,9 @@ void look_at(PendingOffer& n, bool withdraw_now) {
                                           std::chrono::duration_cast<std::chrono::nanoseconds>(window).count());
   if (word == claim_word(ticket, kClaimDone)) {
     n.ended = true;
+  } else if (word == claim_word(ticket, kPushWanted) &&
+             claim.compare_exchange_strong(word, claim_word(ticket, kPushing), std::memory_order_acq_rel)) {
+    claim.store(claim_word(ticket, push_to_receive(n.offer) ? kPushed : kPushRefused), std::memory_order_release);
   } else if (word == claim_word(ticket, kOffered) && expired && (has_bounce(n.offer) || has_host_bounce(n.offer)) &&
              claim.compare_exchange_strong(word, claim_word(ticket, kWithdrawn), std::memory_order_acq_rel)) {
     n.ended = n.withdrawn = true;
@@ -1131,7 +1257,7 @@ void look_at(PendingOffer& n, bool withdraw_now) {
     n.ended = n.withdrawn = true;
     n.error = MPI_ERR_OTHER;
     if (n.has_request) end_here(n);
-  } else if (word == claim_word(ticket, kClaimed) && now > n.gives_up) {
+  } else if ((word == claim_word(ticket, kClaimed) || word == claim_word(ticket, kPushed)) && now > n.gives_up) {
     FERRY_WARN(Shim, "a receive claimed a %lld-byte message and did not finish within FERRY_HANDSHAKE_TIMEOUT",
                static_cast<long long>(n.offer.e.bytes));
     n.ended = n.slot_lost = true;
@@ -1316,7 +1442,8 @@ int free_offer(MPI_Request request) {
 
 SendCounts send_counts() {
   const State& s = state();
-  return SendCounts{s.straight_blocking.load(), s.straight_nonblocking.load(), s.bounced.load(), s.host_bounced.load()};
+  return SendCounts{s.straight_blocking.load(), s.straight_nonblocking.load(), s.bounced.load(), s.host_bounced.load(),
+                    s.pushed.load()};
 }
 
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,

@@ -63,9 +63,9 @@ enum class Mode { kNone, kStandard, kSynchronous, kReady };
 // completion call that looks at a nonblocking one's request) or of the
 // receiver's latest claim of another of its offers, and goes on through a
 // bounce buffer, so it never waits for its receive (MPI's progress rule,
-// and programs that count on small messages being buffered). A nonblocking offer's *request is a receive of the word that
-// the copy is done (see settle_offers). Any other send copies the data to
-// a bounce buffer of device memory first, and *request is the marker's.
+// and programs that count on small messages being buffered). A nonblocking offer's *request is a receive of the word
+// that the copy is done (see settle_offers). Any other send copies the data to a bounce buffer of device memory first,
+// and *request is the marker's.
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
          MPI_Request* request, bool* handled);
 
@@ -73,8 +73,8 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
 // machine: every MPI_Start offers the buffer anew, as a nonblocking send
 // does, and *request is a persistent receive of the word that ends each
 // offer. *handled false: not taken (make the request another way).
-int send_init(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag,
-              MPI_Comm comm, MPI_Request* request, bool* handled);
+int send_init(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+              MPI_Request* request, bool* handled);
 // Whether any of requests is such a send's (one load while none exists).
 bool any_persistent_send(int count, const MPI_Request* requests);
 
@@ -104,8 +104,10 @@ int sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest
 // The counts FERRY_STATS prints: sends copied straight from the send
 // buffer (blocking and nonblocking), sends through device bounce buffers
 // and through host ones.
+// pushed: receives of this rank whose sender copied the data (ranks
+// sharing a GPU that takes turns, FERRY_GPU_LEADER).
 struct SendCounts {
-  std::uint64_t straight_blocking, straight_nonblocking, bounced, host_bounced;
+  std::uint64_t straight_blocking, straight_nonblocking, bounced, host_bounced, pushed;
 };
 SendCounts send_counts();
 

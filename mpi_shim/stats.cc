@@ -67,14 +67,16 @@ void print_stats(int rank) {
                  bcast_algorithm_info(static_cast<BcastAlgorithm>(a)).name, static_cast<unsigned long long>(calls));
   }
   const peer::SendCounts sends = peer::send_counts();
-  if (sends.straight_blocking + sends.straight_nonblocking + sends.bounced + sends.host_bounced > 0)
+  if (sends.straight_blocking + sends.straight_nonblocking + sends.bounced + sends.host_bounced + sends.pushed > 0)
     std::fprintf(stderr,
                  "ferry stats rank %d: peer-memory sends %llu copied from the send buffer (%llu blocking, %llu "
-                 "nonblocking), %llu through bounce buffers, %llu through host bounce buffers\n",
+                 "nonblocking), %llu through bounce buffers, %llu through host bounce buffers; %llu receives copied "
+                 "by their sender\n",
                  rank, static_cast<unsigned long long>(sends.straight_blocking + sends.straight_nonblocking),
                  static_cast<unsigned long long>(sends.straight_blocking),
                  static_cast<unsigned long long>(sends.straight_nonblocking),
-                 static_cast<unsigned long long>(sends.bounced), static_cast<unsigned long long>(sends.host_bounced));
+                 static_cast<unsigned long long>(sends.bounced), static_cast<unsigned long long>(sends.host_bounced),
+                 static_cast<unsigned long long>(sends.pushed));
   const StagingMemory staging = staging_memory();
   if (staging.pinned_allocations + staging.pageable_blocks > 0)
     std::fprintf(stderr,
