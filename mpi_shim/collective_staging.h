@@ -56,6 +56,14 @@ inline auto blocks(const int* counts, const int* displs, MPI_Datatype type) {
     return displs && extent_of_blocks(shape.peers, counts, displs, type, e);
   };
 }
+// per_peer() of a send side, counted in the stats.
+inline auto counted_per_peer(FunctionId id, int count, MPI_Datatype type) {
+  return [=](const CommShape& shape, Extent* e) {
+    if (!per_peer(count, type)(shape, e)) return false;
+    count_bytes(id, static_cast<std::int64_t>(count) * shape.peers, type);
+    return true;
+  };
+}
 // blocks() of a send side, counted in the stats.
 inline auto counted_blocks(FunctionId id, const int* counts, const int* displs, MPI_Datatype type) {
   return [=](const CommShape& shape, Extent* e) {
@@ -138,10 +146,14 @@ int exchange_like(FunctionId id, const void* sendbuf, void* recvbuf, MPI_Comm co
                   SendExtent send_extent_of, RecvExtent recv_extent_of, PmpiCall pmpi,
                   const RouteDecision* decided = nullptr) {
   const Route route = decided ? decided->route : route_call(id, {sendbuf, recvbuf}, true).route;
-  if (route == Route::kPmpi) return pmpi(sendbuf, recvbuf);
   CommShape shape;
   Extent send_extent, recv_extent;
   const bool in_place = sendbuf == MPI_IN_PLACE;
+  if (route == Route::kPmpi) {
+    // The send side still counts its bytes (counted_*) under FERRY_STATS.
+    if (stats_enabled() && !in_place && comm_shape(comm, &shape)) send_extent_of(shape, &send_extent);
+    return pmpi(sendbuf, recvbuf);
+  }
   if (!comm_shape(comm, &shape) || (!in_place && !send_extent_of(shape, &send_extent)) ||
       !recv_extent_of(shape, &recv_extent))
     return pmpi(sendbuf, recvbuf);

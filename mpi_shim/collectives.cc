@@ -164,10 +164,9 @@ int handle_Scatterv(const void* sendbuf, const int* sendcounts, const int* displ
 
 int handle_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                     MPI_Datatype recvtype, MPI_Comm comm) {
-  count_bytes(FunctionId::kAlltoall, sendcount, sendtype);
+  const FunctionId id = FunctionId::kAlltoall;
   return exchange_like(
-      FunctionId::kAlltoall, sendbuf, recvbuf, comm, nullptr, per_peer(sendcount, sendtype),
-      per_peer(recvcount, recvtype),
+      id, sendbuf, recvbuf, comm, nullptr, counted_per_peer(id, sendcount, sendtype), per_peer(recvcount, recvtype),
       [&](const void* s, void* r) { return PMPI_Alltoall(s, sendcount, sendtype, r, recvcount, recvtype, comm); });
 }
 

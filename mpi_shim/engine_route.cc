@@ -74,9 +74,26 @@ void release_engine_communicators() {
   for (auto& [comm, engine] : live) PMPI_Comm_delete_attr(comm, engine_keyval());
 }
 
+namespace {
+
+// Ranks that disagreed (engine/collectives/agreement.h) get the class of
+// the argument that differed; alltoallv's counts between a pair are counts.
+int mpi_error_class(Status status) {
+  switch (status) {
+    case Status::kOutOfMemory: return MPI_ERR_NO_MEM;
+    case Status::kCountMismatch: return MPI_ERR_COUNT;
+    case Status::kRootMismatch: return MPI_ERR_ROOT;
+    case Status::kTypeMismatch: return MPI_ERR_TYPE;
+    case Status::kOpMismatch: return MPI_ERR_OP;
+    default: return MPI_ERR_OTHER;
+  }
+}
+
+}  // namespace
+
 int report_engine_failure(FunctionId id, MPI_Comm comm, Status status) {
   FERRY_WARN(Coll, "%s on the engine failed: %s", function_name(id), status_name(status));
-  return raise_error(comm, status == Status::kOutOfMemory ? MPI_ERR_NO_MEM : MPI_ERR_OTHER);
+  return raise_error(comm, mpi_error_class(status));
 }
 
 }  // namespace ferry::shim

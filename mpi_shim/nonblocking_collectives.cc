@@ -109,8 +109,8 @@ int handle_Iscatterv(const void* sendbuf, const int* sendcounts, const int* disp
 
 int handle_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                      MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
-  count_bytes(FunctionId::kIalltoall, sendcount, sendtype);
-  return exchange_like(FunctionId::kIalltoall, sendbuf, recvbuf, comm, request, per_peer(sendcount, sendtype),
+  const FunctionId id = FunctionId::kIalltoall;
+  return exchange_like(id, sendbuf, recvbuf, comm, request, counted_per_peer(id, sendcount, sendtype),
                        per_peer(recvcount, recvtype), [&](const void* s, void* r) {
                          return PMPI_Ialltoall(s, sendcount, sendtype, r, recvcount, recvtype, comm, request);
                        });

@@ -463,60 +463,52 @@ Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* 
   return Status::kTimeout;
 }
 
-enum class Push { kNotAsked, kCopied, kTakenBack, kFailed };
-
 // A GPU that runs processes' work in turns (CUDA without MPS) switches
 // between them whenever another process's work comes, at a cost far above a
-// small copy's. So where an offer's sender and its receive share such a
-// GPU and the sender has the lower world rank, the receive asks the sender
-// to copy (FERRY_GPU_LEADER): each pair's copies, both ways, are then one
-// process's work. kCopied: the sender has copied into dst; kTakenBack: the
-// word is claimed for this receive to copy (the sender did not answer
-// within FERRY_PT2PT_CLAIM_US, being outside MPI, or refused); kNotAsked:
-// no such pair, or the offer was withdrawn first; kFailed: the sender
-// began and did not finish within FERRY_HANDSHAKE_TIMEOUT.
-Push ask_sender_to_copy(const Envelope& env, int world, std::atomic<std::uint64_t>* claim, void* dst,
-                        std::size_t bytes) {
+// small copy's. So where a claimed offer's sender and its receive share
+// such a GPU and the sender has the lower world rank, the receive asks the
+// sender to copy (FERRY_GPU_LEADER): each pair's copies, both ways, are then
+// one process's work. source is the sender's buffer, mapped here (claimed:
+// it stays the sender's until kClaimDone). kOk: the sender has copied into
+// dst; kUnavailable: this receive is to copy after all (no such pair, the
+// sender refused or did not answer within FERRY_PT2PT_CLAIM_US, being
+// outside MPI), the word claimed again; kTimeout: the sender began and did
+// not finish within FERRY_HANDSHAKE_TIMEOUT.
+Status ask_sender_to_copy(const Envelope& env, int world, std::atomic<std::uint64_t>* claim, const void* source,
+                          void* dst, std::size_t bytes) {
   State& s = state();
   const std::string& leading = params().gpu_leader;
-  if (leading == "off" || world >= s.world_rank || env.kind != EnvelopeKind::kPeerMemory || bytes == 0)
-    return Push::kNotAsked;
+  if (leading == "off" || world >= s.world_rank || bytes == 0) return Status::kUnavailable;
   const gpu::PointerInfo mine = gpu::classify(dst);
-  gpu::Backend* backend = backend_of(env.buffer.handle.owner);
-  if (!backend || mine.kind != gpu::MemoryKind::kDevice || mine.owner != env.buffer.handle.owner)
-    return Push::kNotAsked;
-  void* source = nullptr;
-  if (!ok(s.memory.pin_buffer(env.buffer, &source))) return Push::kNotAsked;
-  const bool shared =
-      gpu::classify(source).device == mine.device && (leading == "on" || backend->processes_take_turns(mine.device));
-  s.memory.unpin_buffer(env.buffer);
-  PushRequest* request = shared ? peer_push_request(env) : nullptr;
-  if (!request || !ok(s.memory.export_buffer(dst, mine, &request->destination))) return Push::kNotAsked;
+  gpu::Backend* backend = gpu::owner_backend(mine);
+  if (!backend || mine.kind != gpu::MemoryKind::kDevice || gpu::classify(source).device != mine.device ||
+      (leading != "on" && !backend->processes_take_turns(mine.device)))
+    return Status::kUnavailable;
+  PushRequest* request = peer_push_request(env);
+  if (!request || !ok(s.memory.export_buffer(dst, mine, &request->destination))) return Status::kUnavailable;
   request->bytes = bytes;
   request->ticket = env.claim_ticket;
-  std::uint64_t word = claim_word(env.claim_ticket, kOffered);
+  const std::uint64_t claimed = claim_word(env.claim_ticket, kClaimed);
+  std::uint64_t word = claimed;
   if (!claim->compare_exchange_strong(word, claim_word(env.claim_ticket, kPushWanted), std::memory_order_acq_rel))
-    return Push::kNotAsked;
+    return Status::kUnavailable;
   const auto answer_by = std::chrono::steady_clock::now() + std::chrono::microseconds(params().pt2pt_claim_us);
   const auto gives_up = handshake_deadline();
   for (int polls = 0;; ++polls) {
     word = claim->load(std::memory_order_acquire);
     const auto now = std::chrono::steady_clock::now();
-    if (word == claim_word(env.claim_ticket, kPushed)) {
-      claim->store(claim_word(env.claim_ticket, kClaimDone), std::memory_order_release);
-      return Push::kCopied;
-    }
+    if (word == claim_word(env.claim_ticket, kPushed)) return Status::kOk;
     if (word == claim_word(env.claim_ticket, kPushRefused)) {
-      claim->store(claim_word(env.claim_ticket, kClaimed), std::memory_order_release);
-      return Push::kTakenBack;
+      claim->store(claimed, std::memory_order_release);
+      return Status::kUnavailable;
     }
     if (word == claim_word(env.claim_ticket, kPushWanted) && now > answer_by &&
-        claim->compare_exchange_strong(word, claim_word(env.claim_ticket, kClaimed), std::memory_order_acq_rel))
-      return Push::kTakenBack;
+        claim->compare_exchange_strong(word, claimed, std::memory_order_acq_rel))
+      return Status::kUnavailable;
     if (now > gives_up) {
       FERRY_WARN(Shim, "rank %d began copying a %zu-byte message and did not finish within FERRY_HANDSHAKE_TIMEOUT",
                  world, bytes);
-      return Push::kFailed;
+      return Status::kTimeout;
     }
     if (polls > 1024) std::this_thread::yield();
   }
@@ -539,30 +531,14 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
   const std::int64_t delivered = std::min<std::int64_t>(std::max<std::int64_t>(capacity, 0), env.bytes);
   std::atomic<std::uint64_t>* claim = nullptr;
   if (env.claim_slot >= 0) {
-    // An offer: claimed, the send buffer is copied from and the word says
-    // when that is done (or the sender copies, ask_sender_to_copy);
-    // withdrawn (the sender waited long enough), a bounce buffer's envelope
-    // follows.
+    // An offer: claimed, the send buffer is copied from (by the sender,
+    // ask_sender_to_copy, where that is better) and the word says when that
+    // is done; withdrawn (the sender waited long enough), a bounce buffer's
+    // envelope follows.
     claim = peer_claim(env);
-    const Push push = claim && dense ? ask_sender_to_copy(env, world, claim, static_cast<char*>(buf) + extent.lb,
-                                                          static_cast<std::size_t>(delivered))
-                                     : Push::kNotAsked;
-    if (push == Push::kCopied || push == Push::kFailed) {
-      s.pushed.fetch_add(push == Push::kCopied, std::memory_order_relaxed);
-      int error = push == Push::kFailed ? MPI_ERR_OTHER : MPI_SUCCESS;
-      if (env.reply_when_copied) {
-        const int replied = PMPI_Send(nullptr, 0, MPI_BYTE, world, env.reply_tag, s.answers);
-        if (error == MPI_SUCCESS) error = replied;
-      }
-      if (error == MPI_SUCCESS && static_cast<std::int64_t>(env.bytes) > capacity) error = MPI_ERR_TRUNCATE;
-      PMPI_Status_set_elements_x(status, MPI_BYTE, push == Push::kCopied ? delivered : 0);
-      if (error != MPI_SUCCESS) status->MPI_ERROR = error;
-      return error;
-    }
     std::uint64_t offered = claim_word(env.claim_ticket, kOffered);
-    if (push == Push::kNotAsked &&
-        (!claim ||
-         !claim->compare_exchange_strong(offered, claim_word(env.claim_ticket, kClaimed), std::memory_order_acq_rel))) {
+    if (!claim ||
+        !claim->compare_exchange_strong(offered, claim_word(env.claim_ticket, kClaimed), std::memory_order_acq_rel)) {
       FERRY_TRACE(Shim, "a %llu-byte offer from rank %d was withdrawn before this receive claimed it",
                   static_cast<unsigned long long>(env.bytes), world);
       Envelope bounced;
@@ -589,7 +565,13 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
     return on_host ? gpu::copy(dst, host_source, length) : copy_out(backend, env, source, dst, length);
   };
   int error = MPI_SUCCESS;
-  if (ok(copied) && delivered > 0 && dense) {
+  Status pushed = Status::kUnavailable;
+  if (ok(copied) && delivered > 0 && dense && claim)
+    pushed = ask_sender_to_copy(env, world, claim, source, static_cast<char*>(buf) + extent.lb, delivered);
+  if (pushed != Status::kUnavailable) {
+    copied = pushed;
+    s.pushed.fetch_add(ok(pushed), std::memory_order_relaxed);
+  } else if (ok(copied) && delivered > 0 && dense) {
     copied = fetch(static_cast<char*>(buf) + extent.lb, delivered);
   } else if (ok(copied) && delivered > 0) {
     // A type with holes or reordering: the bytes in order on the host, then

@@ -226,6 +226,7 @@ constexpr HostOperand kNoOperand{nullptr, 0, MPI_DATATYPE_NULL};
 
 int handle_Put(const void* origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank,
                MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win) {
+  count_bytes(FunctionId::kPut, origin_count, origin_datatype);
   auto real = [&] {
     return on_host_window(FunctionId::kPut, win, target_rank, {origin_addr, origin_count, origin_datatype},
                           kNoOperand, kNoOperand, nullptr, [&](const void* o, const void*, void*) {
@@ -241,6 +242,7 @@ int handle_Put(const void* origin_addr, int origin_count, MPI_Datatype origin_da
 
 int handle_Get(void* origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank,
                MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win) {
+  count_bytes(FunctionId::kGet, origin_count, origin_datatype);
   auto real = [&] {
     return on_host_window(FunctionId::kGet, win, target_rank, kNoOperand, kNoOperand,
                           {origin_addr, origin_count, origin_datatype}, nullptr, [&](const void*, const void*, void* r) {
@@ -256,6 +258,7 @@ int handle_Get(void* origin_addr, int origin_count, MPI_Datatype origin_datatype
 int handle_Accumulate(const void* origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank,
                       MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op,
                       MPI_Win win) {
+  count_bytes(FunctionId::kAccumulate, origin_count, origin_datatype);
   auto real = [&] {
     return on_host_window(FunctionId::kAccumulate, win, target_rank, {origin_addr, origin_count, origin_datatype},
                           kNoOperand, kNoOperand, nullptr, [&](const void* o, const void*, void*) {
@@ -274,6 +277,7 @@ int handle_Get_accumulate(const void* origin_addr, int origin_count, MPI_Datatyp
                           void* result_addr, int result_count, MPI_Datatype result_datatype, int target_rank,
                           MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op,
                           MPI_Win win) {
+  count_bytes(FunctionId::kGet_accumulate, origin_count, origin_datatype);
   auto real = [&] {
     return on_host_window(FunctionId::kGet_accumulate, win, target_rank, {origin_addr, origin_count, origin_datatype},
                           kNoOperand, {result_addr, result_count, result_datatype}, nullptr,
@@ -291,6 +295,7 @@ int handle_Get_accumulate(const void* origin_addr, int origin_count, MPI_Datatyp
 
 int handle_Fetch_and_op(const void* origin_addr, void* result_addr, MPI_Datatype datatype, int target_rank,
                         MPI_Aint target_disp, MPI_Op op, MPI_Win win) {
+  count_bytes(FunctionId::kFetch_and_op, 1, datatype);
   auto real = [&] {
     return on_host_window(FunctionId::kFetch_and_op, win, target_rank, {origin_addr, 1, datatype}, kNoOperand,
                           {result_addr, 1, datatype}, nullptr, [&](const void* o, const void*, void* r) {
@@ -305,6 +310,7 @@ int handle_Fetch_and_op(const void* origin_addr, void* result_addr, MPI_Datatype
 
 int handle_Compare_and_swap(const void* origin_addr, const void* compare_addr, void* result_addr,
                             MPI_Datatype datatype, int target_rank, MPI_Aint target_disp, MPI_Win win) {
+  count_bytes(FunctionId::kCompare_and_swap, 1, datatype);
   auto real = [&] {
     return on_host_window(FunctionId::kCompare_and_swap, win, target_rank, {origin_addr, 1, datatype},
                           {compare_addr, 1, datatype}, {result_addr, 1, datatype}, nullptr,
@@ -335,6 +341,7 @@ int handle_Compare_and_swap(const void* origin_addr, const void* compare_addr, v
 int handle_Rput(const void* origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank,
                 MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win,
                 MPI_Request* request) {
+  count_bytes(FunctionId::kRput, origin_count, origin_datatype);
   bool through_real = false;
   auto real = [&] {
     through_real = true;
@@ -356,6 +363,7 @@ int handle_Rput(const void* origin_addr, int origin_count, MPI_Datatype origin_d
 int handle_Rget(void* origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank,
                 MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win,
                 MPI_Request* request) {
+  count_bytes(FunctionId::kRget, origin_count, origin_datatype);
   bool through_real = false;
   auto real = [&] {
     through_real = true;
@@ -378,6 +386,7 @@ int handle_Rget(void* origin_addr, int origin_count, MPI_Datatype origin_datatyp
 int handle_Raccumulate(const void* origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank,
                        MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op,
                        MPI_Win win, MPI_Request* request) {
+  count_bytes(FunctionId::kRaccumulate, origin_count, origin_datatype);
   bool through_real = false;
   auto real = [&] {
     through_real = true;
@@ -399,6 +408,7 @@ int handle_Rget_accumulate(const void* origin_addr, int origin_count, MPI_Dataty
                            void* result_addr, int result_count, MPI_Datatype result_datatype, int target_rank,
                            MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op,
                            MPI_Win win, MPI_Request* request) {
+  count_bytes(FunctionId::kRget_accumulate, origin_count, origin_datatype);
   bool through_real = false;
   auto real = [&] {
     through_real = true;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/collectives/agreement.h"
 #include "engine/collectives/executor.h"
 #include "engine/collectives/schedule.h"
 #include "engine/collectives/simple_protocol.h"
@@ -22,9 +23,18 @@ namespace {
 
 enum class CollectiveKind : std::uint16_t { kAllreduce = 1, kBcast = 2, kAlltoallv = 3 };
 
+const char* collective_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllreduce: return "MPI_Allreduce";
+    case CollectiveKind::kBcast: return "MPI_Bcast";
+    case CollectiveKind::kAlltoallv: return "MPI_Alltoallv";
+  }
+  return "?";
+}
+
 // What each rank says before a collective: whether it takes the engine
-// route, with which algorithm (allreduce), and the buffers its peers will
-// map (none for the LL algorithm).
+// route, with which algorithm (allreduce), the buffers its peers will map
+// (none for the LL algorithm), and what it was called with.
 struct Handshake {
   CollectiveKind kind;
   std::uint16_t algorithm;
@@ -32,8 +42,9 @@ struct Handshake {
   std::uint16_t in_place;
   ExportedBuffer first;
   ExportedBuffer second;
+  CallSignature signature;
 };
-static_assert(sizeof(Handshake) == 232, "Handshake travels between processes; keep its layout fixed");
+static_assert(sizeof(Handshake) == 264, "Handshake travels between processes; keep its layout fixed");
 
 // Where this rank's device work runs: the owner of its buffer.
 struct Placement {
@@ -92,19 +103,24 @@ class PhaseClock {
   std::chrono::steady_clock::time_point last_;
 };
 
-// Exchanges handshakes; true when every rank is eligible.
+// Exchanges handshakes; true when every rank is eligible. Ranks called
+// with different arguments all return the same mismatch (agreement.h).
 Status agree(Communicator& comm, Handshake& mine, std::vector<Handshake>* all, bool* everyone, PhaseClock& clock) {
   clock.mark(EnginePhase::kSetup);
   all->resize(comm.size());
   FERRY_CHECK(comm.bootstrap().allgather(&mine, all->data(), sizeof(Handshake)));
   *everyone = true;
+  std::vector<CallSignature> signatures;
+  signatures.reserve(all->size());
   for (const Handshake& h : *all) {
     if (h.kind != mine.kind) {
       FERRY_WARN(Coll, "ranks entered different collectives on one communicator");
       return Status::kInvalidArgument;
     }
     *everyone = *everyone && h.eligible;
+    signatures.push_back(h.signature);
   }
+  FERRY_CHECK(compare_signatures(signatures, collective_name(mine.kind)));
   clock.mark(EnginePhase::kHandshake);
   return Status::kOk;
 }
@@ -855,7 +871,7 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
   const void* input = send ? send : recv;
   Placement where;
   SimpleGate gate;
-  Handshake mine{CollectiveKind::kAllreduce, 0, 0, send == nullptr, {}, {}};
+  Handshake mine{CollectiveKind::kAllreduce, 0, 0, send == nullptr, {}, {}, reduction_signature(count, type, op)};
   // One rank in place: its input is the result.
   if (comm.size() == 1 && send == nullptr && eligible && count > 0 && reduction_defined(type, op) &&
       placement_of(recv).backend) {
@@ -930,7 +946,7 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   const EngineTransport transport = transport_of(comm);
   Placement where;
   SimpleGate gate;
-  Handshake mine{CollectiveKind::kBcast, 0, 0, 0, {}, {}};
+  Handshake mine{CollectiveKind::kBcast, 0, 0, 0, {}, {}, rooted_signature(bytes, root)};
   // One rank holds the root's bytes already (4.5 us on the worker before).
   if (comm.size() == 1 && eligible && bytes > 0 && root == 0 && placement_of(buffer).backend) {
     *ran = true;
@@ -1029,7 +1045,8 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
   const EngineTransport transport = transport_of(comm);
   std::size_t send_span = 0;
   Placement where;
-  Handshake mine{CollectiveKind::kAlltoallv, 0, 0, 0, {}, {}};
+  Handshake mine{CollectiveKind::kAlltoallv, 0, 0, 0, {}, {},
+                 exchange_signature(comm.rank(), n, send_bytes, recv_bytes)};
   if (eligible && transport != EngineTransport::kNone) {
     for (int p = 0; p < n; ++p)
       if (send_bytes[p] > 0) send_span = std::max(send_span, send_offsets[p] + send_bytes[p]);

@@ -13,6 +13,10 @@ const char* status_name(Status status) {
     case Status::kSystemError: return "system error";
     case Status::kTimeout: return "timeout";
     case Status::kInternal: return "internal error";
+    case Status::kCountMismatch: return "ranks passed different counts";
+    case Status::kRootMismatch: return "ranks passed different roots";
+    case Status::kTypeMismatch: return "ranks passed different datatypes";
+    case Status::kOpMismatch: return "ranks passed different operations";
   }
   return "unknown status";
 }

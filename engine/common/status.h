@@ -17,6 +17,11 @@ enum class Status : int {
   kSystemError,
   kTimeout,
   kInternal,
+  // Ranks called a collective with different arguments (agreement.h).
+  kCountMismatch,
+  kRootMismatch,
+  kTypeMismatch,
+  kOpMismatch,
 };
 
 const char* status_name(Status status);

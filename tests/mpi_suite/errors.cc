@@ -2,6 +2,7 @@
 // host buffers: the same error class, returned through MPI_ERRORS_RETURN,
 // with no crash and no hang, and the communicator still usable afterwards.
 // Also checks what MPIX_Query_cuda_support() reports.
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -171,6 +172,60 @@ void test_null_send_buffer(MPI_Comm comm) {
   expect_buffer(blocking, recv, values);
 }
 
+// Ranks that call a collective on device buffers with different arguments
+// all get the same error class at once (Ferry's engine compares what each
+// rank passed before any data moves), and every buffer stays as it was.
+// The real MPI returns wrong data or waits forever there, so only under
+// Ferry's engine: not with FERRY_ROUTE=staged, where the real MPI runs it.
+void test_disagreeing_ranks(MPI_Comm comm) {
+  const char* ferry_backend = suite_ferry_backend();
+  const char* route = std::getenv("FERRY_ROUTE");
+  if (!ferry_backend || std::strcmp(ferry_backend, "none") == 0 ||
+      (route && std::strcmp(route, "staged") == 0))
+    return;
+  const int rank = world_rank(), ranks = world_size();
+  const std::vector<int> values(kElements, 5);
+  const Buffer send = make_buffer(values, Memory::device);
+  const Buffer recv = make_buffer(values, Memory::device);
+  auto expect_class = [&](const Case& what, int rc, int want) {
+    expect(error_class(rc) == want, what,
+           "error class " + class_name(error_class(rc)) + ", want " + class_name(want));
+  };
+
+  const Case counts{"MPI_Allreduce", "MPI_INT", "MPI_SUM",
+                    kElements,       "device",  "rank 0 passes twice the others' count"};
+  expect_class(counts,
+               MPI_Allreduce(send.data(), recv.data(), rank == 0 ? kElements : kElements / 2,
+                             MPI_INT, MPI_SUM, comm),
+               MPI_ERR_COUNT);
+  const Case ops{"MPI_Allreduce", "MPI_INT", "MPI_SUM/MPI_MAX",
+                 kElements,       "device",  "rank 0 passes another op"};
+  expect_class(ops,
+               MPI_Allreduce(send.data(), recv.data(), kElements, MPI_INT,
+                             rank == 0 ? MPI_MAX : MPI_SUM, comm),
+               MPI_ERR_OP);
+  const Case roots{"MPI_Bcast", "MPI_INT", "",
+                   kElements,   "device",  "rank 0 names itself the root, the others rank 1"};
+  expect_class(roots, MPI_Bcast(recv.data(), kElements, MPI_INT, rank == 0 ? 0 : 1, comm),
+               MPI_ERR_ROOT);
+  // Rank 0 sends rank 1 one element more than rank 1 receives from it.
+  std::vector<int> send_counts(ranks, 1), recv_counts(ranks, 1), displs(ranks);
+  for (int r = 0; r < ranks; ++r) displs[r] = 2 * r;
+  if (rank == 0) send_counts[1] = 2;
+  const Case pairs{"MPI_Alltoallv",
+                   "MPI_INT",
+                   "",
+                   1,
+                   "device",
+                   "rank 0 sends rank 1 more than rank 1 receives from it"};
+  expect_class(pairs,
+               MPI_Alltoallv(send.data(), send_counts.data(), displs.data(), MPI_INT, recv.data(),
+                             recv_counts.data(), displs.data(), MPI_INT, comm),
+               MPI_ERR_COUNT);
+  expect_buffer(Case{"disagreeing calls", "MPI_INT", "", 0, "device", "(receive buffer)"}, recv,
+                values);
+}
+
 // 1 under Ferry with a device backend; 0 on plain Open MPI, which on this
 // Debian build has no CUDA support.
 void test_cuda_support_query() {
@@ -194,6 +249,7 @@ int main(int argc, char** argv) {
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   test_bad_calls(comm);
   test_null_send_buffer(comm);
+  test_disagreeing_ranks(comm);
   test_still_usable(comm);
   MPI_Comm_free(&comm);
   test_cuda_support_query();
