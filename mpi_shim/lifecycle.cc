@@ -29,8 +29,11 @@ void after_init() {
   // A setting that silently does something else is worse than a line on
   // stderr: invalid values are reported by rank 0 even without FERRY_DEBUG;
   // unknown FERRY_* names only under it.
-  if (rank == 0)
+  if (rank == 0) {
     for (const std::string& problem : param_value_problems()) std::fprintf(stderr, "ferry: %s\n", problem.c_str());
+    const std::string device = gpu::device_setting_problem();
+    if (!device.empty()) std::fprintf(stderr, "ferry: %s\n", device.c_str());
+  }
   for (const std::string& name : param_unknown_names()) FERRY_WARN(Init, "%s", name.c_str());
   peer::start();
   FERRY_INFO(Init, "Ferry %d.%d.%d loaded; FERRY_ROUTE=%s FERRY_DEVICE=%s", FERRY_VERSION_MAJOR,

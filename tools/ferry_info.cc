@@ -68,6 +68,8 @@ void print_report() {
   ferry::gpu::Backend* backend = ferry::gpu::active_backend();
   std::printf("device backend: %s\n",
               ferry::gpu::backend_kind_name(backend ? backend->kind() : ferry::gpu::BackendKind::kNone));
+  const std::string device_problem = ferry::gpu::device_setting_problem();
+  if (!device_problem.empty()) std::printf("  %s\n", device_problem.c_str());
   if (backend) std::printf("%s\n", backend->describe_devices().c_str());
 
   std::printf("\nallreduce algorithms (FERRY_TUNE=allreduce:MIN-MAX:name,...):\n");

@@ -638,13 +638,20 @@ class CudaBackend final : public Backend {
 
 std::uint64_t cuda_graph_copies() { return GraphCopier::copies(); }
 
+namespace {
+std::string g_cuda_unavailable;  // set once, by cuda_backend()'s first call
+}  // namespace
+
 Backend* cuda_backend() {
   static Backend* backend = [] () -> Backend* {
     int count = 0;
     cudaError_t error = cudaGetDeviceCount(&count);
     if (error != cudaSuccess || count == 0) {
       cudaGetLastError();
-      FERRY_INFO(Gpu, "no usable CUDA device (%s)", error == cudaSuccess ? "none found" : cudaGetErrorString(error));
+      g_cuda_unavailable = error == cudaSuccess ? std::string("the CUDA runtime finds no device")
+                                                : std::string("the CUDA runtime cannot run: ") +
+                                                      cudaGetErrorString(error) + " (" + cudaGetErrorName(error) + ")";
+      FERRY_INFO(Gpu, "no usable CUDA device: %s", g_cuda_unavailable.c_str());
       return nullptr;
     }
     FERRY_INFO(Gpu, "CUDA backend: %d device(s)", count);
@@ -652,5 +659,7 @@ Backend* cuda_backend() {
   }();
   return backend;
 }
+
+std::string cuda_unavailable_reason() { return cuda_backend() ? std::string() : g_cuda_unavailable; }
 
 }  // namespace ferry::gpu

@@ -22,6 +22,7 @@ const char* backend_kind_name(BackendKind kind) {
 
 #ifndef FERRY_HAVE_CUDA
 Backend* cuda_backend() { return nullptr; }
+std::string cuda_unavailable_reason() { return "this build of Ferry has no CUDA backend (no CUDA toolkit when it was built)"; }
 std::uint64_t cuda_graph_copies() { return 0; }
 #endif
 
@@ -31,8 +32,7 @@ Backend* active_backend() {
     if (wanted == "emulated") return emulated_backend();
     if (wanted == "cuda") {
       Backend* cuda = cuda_backend();
-      if (!cuda) FERRY_WARN(Gpu, "FERRY_DEVICE=cuda but no usable CUDA device; device allocations will fail");
-      return cuda;
+      return cuda;  // null: device_setting_problem() says why
     }
     if (wanted != "auto") FERRY_WARN(Gpu, "FERRY_DEVICE=%s is not auto, cuda or emulated; using auto", wanted.c_str());
     if (Backend* cuda = cuda_backend()) return cuda;
@@ -40,6 +40,12 @@ Backend* active_backend() {
     return emulated_backend();
   }();
   return backend;
+}
+
+std::string device_setting_problem() {
+  if (params().device != "cuda" || active_backend()) return "";
+  return "FERRY_DEVICE=cuda, but " + cuda_unavailable_reason() +
+         "; device allocations (ferry_device_malloc, MPI_Alloc_mem with cuda:device) fail";
 }
 
 namespace {

@@ -189,6 +189,13 @@ Backend* emulated_backend();
 // The CUDA backend if it was compiled in and a GPU is usable, else nullptr.
 // Probing starts the CUDA driver: call only when CUDA is wanted.
 Backend* cuda_backend();
+// Why cuda_backend() is null: this build has no CUDA backend, the CUDA
+// runtime's error (no driver, an old driver, no device), or no device
+// found; empty when it is not.
+std::string cuda_unavailable_reason();
+// A sentence for the user when FERRY_DEVICE names a backend that cannot
+// run here (device allocations then fail); empty otherwise.
+std::string device_setting_problem();
 
 // Device-to-device copies the CUDA backend's copy() made through its copy
 // graph so far (0 without CUDA); for tests.
