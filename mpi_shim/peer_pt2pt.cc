@@ -23,6 +23,7 @@
 #include "engine/common/log.h"
 #include "engine/common/params.h"
 #include "engine/common/process_memory.h"
+#include "engine/topology/locality.h"
 #include "engine/transport/p2p.h"
 #include "handlers.h"
 #include "mpi_shim/host_bounce.h"
@@ -232,14 +233,6 @@ std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
-}
-
-std::uint64_t host_hash() {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  std::uint64_t h = 1469598103934665603ULL;
-  for (const char* c = name; *c; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ULL;
-  return h;
 }
 
 bool wanted_here() {
@@ -758,7 +751,7 @@ void start() {
   PMPI_Comm_rank(MPI_COMM_WORLD, &s.world_rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
   if (!wanted_here()) return;
-  const std::uint64_t mine[2] = {host_hash(), 1};
+  const std::uint64_t mine[2] = {machine_identity(), 1};
   std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(size));
   if (PMPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD) != MPI_SUCCESS) return;
   s.host_of.resize(size);

@@ -4,27 +4,17 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <functional>
 #include <string>
 
 #include "engine/common/params.h"
 #include "engine/topology/local_topology.h"
+#include "engine/topology/locality.h"
 #include "engine/topology/search.h"
 #include "engine/transport/shm_bootstrap.h"
 
 namespace ferry {
 namespace {
-
-// Host name plus boot id: two containers with one name on different hosts
-// must not believe they share memory.
-std::uint64_t this_host_hash() {
-  char host[256] = "";
-  gethostname(host, sizeof(host) - 1);
-  std::string boot_id;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
-  return std::hash<std::string>{}(std::string(host) + "/" + boot_id);
-}
 
 // Only where it can change the answer: discovery would add the emulated
 // device as one GPU that all ranks of the machine share (p2p, the answer
@@ -174,7 +164,7 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   const int n = comm->size();
 
   gpu::Backend* backend = gpu::active_backend();
-  RankIdentity mine{this_host_hash(), static_cast<std::int32_t>(getpid()),
+  RankIdentity mine{machine_identity(), static_cast<std::int32_t>(getpid()),
                     static_cast<std::int32_t>(backend ? backend->kind() : gpu::BackendKind::kNone),
                     backend ? backend->device_count() : 0, 0, 0, 0, 0};
   int device = -1;

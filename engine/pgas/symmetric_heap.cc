@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <string>
+
+#include "engine/topology/locality.h"
 
 namespace ferry {
 namespace {
@@ -16,18 +17,6 @@ constexpr std::size_t kDefaultChunkBytes = std::size_t{2} << 20;
 constexpr std::uint64_t kNoFit = ~std::uint64_t{0};
 
 std::size_t round_up(std::size_t bytes, std::size_t unit) { return (bytes + unit - 1) / unit * unit; }
-
-// Same on every process of one boot of one machine.
-std::uint64_t machine_hash() {
-  std::string id;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> id;
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  id += host;
-  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : id) hash = (hash ^ c) * 1099511628211ull;
-  return hash;
-}
 
 // The first failure in rank order, on every rank; kOk when there is none.
 Status agree(Bootstrap& bootstrap, Status mine, Status* agreed) {
@@ -74,7 +63,7 @@ Status SymmetricHeap::create(Bootstrap& bootstrap, gpu::Backend* backend, std::s
   heap->fd_passing_ = options.fd_passing;
 
   HeapSetup mine{};
-  mine.machine = machine_hash();
+  mine.machine = machine_identity();
   mine.max_bytes_per_rank = max_bytes_per_rank;
   mine.backend = static_cast<std::int32_t>(backend->kind());
   std::size_t granularity = 0;
