@@ -1,6 +1,7 @@
 // Blocking collectives. Each handler routes once: Allreduce, Bcast and
 // Alltoallv may run on the engine; the staged route is shared with the
 // nonblocking collectives (collective_staging.h).
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -44,6 +45,30 @@ bool alltoallv_layout(const void* sendbuf, const int* sendcounts, const int* sdi
   return true;
 }
 
+// Bytes per peer of any Alltoallv (offsets left 0), for the engine's
+// handshake on a rank that does not take the engine route: every rank's
+// counts are compared there. In place, what a rank sends is what it
+// receives. Sizes are packed, so ranks with different types of one
+// signature agree.
+void alltoallv_bytes(const void* sendbuf, const int* sendcounts, MPI_Datatype sendtype, const int* recvcounts,
+                     MPI_Datatype recvtype, MPI_Comm comm, AlltoallvLayout* layout) {
+  int ranks = 0, send_size = 0, recv_size = 0;
+  PMPI_Comm_size(comm, &ranks);
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  if (in_place || sendtype == MPI_DATATYPE_NULL || PMPI_Type_size(sendtype, &send_size) != MPI_SUCCESS) send_size = 0;
+  if (recvtype == MPI_DATATYPE_NULL || PMPI_Type_size(recvtype, &recv_size) != MPI_SUCCESS) recv_size = 0;
+  for (auto* v : {&layout->send_bytes, &layout->send_offsets, &layout->recv_bytes, &layout->recv_offsets})
+    v->assign(ranks, 0);
+  for (int p = 0; p < ranks; ++p) {
+    if (recvcounts) layout->recv_bytes[p] = static_cast<std::size_t>(std::max(recvcounts[p], 0)) * recv_size;
+    if (in_place) {
+      layout->send_bytes[p] = layout->recv_bytes[p];
+    } else if (sendcounts) {
+      layout->send_bytes[p] = static_cast<std::size_t>(std::max(sendcounts[p], 0)) * send_size;
+    }
+  }
+}
+
 }  // namespace
 
 int handle_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
@@ -52,11 +77,14 @@ int handle_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype
   if (null_send_buffer(id, sendbuf, count, datatype, recvbuf)) return raise_error(comm, MPI_ERR_BUFFER);
   gpu::CallBuffers classified;
   RouteDecision route = decide_route(id, {sendbuf, recvbuf}, true, true);
-  DataType type = DataType::kFloat32;
-  ReduceOp reduce_op = ReduceOp::kSum;
+  // Translated on every rank, whatever its route: the engine's handshake
+  // compares them (kCount: none the engine knows).
+  DataType type = DataType::kCount;
+  ReduceOp reduce_op = ReduceOp::kCount;
+  const bool known_type = engine_data_type(datatype, &type);
+  const bool known_op = engine_reduce_op(op, &reduce_op);
   if (route.route == Route::kEngine &&
-      !(count > 0 && engine_data_type(datatype, &type) && engine_reduce_op(op, &reduce_op) &&
-        reduction_defined(type, reduce_op)))
+      !(count > 0 && known_type && known_op && reduction_defined(type, reduce_op)))
     route = {Route::kStaged, "the engine does not reduce this type, op or count"};
   int result = MPI_SUCCESS;
   nbc::issue_all(comm);
@@ -101,11 +129,15 @@ int handle_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_C
   int element_size = 0;
   if (route.route == Route::kEngine && !(count > 0 && dense_data_type(datatype, &element_size)))
     route = {Route::kStaged, "the engine copies only contiguous types"};
+  // The bytes every rank passes, whatever its route: the engine's handshake
+  // compares them.
+  int type_size = 0;
+  if (datatype == MPI_DATATYPE_NULL || PMPI_Type_size(datatype, &type_size) != MPI_SUCCESS) type_size = 0;
+  const std::size_t bytes = static_cast<std::size_t>(std::max(count, 0)) * type_size;
   int result = MPI_SUCCESS;
   if (run_on_engine(id, comm, &route,
                     [&](Communicator& engine, bool eligible, bool* ran) {
-                      return bcast(engine, buffer, static_cast<std::size_t>(count) * element_size, root, eligible,
-                                   ran);
+                      return bcast(engine, buffer, bytes, root, eligible, ran);
                     },
                     &result))
     return result;
@@ -183,6 +215,8 @@ int handle_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
       !alltoallv_layout(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
                         &layout))
     route = {Route::kStaged, "the engine copies only contiguous types of one size, not in place"};
+  if (route.route != Route::kEngine)
+    alltoallv_bytes(sendbuf, sendcounts, sendtype, recvcounts, recvtype, comm, &layout);
   int result = MPI_SUCCESS;
   if (run_on_engine(id, comm, &route,
                     [&](Communicator& engine, bool eligible, bool* ran) {
