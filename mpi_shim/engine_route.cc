@@ -2,8 +2,10 @@
 
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "engine/bootstrap/mpi_bootstrap.h"
+#include "engine/common/liveness.h"
 #include "engine/common/params.h"
 #include "mpi_shim/nonblocking_engine.h"
 #include "mpi_shim/wrapper_support.h"
@@ -91,9 +93,19 @@ int mpi_error_class(Status status) {
 
 }  // namespace
 
+// An error code of class MPI_ERR_OTHER whose string names the peer that
+// ended (MPI_Error_string, and the message of MPI_ERRORS_ARE_FATAL).
+int ended_peer_code() {
+  int code = MPI_ERR_OTHER;
+  if (PMPI_Add_error_code(MPI_ERR_OTHER, &code) != MPI_SUCCESS) return MPI_ERR_OTHER;
+  const std::string text = "ferry: a peer process has ended: " + last_ended_peer();
+  PMPI_Add_error_string(code, text.c_str());
+  return code;
+}
+
 int report_engine_failure(FunctionId id, MPI_Comm comm, Status status) {
   FERRY_WARN(Coll, "%s on the engine failed: %s", function_name(id), status_name(status));
-  return raise_error(comm, mpi_error_class(status));
+  return raise_error(comm, status == Status::kPeerEnded ? ended_peer_code() : mpi_error_class(status));
 }
 
 }  // namespace ferry::shim

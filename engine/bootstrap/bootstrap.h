@@ -6,7 +6,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
 
+#include "engine/common/liveness.h"
 #include "engine/common/status.h"
 
 namespace ferry {
@@ -19,6 +23,24 @@ class Bootstrap {
   // Every rank contributes bytes at mine; all receive size() * bytes, in rank order.
   virtual Status allgather(const void* mine, void* all, std::size_t bytes) = 0;
   virtual Status barrier() = 0;
+
+  // By rank, the pids of the peers on this machine (0 for others): a wait
+  // of allgather or barrier then ends in Status::kPeerEnded, soon after
+  // one of them has, where the implementation waits in steps (the MPI one).
+  virtual void watch_peers(std::vector<std::int32_t> pids) { liveness_.watch(std::move(pids)); }
+
+ protected:
+  // In a wait's loop: kPeerEnded (and the peer noted, liveness.h) once a
+  // watched peer's process has ended, else kOk.
+  Status check_peers() {
+    const int ended = liveness_.ended_rank();
+    if (ended < 0) return Status::kOk;
+    note_ended_peer(ended, size(), liveness_.pid_of(ended));
+    return Status::kPeerEnded;
+  }
+
+ private:
+  PeerLiveness liveness_;
 };
 
 }  // namespace ferry

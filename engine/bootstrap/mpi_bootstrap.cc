@@ -50,6 +50,11 @@ class MpiBootstrap final : public Bootstrap {
       int done = 0;
       if (PMPI_Test(request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return Status::kSystemError;
       if (done) return Status::kOk;
+      if (check_peers() != Status::kOk) {
+        // The request stays posted: a collective request cannot be cancelled.
+        FERRY_WARN(Bootstrap, "%s among %d ranks: %s has ended", what, size_, last_ended_peer().c_str());
+        return Status::kPeerEnded;
+      }
       if (limit.count() > 0 && std::chrono::steady_clock::now() - start > limit) {
         FERRY_WARN(Bootstrap, "%s among %d ranks did not complete in %lld s (FERRY_HANDSHAKE_TIMEOUT): a peer is "
                    "not in the same call, or took another route", what, size_,

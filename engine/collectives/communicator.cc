@@ -175,6 +175,10 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   }
   std::vector<RankIdentity> ranks(n);
   FERRY_CHECK(comm->bootstrap_->allgather(&mine, ranks.data(), sizeof(mine)));
+  std::vector<std::int32_t> local_pids(n, 0);
+  for (int r = 0; r < n; ++r)
+    if (r != comm->rank() && ranks[r].host_hash == mine.host_hash) local_pids[r] = ranks[r].pid;
+  comm->bootstrap_->watch_peers(local_pids);
   comm->no_worker_ = ranks_take_turns_on_a_gpu(ranks);
   comm->on_one_gpu_ = ranks_share_one_gpu(ranks);
   if (comm->no_worker_) FERRY_INFO(Coll, "ranks share a GPU without MPS: no engine worker on this communicator");
@@ -212,6 +216,7 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
     if (!ok(status))
       FERRY_INFO(Bootstrap, "handshakes stay on the set-up bootstrap: no shared memory between the ranks (%s)",
                  status_name(status));
+    comm->bootstrap_->watch_peers(local_pids);
   }
 
   comm->all_peers_mapped_ = n == 1 || (verdict & kAllP2p);

@@ -17,6 +17,7 @@ const char* status_name(Status status) {
     case Status::kRootMismatch: return "ranks passed different roots";
     case Status::kTypeMismatch: return "ranks passed different datatypes";
     case Status::kOpMismatch: return "ranks passed different operations";
+    case Status::kPeerEnded: return "a peer process has ended";
   }
   return "unknown status";
 }

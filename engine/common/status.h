@@ -22,6 +22,7 @@ enum class Status : int {
   kRootMismatch,
   kTypeMismatch,
   kOpMismatch,
+  kPeerEnded,  // a peer process ended while this one waited for it (liveness.h)
 };
 
 const char* status_name(Status status);

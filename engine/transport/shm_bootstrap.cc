@@ -71,6 +71,11 @@ Status ShmBootstrap::allgather(const void* mine, void* all, std::size_t bytes) {
         continue;
       }
       sched_yield();
+      if (spins % 256 == 0 && check_peers() != Status::kOk) {
+        FERRY_WARN(Bootstrap, "shared-memory exchange %llu among %d ranks: %s has ended",
+                   static_cast<unsigned long long>(round), n, last_ended_peer().c_str());
+        return Status::kPeerEnded;
+      }
       if (spins % 256 == 0 && limit.count() > 0 && std::chrono::steady_clock::now() - start > limit) {
         std::string missing;
         for (int q = r; q < n; ++q)

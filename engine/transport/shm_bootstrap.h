@@ -27,6 +27,12 @@ class ShmBootstrap final : public Bootstrap {
   int size() const override { return inner_->size(); }
   Status allgather(const void* mine, void* all, std::size_t bytes) override;
   Status barrier() override { return allgather(nullptr, nullptr, 0); }
+  // Watched here and by the bootstrap it wraps (exchanges too large for
+  // the slots go there).
+  void watch_peers(std::vector<std::int32_t> pids) override {
+    inner_->watch_peers(pids);
+    Bootstrap::watch_peers(std::move(pids));
+  }
 
  private:
   ShmBootstrap(std::unique_ptr<Bootstrap> inner, std::unique_ptr<SharedSegments> segments)

@@ -1,0 +1,41 @@
+#include "engine/common/liveness.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <mutex>
+
+namespace ferry {
+namespace {
+
+std::mutex g_ended_mutex;
+std::string g_ended;
+
+}  // namespace
+
+bool process_alive(int pid) { return pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH; }
+
+int PeerLiveness::ended_rank() {
+  const auto now = std::chrono::steady_clock::now();
+  if (pids_.empty() || now < next_look_) return -1;
+  next_look_ = now + std::chrono::milliseconds(100);
+  for (int rank = 0; rank < static_cast<int>(pids_.size()); ++rank)
+    if (!process_alive(pids_[rank])) return rank;
+  return -1;
+}
+
+void note_ended_peer(int rank, int size, std::int32_t pid) {
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  std::lock_guard<std::mutex> lock(g_ended_mutex);
+  g_ended = "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ") of a communicator of " +
+            std::to_string(size) + " ranks on " + host;
+}
+
+std::string last_ended_peer() {
+  std::lock_guard<std::mutex> lock(g_ended_mutex);
+  return g_ended;
+}
+
+}  // namespace ferry
