@@ -20,6 +20,7 @@
 
 #include "engine/collectives/collectives.h"
 #include "engine/collectives/communicator.h"
+#include "engine/common/liveness.h"
 #include "engine/common/log.h"
 #include "engine/common/params.h"
 #include "engine/common/process_memory.h"
@@ -466,7 +467,7 @@ Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* 
 // dst; kUnavailable: this receive is to copy after all (no such pair, the
 // sender refused or did not answer within FERRY_PT2PT_CLAIM_US, being
 // outside MPI), the word claimed again; kTimeout: the sender began and did
-// not finish within FERRY_HANDSHAKE_TIMEOUT.
+// not finish within FERRY_HANDSHAKE_TIMEOUT; kPeerEnded: its process ended.
 Status ask_sender_to_copy(const Envelope& env, int world, std::atomic<std::uint64_t>* claim, const void* source,
                           void* dst, std::size_t bytes) {
   State& s = state();
@@ -502,6 +503,10 @@ Status ask_sender_to_copy(const Envelope& env, int world, std::atomic<std::uint6
       FERRY_WARN(Shim, "rank %d began copying a %zu-byte message and did not finish within FERRY_HANDSHAKE_TIMEOUT",
                  world, bytes);
       return Status::kTimeout;
+    }
+    if (polls % 65536 == 65535 && !process_alive(env.claim_pid)) {
+      FERRY_WARN(Shim, "rank %d (pid %d) ended while it copied a %zu-byte message", world, env.claim_pid, bytes);
+      return Status::kPeerEnded;
     }
     if (polls > 1024) std::this_thread::yield();
   }
