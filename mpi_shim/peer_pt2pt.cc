@@ -101,7 +101,7 @@ constexpr int kClaimSlots = 4096;
 constexpr std::uint64_t claim_word(std::uint64_t ticket, Claim state) { return ticket << 8 | state; }
 
 // Where the receive of an offer asks its sender to copy (kPushWanted): one
-// a claim word, after the words in the claims segment.
+// per claim word, after the words in the claims segment.
 struct PushRequest {
   ExportedBuffer destination;
   std::uint64_t bytes;
