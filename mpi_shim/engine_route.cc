@@ -76,10 +76,6 @@ void release_engine_communicators() {
   for (auto& [comm, engine] : live) PMPI_Comm_delete_attr(comm, engine_keyval());
 }
 
-namespace {
-
-// Ranks that disagreed (engine/collectives/agreement.h) get the class of
-// the argument that differed; alltoallv's counts between a pair are counts.
 int mpi_error_class(Status status) {
   switch (status) {
     case Status::kOutOfMemory: return MPI_ERR_NO_MEM;
@@ -91,7 +87,7 @@ int mpi_error_class(Status status) {
   }
 }
 
-}  // namespace
+namespace {
 
 // An error code of class MPI_ERR_OTHER whose string names the peer that
 // ended (MPI_Error_string, and the message of MPI_ERRORS_ARE_FATAL).
@@ -102,6 +98,8 @@ int ended_peer_code() {
   PMPI_Add_error_string(code, text.c_str());
   return code;
 }
+
+}  // namespace
 
 int report_engine_failure(FunctionId id, MPI_Comm comm, Status status) {
   FERRY_WARN(Coll, "%s on the engine failed: %s", function_name(id), status_name(status));

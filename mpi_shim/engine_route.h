@@ -32,6 +32,12 @@ void release_engine_communicators();
 template <typename EngineCall>
 bool run_on_engine(FunctionId id, MPI_Comm comm, RouteDecision* route, EngineCall call, int* result);
 
+// The MPI error class of an engine failure: ranks that disagreed
+// (engine/collectives/agreement.h) get the class of the argument that
+// differed (alltoallv's counts between a pair are counts); the others
+// MPI_ERR_NO_MEM or MPI_ERR_OTHER.
+int mpi_error_class(Status status);
+
 int report_engine_failure(FunctionId id, MPI_Comm comm, Status status);
 
 template <typename EngineCall>

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/collectives/agreement.h"
 #include "engine/collectives/collectives.h"
 #include "engine/collectives/executor.h"
 #include "engine/collectives/schedule.h"
@@ -54,8 +55,11 @@ struct BoardEntry {
   // Set by a GPU leader whose device work for the call failed.
   std::atomic<std::uint32_t> led_failed;
   std::uint32_t reserved;
+  // What the rank called with: ranks on the engine that disagree all end
+  // the call with the same error (engine/collectives/agreement.h).
+  CallSignature signature;
 };
-static_assert(sizeof(BoardEntry) == 632, "BoardEntry is shared between processes; keep its layout fixed");
+static_assert(sizeof(BoardEntry) == 664, "BoardEntry is shared between processes; keep its layout fixed");
 struct BoardPart {
   BoardEntry entries[kBoardEntries];
   alignas(64) std::atomic<std::uint64_t> read_through;
@@ -403,16 +407,24 @@ void issue_locked(CommState& state, bool mpi_thread) {
     Op& op = *state.unissued.front();
     if (op.stage == Stage::kUndecided) {
       bool everyone = true, same_call = true;
+      std::vector<CallSignature> signatures(n);
       for (int r = 0; r < n; ++r) {
         const BoardEntry& entry = state.part(r).entries[op.call % kBoardEntries];
         if (entry.call.load(std::memory_order_acquire) != op.call) return;
         everyone = everyone && entry.eligible != 0;
         same_call = same_call && entry.kind == op.kind;
+        signatures[r] = entry.signature;
       }
       state.part(me).read_through.store(op.call, std::memory_order_release);
+      // Where some rank may have posted the real MPI's call already (host
+      // buffers), a disagreement is left to the real MPI, as without Ferry.
+      const Status agreed = everyone ? compare_signatures(signatures, function_name(function_of(op.kind)))
+                                     : Status::kOk;
       if (!same_call) {
         FERRY_WARN(Coll, "ranks made different nonblocking collectives on one communicator");
         finish_locked(op, MPI_ERR_OTHER);
+      } else if (!ok(agreed)) {
+        finish_locked(op, mpi_error_class(agreed));
       } else if (everyone) {
         queue_on_engine_locked(state, op);
       } else {
@@ -738,6 +750,7 @@ bool start_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype
       [&](BoardEntry& entry) {
         entry.buffer = input;
         entry.received = output;
+        entry.signature = reduction_signature(static_cast<std::size_t>(count), type, reduce);
       },
       [&](MPI_Comm fallback) { return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, fallback, request); },
       request);
@@ -768,8 +781,16 @@ bool start_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_C
                         ? exported(*state, buffer, &mine)
                         : info.kind == gpu::MemoryKind::kDevice && info.device == state->device);
   call->bytes = static_cast<std::size_t>(count) * element;
+  // Packed bytes on every rank, whatever its route.
+  int type_size = 0;
+  if (datatype == MPI_DATATYPE_NULL || PMPI_Type_size(datatype, &type_size) != MPI_SUCCESS) type_size = 0;
+  const CallSignature signature = rooted_signature(static_cast<std::size_t>(std::max(count, 0)) * type_size, root);
   *result = start_call(
-      *state, std::move(call), route.route == Route::kPmpi, [&](BoardEntry& entry) { entry.buffer = mine; },
+      *state, std::move(call), route.route == Route::kPmpi,
+      [&](BoardEntry& entry) {
+        entry.buffer = mine;
+        entry.signature = signature;
+      },
       [&](MPI_Comm fallback) { return PMPI_Ibcast(buffer, count, datatype, root, fallback, request); }, request);
   return true;
 }
@@ -805,6 +826,17 @@ bool start_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
     call->recv_bytes.push_back(static_cast<std::size_t>(recvcounts[p]) * recv_size);
     call->recv_offsets.push_back(static_cast<std::size_t>(rdispls[p]) * recv_size);
   }
+  // Packed bytes per peer on every rank, whatever its route.
+  int send_packed = 0, recv_packed = 0;
+  if (sendtype == MPI_DATATYPE_NULL || PMPI_Type_size(sendtype, &send_packed) != MPI_SUCCESS) send_packed = 0;
+  if (recvtype == MPI_DATATYPE_NULL || PMPI_Type_size(recvtype, &recv_packed) != MPI_SUCCESS) recv_packed = 0;
+  std::vector<std::size_t> sent_bytes(n), received_bytes(n);
+  for (int p = 0; p < n; ++p) {
+    sent_bytes[p] = static_cast<std::size_t>(std::max(sendcounts[p], 0)) * send_packed;
+    received_bytes[p] = static_cast<std::size_t>(std::max(recvcounts[p], 0)) * recv_packed;
+  }
+  const CallSignature signature =
+      exchange_signature(state->engine->rank(), n, sent_bytes.data(), received_bytes.data());
   ExportedBuffer mine{}, received{};
   const gpu::PointerInfo recv_info = gpu::classify(recvbuf);
   // With GPU leaders, one of them writes the receive buffer.
@@ -823,6 +855,7 @@ bool start_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
         entry.received = received;
         std::copy(made.recv_offsets.begin(), made.recv_offsets.end(), entry.recv_offsets);
         std::copy(made.recv_bytes.begin(), made.recv_bytes.end(), entry.recv_bytes);
+        entry.signature = signature;
       },
       [&](MPI_Comm fallback) {
         return PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
