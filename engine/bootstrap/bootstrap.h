@@ -26,7 +26,8 @@ class Bootstrap {
 
   // By rank, the pids of the peers on this machine (0 for others): a wait
   // of allgather or barrier then ends in Status::kPeerEnded, soon after
-  // one of them has, where the implementation waits in steps (the MPI one).
+  // one of them has, where the implementation waits in steps (the MPI and
+  // shared-memory ones).
   virtual void watch_peers(std::vector<std::int32_t> pids) { liveness_.watch(std::move(pids)); }
 
  protected:

@@ -16,6 +16,12 @@ std::string g_ended;
 
 bool process_alive(int pid) { return pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH; }
 
+void PeerLiveness::watch(std::vector<std::int32_t> pids) {
+  for (std::int32_t& pid : pids)
+    if (!process_alive(pid)) pid = 0;
+  pids_ = std::move(pids);
+}
+
 int PeerLiveness::ended_rank() {
   const auto now = std::chrono::steady_clock::now();
   if (pids_.empty() || now < next_look_) return -1;

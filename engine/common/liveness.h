@@ -18,8 +18,10 @@ bool process_alive(int pid);
 class PeerLiveness {
  public:
   // By rank: the pid of each peer on this machine, 0 for the others (and
-  // for this process).
-  void watch(std::vector<std::int32_t> pids) { pids_ = std::move(pids); }
+  // for this process). Called while every peer runs: a pid not seen here
+  // then belongs to another pid namespace (containers sharing a machine)
+  // and is not watched, so it is never taken for an ended process.
+  void watch(std::vector<std::int32_t> pids);
   bool watching() const { return !pids_.empty(); }
 
   // The first watched rank whose process has ended, or -1; looks at most
