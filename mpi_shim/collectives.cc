@@ -52,21 +52,13 @@ bool alltoallv_layout(const void* sendbuf, const int* sendcounts, const int* sdi
 // signature agree.
 void alltoallv_bytes(const void* sendbuf, const int* sendcounts, MPI_Datatype sendtype, const int* recvcounts,
                      MPI_Datatype recvtype, MPI_Comm comm, AlltoallvLayout* layout) {
-  int ranks = 0, send_size = 0, recv_size = 0;
+  int ranks = 0;
   PMPI_Comm_size(comm, &ranks);
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  if (in_place || sendtype == MPI_DATATYPE_NULL || PMPI_Type_size(sendtype, &send_size) != MPI_SUCCESS) send_size = 0;
-  if (recvtype == MPI_DATATYPE_NULL || PMPI_Type_size(recvtype, &recv_size) != MPI_SUCCESS) recv_size = 0;
-  for (auto* v : {&layout->send_bytes, &layout->send_offsets, &layout->recv_bytes, &layout->recv_offsets})
-    v->assign(ranks, 0);
-  for (int p = 0; p < ranks; ++p) {
-    if (recvcounts) layout->recv_bytes[p] = static_cast<std::size_t>(std::max(recvcounts[p], 0)) * recv_size;
-    if (in_place) {
-      layout->send_bytes[p] = layout->recv_bytes[p];
-    } else if (sendcounts) {
-      layout->send_bytes[p] = static_cast<std::size_t>(std::max(sendcounts[p], 0)) * send_size;
-    }
-  }
+  layout->recv_bytes = packed_block_bytes(ranks, recvcounts, recvtype);
+  layout->send_bytes =
+      sendbuf == MPI_IN_PLACE ? layout->recv_bytes : packed_block_bytes(ranks, sendcounts, sendtype);
+  layout->send_offsets.assign(ranks, 0);
+  layout->recv_offsets.assign(ranks, 0);
 }
 
 }  // namespace
@@ -131,9 +123,7 @@ int handle_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_C
     route = {Route::kStaged, "the engine copies only contiguous types"};
   // The bytes every rank passes, whatever its route: the engine's handshake
   // compares them.
-  int type_size = 0;
-  if (datatype == MPI_DATATYPE_NULL || PMPI_Type_size(datatype, &type_size) != MPI_SUCCESS) type_size = 0;
-  const std::size_t bytes = static_cast<std::size_t>(std::max(count, 0)) * type_size;
+  const std::size_t bytes = static_cast<std::size_t>(std::max(count, 0)) * packed_size(datatype);
   int result = MPI_SUCCESS;
   if (run_on_engine(id, comm, &route,
                     [&](Communicator& engine, bool eligible, bool* ran) {

@@ -782,9 +782,8 @@ bool start_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_C
                         : info.kind == gpu::MemoryKind::kDevice && info.device == state->device);
   call->bytes = static_cast<std::size_t>(count) * element;
   // Packed bytes on every rank, whatever its route.
-  int type_size = 0;
-  if (datatype == MPI_DATATYPE_NULL || PMPI_Type_size(datatype, &type_size) != MPI_SUCCESS) type_size = 0;
-  const CallSignature signature = rooted_signature(static_cast<std::size_t>(std::max(count, 0)) * type_size, root);
+  const CallSignature signature =
+      rooted_signature(static_cast<std::size_t>(std::max(count, 0)) * packed_size(datatype), root);
   *result = start_call(
       *state, std::move(call), route.route == Route::kPmpi,
       [&](BoardEntry& entry) {
@@ -827,16 +826,9 @@ bool start_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
     call->recv_offsets.push_back(static_cast<std::size_t>(rdispls[p]) * recv_size);
   }
   // Packed bytes per peer on every rank, whatever its route.
-  int send_packed = 0, recv_packed = 0;
-  if (sendtype == MPI_DATATYPE_NULL || PMPI_Type_size(sendtype, &send_packed) != MPI_SUCCESS) send_packed = 0;
-  if (recvtype == MPI_DATATYPE_NULL || PMPI_Type_size(recvtype, &recv_packed) != MPI_SUCCESS) recv_packed = 0;
-  std::vector<std::size_t> sent_bytes(n), received_bytes(n);
-  for (int p = 0; p < n; ++p) {
-    sent_bytes[p] = static_cast<std::size_t>(std::max(sendcounts[p], 0)) * send_packed;
-    received_bytes[p] = static_cast<std::size_t>(std::max(recvcounts[p], 0)) * recv_packed;
-  }
   const CallSignature signature =
-      exchange_signature(state->engine->rank(), n, sent_bytes.data(), received_bytes.data());
+      exchange_signature(state->engine->rank(), n, packed_block_bytes(n, sendcounts, sendtype).data(),
+                         packed_block_bytes(n, recvcounts, recvtype).data());
   ExportedBuffer mine{}, received{};
   const gpu::PointerInfo recv_info = gpu::classify(recvbuf);
   // With GPU leaders, one of them writes the receive buffer.

@@ -1,5 +1,6 @@
 #include "mpi_shim/translate.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <string>
@@ -65,6 +66,19 @@ bool dense_data_type(MPI_Datatype datatype, int* size) {
       PMPI_Type_get_true_extent(datatype, &true_lb, &true_extent) != MPI_SUCCESS)
     return false;
   return *size > 0 && lb == 0 && true_lb == 0 && extent == *size && true_extent == *size;
+}
+
+int packed_size(MPI_Datatype datatype) {
+  int size = 0;
+  if (datatype == MPI_DATATYPE_NULL || PMPI_Type_size(datatype, &size) != MPI_SUCCESS) return 0;
+  return size;
+}
+
+std::vector<std::size_t> packed_block_bytes(int ranks, const int* counts, MPI_Datatype datatype) {
+  std::vector<std::size_t> bytes(static_cast<std::size_t>(std::max(ranks, 0)), 0);
+  const int size = counts ? packed_size(datatype) : 0;
+  for (int p = 0; size > 0 && p < ranks; ++p) bytes[p] = static_cast<std::size_t>(std::max(counts[p], 0)) * size;
+  return bytes;
 }
 
 bool info_wants_device(MPI_Info info) {
