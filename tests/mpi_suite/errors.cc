@@ -172,6 +172,30 @@ void test_null_send_buffer(MPI_Comm comm) {
   expect_buffer(blocking, recv, values);
 }
 
+void expect_class(const Case& what, int rc, int want) {
+  expect(error_class(rc) == want, what,
+         "error class " + class_name(error_class(rc)) + ", want " + class_name(want));
+}
+
+// A nonblocking call's result: its completion's, once it started.
+int completed(int rc, MPI_Request* request) {
+  return rc == MPI_SUCCESS ? MPI_Wait(request, MPI_STATUS_IGNORE) : rc;
+}
+
+// Alltoallv counts by which rank 0 sends rank 1 one element more than rank
+// 1 receives from it; every other pair agrees.
+struct DisagreeingCounts {
+  std::vector<int> send, recv, displs;
+};
+DisagreeingCounts disagreeing_counts() {
+  const int ranks = world_size();
+  DisagreeingCounts c{std::vector<int>(ranks, 1), std::vector<int>(ranks, 1),
+                      std::vector<int>(ranks)};
+  for (int r = 0; r < ranks; ++r) c.displs[r] = 2 * r;
+  if (world_rank() == 0) c.send[1] = 2;
+  return c;
+}
+
 // Ranks that call a collective on device buffers with different arguments
 // all get the same error class at once (Ferry's engine compares what each
 // rank passed before any data moves), and every buffer stays as it was.
@@ -183,15 +207,10 @@ void test_disagreeing_ranks(MPI_Comm comm) {
   if (!ferry_backend || std::strcmp(ferry_backend, "none") == 0 ||
       (route && std::strcmp(route, "staged") == 0))
     return;
-  const int rank = world_rank(), ranks = world_size();
+  const int rank = world_rank();
   const std::vector<int> values(kElements, 5);
   const Buffer send = make_buffer(values, Memory::device);
   const Buffer recv = make_buffer(values, Memory::device);
-  auto expect_class = [&](const Case& what, int rc, int want) {
-    expect(error_class(rc) == want, what,
-           "error class " + class_name(error_class(rc)) + ", want " + class_name(want));
-  };
-
   const Case counts{"MPI_Allreduce", "MPI_INT", "MPI_SUM",
                     kElements,       "device",  "rank 0 passes twice the others' count"};
   expect_class(counts,
@@ -208,10 +227,7 @@ void test_disagreeing_ranks(MPI_Comm comm) {
                    kElements,   "device",  "rank 0 names itself the root, the others rank 1"};
   expect_class(roots, MPI_Bcast(recv.data(), kElements, MPI_INT, rank == 0 ? 0 : 1, comm),
                MPI_ERR_ROOT);
-  // Rank 0 sends rank 1 one element more than rank 1 receives from it.
-  std::vector<int> send_counts(ranks, 1), recv_counts(ranks, 1), displs(ranks);
-  for (int r = 0; r < ranks; ++r) displs[r] = 2 * r;
-  if (rank == 0) send_counts[1] = 2;
+  const DisagreeingCounts c = disagreeing_counts();
   const Case pairs{"MPI_Alltoallv",
                    "MPI_INT",
                    "",
@@ -219,8 +235,8 @@ void test_disagreeing_ranks(MPI_Comm comm) {
                    "device",
                    "rank 0 sends rank 1 more than rank 1 receives from it"};
   expect_class(pairs,
-               MPI_Alltoallv(send.data(), send_counts.data(), displs.data(), MPI_INT, recv.data(),
-                             recv_counts.data(), displs.data(), MPI_INT, comm),
+               MPI_Alltoallv(send.data(), c.send.data(), c.displs.data(), MPI_INT, recv.data(),
+                             c.recv.data(), c.displs.data(), MPI_INT, comm),
                MPI_ERR_COUNT);
   expect_buffer(Case{"disagreeing calls", "MPI_INT", "", 0, "device", "(receive buffer)"}, recv,
                 values);
@@ -233,34 +249,31 @@ void test_disagreeing_ranks(MPI_Comm comm) {
 void test_disagreeing_nonblocking(MPI_Comm comm) {
   const char* wanted = std::getenv("FERRY_SUITE_NONBLOCKING_ON_ENGINE");
   if (!wanted || std::strcmp(wanted, "1") != 0) return;
-  const int rank = world_rank(), ranks = world_size();
+  const int rank = world_rank();
   const std::vector<int> values(kElements, 7);
   const Buffer send = make_buffer(values, Memory::device);
   const Buffer recv = make_buffer(values, Memory::device);
-  auto expect_class = [&](const Case& what, int rc, MPI_Request* request, int want) {
-    if (rc == MPI_SUCCESS) rc = MPI_Wait(request, MPI_STATUS_IGNORE);
-    expect(error_class(rc) == want, what,
-           "error class " + class_name(error_class(rc)) + ", want " + class_name(want));
-  };
   MPI_Request request = MPI_REQUEST_NULL;
   const Case roots{"MPI_Ibcast", "MPI_INT", "",
                    kElements,    "device",  "rank 0 names itself the root, the others rank 1"};
-  expect_class(roots,
-               MPI_Ibcast(recv.data(), kElements, MPI_INT, rank == 0 ? 0 : 1, comm, &request),
-               &request, MPI_ERR_ROOT);
-  std::vector<int> send_counts(ranks, 1), recv_counts(ranks, 1), displs(ranks);
-  for (int r = 0; r < ranks; ++r) displs[r] = 2 * r;
-  if (rank == 0) send_counts[1] = 2;
+  expect_class(
+      roots,
+      completed(MPI_Ibcast(recv.data(), kElements, MPI_INT, rank == 0 ? 0 : 1, comm, &request),
+                &request),
+      MPI_ERR_ROOT);
+  const DisagreeingCounts c = disagreeing_counts();
   const Case pairs{"MPI_Ialltoallv",
                    "MPI_INT",
                    "",
                    1,
                    "device",
                    "rank 0 sends rank 1 more than rank 1 receives from it"};
-  expect_class(pairs,
-               MPI_Ialltoallv(send.data(), send_counts.data(), displs.data(), MPI_INT, recv.data(),
-                              recv_counts.data(), displs.data(), MPI_INT, comm, &request),
-               &request, MPI_ERR_COUNT);
+  expect_class(
+      pairs,
+      completed(MPI_Ialltoallv(send.data(), c.send.data(), c.displs.data(), MPI_INT, recv.data(),
+                               c.recv.data(), c.displs.data(), MPI_INT, comm, &request),
+                &request),
+      MPI_ERR_COUNT);
   expect_buffer(
       Case{"disagreeing nonblocking calls", "MPI_INT", "", 0, "device", "(receive buffer)"}, recv,
       values);
