@@ -22,7 +22,6 @@ class PeerLiveness {
   // then belongs to another pid namespace (containers sharing a machine)
   // and is not watched, so it is never taken for an ended process.
   void watch(std::vector<std::int32_t> pids);
-  bool watching() const { return !pids_.empty(); }
 
   // The first watched rank whose process has ended, or -1; looks at most
   // every 100 ms (-1 in between), so a wait loop may call it every round.

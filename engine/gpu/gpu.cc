@@ -22,7 +22,9 @@ const char* backend_kind_name(BackendKind kind) {
 
 #ifndef FERRY_HAVE_CUDA
 Backend* cuda_backend() { return nullptr; }
-std::string cuda_unavailable_reason() { return "this build of Ferry has no CUDA backend (no CUDA toolkit when it was built)"; }
+std::string cuda_unavailable_reason() {
+  return "this build of Ferry has no CUDA backend (no CUDA toolkit when it was built)";
+}
 std::uint64_t cuda_graph_copies() { return 0; }
 #endif
 
@@ -30,10 +32,7 @@ Backend* active_backend() {
   static Backend* backend = [] () -> Backend* {
     const std::string& wanted = params().device;
     if (wanted == "emulated") return emulated_backend();
-    if (wanted == "cuda") {
-      Backend* cuda = cuda_backend();
-      return cuda;  // null: device_setting_problem() says why
-    }
+    if (wanted == "cuda") return cuda_backend();  // null: device_setting_problem() says why
     if (wanted != "auto") FERRY_WARN(Gpu, "FERRY_DEVICE=%s is not auto, cuda or emulated; using auto", wanted.c_str());
     if (Backend* cuda = cuda_backend()) return cuda;
     FERRY_INFO(Gpu, "no GPU: using the emulated device");
