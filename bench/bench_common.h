@@ -21,6 +21,7 @@ struct Ferry {
   decltype(&ferry_device_malloc) malloc = nullptr;
   decltype(&ferry_device_free) free = nullptr;
   decltype(&ferry_memcpy) memcpy = nullptr;
+  decltype(&ferry_device_backend) backend = nullptr;
 };
 
 // Ends the job when libferry.so is not preloaded.
@@ -29,7 +30,8 @@ inline Ferry load_ferry(const char* program) {
   f.malloc = reinterpret_cast<decltype(f.malloc)>(dlsym(RTLD_DEFAULT, "ferry_device_malloc"));
   f.free = reinterpret_cast<decltype(f.free)>(dlsym(RTLD_DEFAULT, "ferry_device_free"));
   f.memcpy = reinterpret_cast<decltype(f.memcpy)>(dlsym(RTLD_DEFAULT, "ferry_memcpy"));
-  if (!f.malloc || !f.free || !f.memcpy) {
+  f.backend = reinterpret_cast<decltype(f.backend)>(dlsym(RTLD_DEFAULT, "ferry_device_backend"));
+  if (!f.malloc || !f.free || !f.memcpy || !f.backend) {
     std::fprintf(stderr, "%s: libferry.so is not loaded (run with LD_PRELOAD=libferry.so)\n", program);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }

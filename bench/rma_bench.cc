@@ -14,17 +14,15 @@
 // it, median over many iterations after warm-up, on rank 0 (the origin);
 // rank 1 is a passive target. Device memory comes from ferry_device_malloc,
 // so the program needs no GPU toolkit and runs on the emulated device too.
-#include <dlfcn.h>
 #include <mpi.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "ferry/ferry.h"
+#include "bench_common.h"
 
 #ifdef RMA_BENCH_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -32,42 +30,8 @@
 
 namespace {
 
-struct Ferry {
-  decltype(&ferry_device_malloc) malloc = nullptr;
-  decltype(&ferry_device_free) free = nullptr;
-  decltype(&ferry_memcpy) memcpy = nullptr;
-  decltype(&ferry_device_backend) backend = nullptr;
-};
-
-Ferry load_ferry() {
-  Ferry f;
-  f.malloc = reinterpret_cast<decltype(f.malloc)>(dlsym(RTLD_DEFAULT, "ferry_device_malloc"));
-  f.free = reinterpret_cast<decltype(f.free)>(dlsym(RTLD_DEFAULT, "ferry_device_free"));
-  f.memcpy = reinterpret_cast<decltype(f.memcpy)>(dlsym(RTLD_DEFAULT, "ferry_memcpy"));
-  f.backend = reinterpret_cast<decltype(f.backend)>(dlsym(RTLD_DEFAULT, "ferry_device_backend"));
-  if (!f.malloc || !f.free || !f.memcpy || !f.backend) {
-    std::fprintf(stderr, "rma-bench: libferry.so is not loaded (run with LD_PRELOAD=libferry.so)\n");
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
-  return f;
-}
-
-std::size_t parse_size(const char* text) {
-  char* end = nullptr;
-  double value = std::strtod(text, &end);
-  switch (end && *end ? *end : ' ') {
-    case 'K': case 'k': value *= 1024; break;
-    case 'M': case 'm': value *= 1024 * 1024; break;
-    case 'G': case 'g': value *= 1024.0 * 1024 * 1024; break;
-    default: break;
-  }
-  return static_cast<std::size_t>(value);
-}
-
-double median(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2];
-}
+using bench::Ferry;
+using bench::median;
 
 int iterations_for(std::size_t bytes) {
   if (bytes <= (64u << 10)) return 2000;
@@ -100,7 +64,7 @@ int main(int argc, char** argv) {
   std::size_t max_size = 128u << 20;
   bool get = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--max-size") && i + 1 < argc) max_size = parse_size(argv[++i]);
+    if (!std::strcmp(argv[i], "--max-size") && i + 1 < argc) max_size = bench::parse_size(argv[++i]);
     if (!std::strcmp(argv[i], "--get")) get = true;
   }
   if (ranks != 2) {
@@ -108,7 +72,7 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
-  const Ferry ferry = load_ferry();
+  const Ferry ferry = bench::load_ferry("rma-bench");
   const int target = 1;
 
   // Device window (Ferry) and host window (the real MPI's) of max_size bytes.
