@@ -87,7 +87,15 @@ function(ferry_add_mpi_test)
     list(PREPEND exports -x "FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE}")
   endif()
   if(NOT ARG_NO_PRELOAD)
-    list(PREPEND exports -x "LD_PRELOAD=$<TARGET_FILE:ferry>")
+    list(PREPEND exports -x "LD_PRELOAD=${FERRY_SANITIZER_RUNTIME} $<TARGET_FILE:ferry>")
+  endif()
+  # Sanitized builds: the sanitizers' options (tools/setup.sh sanitize sets
+  # them) reach the ranks, and Open MPI keeps its components loaded so that
+  # what they allocate is named in leak reports (and suppressed).
+  set(sanitizer_flags)
+  if(FERRY_SANITIZER_RUNTIME)
+    set(sanitizer_flags --mca mca_base_component_disable_dlclose 1
+        -x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS -x TSAN_OPTIONS)
   endif()
 
   # mpirun stops the job itself a little before CTest would, so that ranks
@@ -95,7 +103,7 @@ function(ferry_add_mpi_test)
   math(EXPR job_timeout "${ARG_TIMEOUT} - 10")
   set(command
       ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${ARG_NP} ${FERRY_MPIEXEC_FLAGS}
-      --timeout ${job_timeout} ${MPIEXEC_PREFLAGS} ${exports}
+      --timeout ${job_timeout} ${MPIEXEC_PREFLAGS} ${sanitizer_flags} ${exports}
       ${program} ${MPIEXEC_POSTFLAGS} ${ARG_COMMAND})
   set(expectation)
   if(DEFINED ARG_EXPECT)

@@ -2,6 +2,9 @@
 # Fresh-machine set-up for Ferry (Debian/Ubuntu):
 #   tools/setup.sh demo   install what is missing, build, run the device-buffer demo under mpirun
 #   tools/setup.sh test   install what is missing, build, run every test
+#   tools/setup.sh sanitize   the unit tests and the multi-threaded MPI programs built with
+#                             ASan+UBSan, then with TSan (emulated device)
+#   tools/setup.sh fuzz [seconds]   each fuzz target under libFuzzer (clang) for that long (60)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -46,6 +49,61 @@ build() {
   cmake --build "$build_dir" -j "$jobs"
 }
 
+# The checked builds compile the host code only: the emulated device runs
+# everything the tests reach, and nvcc's objects would carry no checks.
+checked_build() {  # <dir> [cmake options...] -- <targets...>
+  local dir=$1 options=() targets=()
+  shift
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do options+=("$1"); shift; done
+  shift
+  targets=("$@")
+  cmake -S . -B "$dir" -G Ninja -DFERRY_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g" "${options[@]}" >/dev/null
+  cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
+}
+
+# What the sanitizers run: every unit test, and the MPI programs in which
+# several threads (the application's, the engine's progress and worker
+# threads) share Ferry's state.
+sanitized_mpi_tests='^mpi_suite[.](threads|nonblocking_engine|peer_messages)[.]'
+sanitized_targets=(ferry ferry-info pmix_bootstrap_test ferry_unit_tests
+                   mpi_suite_threads mpi_suite_nonblocking_engine mpi_suite_peer_messages)
+
+sanitize() {
+  local suppressions=$PWD/tests/sanitizers
+  export ASAN_OPTIONS=fast_unwind_on_malloc=0:print_suppressions=0:detect_stack_use_after_return=1
+  export LSAN_OPTIONS=suppressions=$suppressions/lsan.supp:print_suppressions=0
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export TSAN_OPTIONS=suppressions=$suppressions/tsan.supp:halt_on_error=1:second_deadlock_stack=1
+  local kind dir
+  for kind in address,undefined thread; do
+    dir=$build_dir-${kind//,/-}
+    echo "== FERRY_SANITIZE=$kind ($dir)"
+    checked_build "$dir" -DFERRY_SANITIZE="$kind" -- "${sanitized_targets[@]}"
+    ctest --test-dir "$dir" -L unit --output-on-failure --timeout 900
+    ctest --test-dir "$dir" -R "$sanitized_mpi_tests" --output-on-failure --timeout 900
+  done
+}
+
+fuzz() {
+  local seconds=$1 dir=$build_dir-fuzz target corpus log
+  CC=clang CXX=clang++ checked_build "$dir" -DFERRY_FUZZ=ON -- \
+    fuzz_topology_xml fuzz_tune fuzz_params fuzz_tcp_bootstrap
+  for target in topology_xml tune params tcp_bootstrap; do
+    # New inputs go to a scratch corpus; the tree's corpus only seeds it.
+    corpus=$dir/corpus/$target
+    mkdir -p "$corpus"
+    log=$dir/fuzz_$target.log
+    if ! "$dir/tests/fuzz/fuzz_$target" -max_total_time="$seconds" -artifact_prefix="$dir/" \
+        "$corpus" "tests/fuzz/corpus/$target" >"$log" 2>&1; then
+      tail -n 60 "$log"
+      echo "fuzz_$target failed; the input that did it is in $dir/ (crash-*, timeout-*, leak-*)" >&2
+      return 1
+    fi
+    echo "fuzz_$target: $(grep -m1 '^Done' "$log")"
+  done
+}
+
 # Open MPI refuses root unless told; CI and containers run as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -61,8 +119,17 @@ case "$mode" in
     build
     ctest --test-dir "$build_dir" --output-on-failure --timeout 1800
     ;;
+  sanitize)
+    install_missing
+    sanitize
+    ;;
+  fuzz)
+    packages+=(clang libclang-rt-dev)
+    install_missing
+    fuzz "${2:-60}"
+    ;;
   *)
-    echo "usage: tools/setup.sh demo|test" >&2
+    echo "usage: tools/setup.sh demo|test|sanitize|fuzz [seconds]" >&2
     exit 2
     ;;
 esac
