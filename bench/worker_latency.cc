@@ -121,8 +121,11 @@ int main(int argc, char** argv) {
     input0[i] = static_cast<float>((i * 7919 + 13) % 1024);
     input1[i] = static_cast<float>((i * 104729 + 5) % 2048) - 1024;
   }
-  ferry::gpu::copy(source, input0.data(), kMaxBytes);
-  ferry::gpu::copy(destination, input1.data(), kMaxBytes);
+  if (!ferry::ok(ferry::gpu::copy(source, input0.data(), kMaxBytes)) ||
+      !ferry::ok(ferry::gpu::copy(destination, input1.data(), kMaxBytes))) {
+    std::fprintf(stderr, "worker-latency: cannot fill the inputs\n");
+    return 1;
+  }
   auto peer = ferry::Worker::create(gpu, 0, blocks, 1000000);
   auto self = ferry::Worker::create(gpu, 0, blocks, 1000000);
   void* ll[2] = {nullptr, nullptr};
@@ -134,7 +137,12 @@ int main(int argc, char** argv) {
       return 1;
     }
   const std::vector<char> zeros(ferry::kLlBufferBytes, 0);
-  for (void* buffer : ll) ferry::gpu::copy(buffer, zeros.data(), zeros.size());  // no stale flags
+  for (void* buffer : ll) {
+    if (!ferry::ok(ferry::gpu::copy(buffer, zeros.data(), zeros.size()))) {  // no stale flags
+      std::fprintf(stderr, "worker-latency: cannot clear the LL buffers\n");
+      return 1;
+    }
+  }
   std::uint64_t call = 0;
   // Rank 1's thread runs items[1] once per go and counts it in done.
   ferry::WorkItem items[2] = {};
@@ -182,7 +190,7 @@ int main(int argc, char** argv) {
       if (i >= 0) samples[i] = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     }
     std::vector<float> out(bytes / sizeof(float));
-    ferry::gpu::copy(out.data(), outputs[0], bytes);
+    if (!ferry::ok(ferry::gpu::copy(out.data(), outputs[0], bytes))) return -1.0;
     for (std::size_t e = 0; e < out.size(); ++e)
       if (out[e] != input0[e] + input1[e]) return -1.0;
     return median(samples);
@@ -200,6 +208,6 @@ int main(int argc, char** argv) {
   rank1.join();
   peer.reset();
   self.reset();
-  for (void* p : {ll[0], ll[1], outputs[0], outputs[1], source, destination}) gpu->device_free(p);
+  for (void* p : {ll[0], ll[1], outputs[0], outputs[1], source, destination}) FERRY_LOG_IF_FAILED(gpu->device_free(p));
   return 0;
 }

@@ -8,6 +8,7 @@
 #include "engine/common/liveness.h"
 #include "engine/common/params.h"
 #include "mpi_shim/nonblocking_engine.h"
+#include "mpi_shim/route.h"
 #include "mpi_shim/wrapper_support.h"
 
 namespace ferry::shim {
@@ -44,7 +45,7 @@ int engine_keyval() {
 }  // namespace
 
 bool engine_participates(MPI_Comm comm, const RouteDecision& decided) {
-  static const bool route_auto = params().route == "auto";
+  static const bool route_auto = forced_route() == ForcedRoute::kAuto;
   if (!route_auto || !decided.device_runtime || comm == MPI_COMM_NULL) return false;
   int inter = 0;
   return PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter;

@@ -15,6 +15,7 @@
 #include "mpi_shim/peer_pt2pt.h"
 #include "mpi_shim/requests.h"
 #include "mpi_shim/rma.h"
+#include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/stats.h"
 #include "mpi_shim/wrapper_support.h"
@@ -37,7 +38,7 @@ void after_init() {
   for (const std::string& name : param_unknown_names()) FERRY_WARN(Init, "%s", name.c_str());
   peer::start();
   FERRY_INFO(Init, "Ferry %d.%d.%d loaded; FERRY_ROUTE=%s FERRY_DEVICE=%s", FERRY_VERSION_MAJOR,
-             FERRY_VERSION_MINOR, FERRY_VERSION_PATCH, params().route.c_str(), params().device.c_str());
+             FERRY_VERSION_MINOR, FERRY_VERSION_PATCH, forced_route_name(forced_route()), params().device.c_str());
 }
 
 }  // namespace
@@ -114,7 +115,7 @@ int handle_Finalize() {
 // before passing device pointers; with Ferry routing device buffers, they may.
 extern "C" __attribute__((visibility("default"))) int MPIX_Query_cuda_support(void) {
   try {
-    if (ferry::params().route == "pmpi") return 0;
+    if (ferry::shim::forced_route() == ferry::shim::ForcedRoute::kPmpi) return 0;
     return ferry::gpu::active_backend() != nullptr ? 1 : 0;
   } catch (...) {
     return 0;

@@ -22,6 +22,7 @@
 #include "engine/transport/shm.h"
 #include "handlers.h"
 #include "mpi_shim/engine_route.h"
+#include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/translate.h"
 #include "mpi_shim/wrapper_support.h"
@@ -152,7 +153,7 @@ std::thread* g_thread = nullptr;
 bool g_stopping = false;
 
 bool enabled() {
-  static const bool on = params().nbc == "engine" && params().route == "auto";
+  static const bool on = params().nbc == "engine" && forced_route() == ForcedRoute::kAuto;
   return on;
 }
 
@@ -173,7 +174,7 @@ int free_op(void* extra) {
   std::lock_guard<std::mutex> lock(g_mutex);
   by_request().erase(op->request);
   g_live.store(static_cast<int>(by_request().size()), std::memory_order_release);
-  if (op->backend && op->done_event) op->backend->event_destroy(op->done_event);
+  if (op->backend && op->done_event) FERRY_LOG_IF_FAILED(op->backend->event_destroy(op->done_event));
   delete op;
   return MPI_SUCCESS;
 }

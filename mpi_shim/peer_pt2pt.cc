@@ -237,7 +237,7 @@ std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
 }
 
 bool wanted_here() {
-  if (params().pt2pt != "peer" || params().route != "auto") return false;
+  if (params().pt2pt != "peer" || forced_route() != ForcedRoute::kAuto) return false;
   std::vector<std::string> unknown;
   return allowed_transports(params().transports, params().p2p_disable, params().shm_disable, &unknown).p2p;
 }
@@ -452,8 +452,8 @@ Status copy_out(gpu::Backend* backend, const Envelope& env, void* bounce, void* 
   if (copied != Status::kTimeout) return copied;
   FERRY_WARN(Shim, "a %llu-byte message's sender did not fill its bounce buffer within FERRY_HANDSHAKE_TIMEOUT",
              static_cast<unsigned long long>(env.bytes));
-  backend->write_value_now(word, chunk + (1u << 30));
-  backend->stream_synchronize(stream);
+  FERRY_LOG_IF_FAILED(backend->write_value_now(word, chunk + (1u << 30)));
+  FERRY_LOG_IF_FAILED(backend->stream_synchronize(stream));
   return Status::kTimeout;
 }
 
@@ -658,8 +658,8 @@ Status fill_bounce(Bounce& bounce, const void* data, Envelope* env) {
 }
 
 void free_bounce(Bounce& bounce) {
-  if (bounce.filled) bounce.backend->event_destroy(bounce.filled);
-  bounce.backend->device_free(bounce.ptr);
+  if (bounce.filled) FERRY_LOG_IF_FAILED(bounce.backend->event_destroy(bounce.filled));
+  FERRY_LOG_IF_FAILED(bounce.backend->device_free(bounce.ptr));
 }
 
 // Finishes the sends whose receives acknowledged them: their bounce buffers
@@ -736,7 +736,7 @@ Bounce* take_bounce_locked(State& s, gpu::Backend* backend, int device, std::siz
     if (!ok(backend->set_device(device)) || !ok(backend->device_alloc(kBounceHeader + rounded, &ptr))) return nullptr;
     const std::uint32_t zero = 0;
     if (!ok(backend->copy(ptr, &zero, sizeof(zero))) || !ok(backend->event_create(&filled))) {
-      backend->device_free(ptr);
+      FERRY_LOG_IF_FAILED(backend->device_free(ptr));
       return nullptr;
     }
     FERRY_TRACE(Shim, "bounce buffer of %zu bytes made (%llu held before)", rounded,

@@ -144,7 +144,7 @@ int allocate_everywhere(gpu::Backend* backend, MPI_Aint size, MPI_Comm comm, voi
   int everyone = 0, mine = allocated;
   PMPI_Allreduce(&mine, &everyone, 1, MPI_INT, MPI_MIN, comm);
   if (everyone) return MPI_SUCCESS;
-  if (*memory) backend->device_free(*memory);
+  if (*memory) FERRY_LOG_IF_FAILED(backend->device_free(*memory));
   *memory = nullptr;
   return raise_error(comm, MPI_ERR_NO_MEM);
 }
@@ -159,7 +159,7 @@ int allocate_window(FunctionId id, MPI_Aint size, int disp_unit, MPI_Info info, 
   };
   const bool device_here = info_wants_device(info);
   bool any_device = false, any_host = false;
-  if (params().route == "pmpi" || size < 0 || disp_unit <= 0 || !baseptr || !win ||
+  if (forced_route() == ForcedRoute::kPmpi || size < 0 || disp_unit <= 0 || !baseptr || !win ||
       !agree_on_memory(comm, device_here, !device_here && size > 0, &any_device, &any_host) || !any_device) {
     record_route(id, {Route::kPmpi, "no rank asked for device memory"});
     return pmpi_allocate(size, baseptr, win);
@@ -189,7 +189,7 @@ int allocate_window(FunctionId id, MPI_Aint size, int disp_unit, MPI_Info info, 
       return made;
     });
     if (rc != MPI_SUCCESS) {
-      if (memory) backend->device_free(memory);
+      if (memory) FERRY_LOG_IF_FAILED(backend->device_free(memory));
       return rc;
     }
     *static_cast<void**>(baseptr) = parts.base;
@@ -223,7 +223,7 @@ int allocate_window(FunctionId id, MPI_Aint size, int disp_unit, MPI_Info info, 
   parts.allocated = memory;
   rc = create_window(id, comm, parts, win, handle_only(info, comm));
   if (rc != MPI_SUCCESS) {
-    if (memory) backend->device_free(memory);
+    if (memory) FERRY_LOG_IF_FAILED(backend->device_free(memory));
     return rc;
   }
   *static_cast<void**>(baseptr) = memory;
@@ -417,7 +417,7 @@ int handle_Win_free(MPI_Win* win) {
   if (rc == MPI_SUCCESS) release_host_staged(freed);
   PMPI_Group_free(&dw->group);
   delete dw;  // unmaps the peers' memory
-  if (allocated && backend) backend->device_free(allocated);
+  if (allocated && backend) FERRY_LOG_IF_FAILED(backend->device_free(allocated));
   return rc;
 }
 

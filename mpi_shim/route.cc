@@ -10,20 +10,29 @@
 #include "mpi_shim/stats.h"
 
 namespace ferry::shim {
-namespace {
-
-enum class ForcedRoute { kAuto, kStaged, kPmpi };
 
 ForcedRoute forced_route() {
+  // params() has replaced a value that is none of these by the default
+  // (and MPI_Init said so on rank 0).
   static const ForcedRoute forced = [] {
     const std::string& text = params().route;
     if (text == "staged") return ForcedRoute::kStaged;
     if (text == "pmpi") return ForcedRoute::kPmpi;
-    if (text != "auto") FERRY_WARN(Route, "FERRY_ROUTE=%s is not auto, staged or pmpi; using auto", text.c_str());
     return ForcedRoute::kAuto;
   }();
   return forced;
 }
+
+const char* forced_route_name(ForcedRoute forced) {
+  switch (forced) {
+    case ForcedRoute::kAuto: return "auto";
+    case ForcedRoute::kStaged: return "staged";
+    case ForcedRoute::kPmpi: return "pmpi";
+  }
+  return "?";
+}
+
+namespace {
 
 bool is_device_buffer(const void* buffer) {
   if (buffer == nullptr || buffer == MPI_IN_PLACE || buffer == MPI_BOTTOM) return false;

@@ -18,6 +18,12 @@ constexpr int kRouteCount = 3;
 
 const char* route_name(Route route);
 
+// FERRY_ROUTE, read here and nowhere else: kAuto lets each call take its
+// route; kStaged and kPmpi force one for every device buffer.
+enum class ForcedRoute { kAuto, kStaged, kPmpi };
+ForcedRoute forced_route();
+const char* forced_route_name(ForcedRoute forced);
+
 struct RouteDecision {
   Route route;
   const char* reason;  // for FERRY_DEBUG=TRACE and support questions

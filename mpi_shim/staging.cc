@@ -81,7 +81,7 @@ class PinnedPool {
   void drain() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [size, blocks] : free_)
-      for (void* b : blocks) backend_->pinned_free(b);
+      for (void* b : blocks) FERRY_LOG_IF_FAILED(backend_->pinned_free(b));
     free_.clear();
     cached_bytes_ = 0;
   }

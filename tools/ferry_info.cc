@@ -232,9 +232,9 @@ int print_local_topology(int nranks) {
   std::vector<int> gpu_of_rank;
   int ranked = 0;
   while (graph.gpu_of_rank(ranked) >= 0) ++ranked;
-  if (ranked > 0 && nranks == 0) {
-    ferry::find_rank_gpus(graph, ranked, gpu_of_rank);
-  } else {
+  const bool from_file = ranked > 0 && nranks == 0 && ok(ferry::find_rank_gpus(graph, ranked, gpu_of_rank));
+  if (!from_file) {
+    gpu_of_rank.clear();
     if (nranks == 0) nranks = static_cast<int>(gpus.size());
     for (int r = 0; r < nranks; ++r) gpu_of_rank.push_back(gpus[r % gpus.size()]);
   }
@@ -326,7 +326,7 @@ void check_device_memory(SelfTest& test, ferry::gpu::Backend* backend) {
     bool good = ferry::ok(backend->set_device(d)) && ferry::ok(backend->device_alloc(kBytes, &buffer)) &&
                 ferry::ok(backend->copy(buffer, in.data(), kBytes)) &&
                 ferry::ok(backend->copy(out.data(), buffer, kBytes)) && in == out;
-    if (buffer) backend->device_free(buffer);
+    if (buffer) FERRY_LOG_IF_FAILED(backend->device_free(buffer));
     if (!good) return test.fail(check, "device " + std::to_string(d) + ": allocate and copy 1 MiB both ways failed");
   }
   test.pass(check, std::to_string(backend->device_count()) + " device(s): 1 MiB copied in and out, bytes match");
@@ -366,11 +366,11 @@ void check_peer_access(SelfTest& test, ferry::gpu::Backend* backend) {
       good = good && ferry::ok(backend->event_record(stop, stream)) && ferry::ok(backend->event_synchronize(stop)) &&
              ferry::ok(backend->event_elapsed_ms(start, stop, &ms)) &&
              ferry::ok(backend->copy(back.data(), dst, kBytes)) && back == pattern;
-      if (stop) backend->event_destroy(stop);
-      if (start) backend->event_destroy(start);
-      if (stream) backend->stream_destroy(stream);
-      if (src) backend->device_free(src);
-      if (dst) backend->device_free(dst);
+      if (stop) FERRY_LOG_IF_FAILED(backend->event_destroy(stop));
+      if (start) FERRY_LOG_IF_FAILED(backend->event_destroy(start));
+      if (stream) FERRY_LOG_IF_FAILED(backend->stream_destroy(stream));
+      if (src) FERRY_LOG_IF_FAILED(backend->device_free(src));
+      if (dst) FERRY_LOG_IF_FAILED(backend->device_free(dst));
       if (!good) {
         test.fail(check, pair + ": a 64 MiB copy between the devices failed or arrived wrong");
         continue;
@@ -472,7 +472,9 @@ void check_links(SelfTest& test, ferry::gpu::Backend* backend) {
   const std::size_t shm_bytes = shm ? std::min(bytes, shm->bytes()) : 0;
   const std::int32_t device = device_of_local_rank(backend, me);
   std::vector<std::int32_t> devices(n);
-  comm->bootstrap().allgather(&device, devices.data(), sizeof(device));
+  // A failed exchange fails the check once every step has been taken, so
+  // that no rank leaves the others waiting in a later one.
+  bool exchanged = ok(comm->bootstrap().allgather(&device, devices.data(), sizeof(device)));
   std::int32_t ready = ok(backend->set_device(device)) && ok(backend->device_alloc(bytes, &mine)) &&
                        ok(backend->device_alloc(bytes, &landing)) &&
                        ok(backend->copy(mine, host.data(), bytes)) && ok(backend->stream_create(&stream));
@@ -481,15 +483,16 @@ void check_links(SelfTest& test, ferry::gpu::Backend* backend) {
   if (ready && comm->all_peers_mapped()) ready = ok(comm->peer_memory().export_buffer(mine, &exported));
   std::vector<ferry::ExportedBuffer> everyone(n);
   std::vector<std::int32_t> all_ready(n);
-  comm->bootstrap().allgather(&exported, everyone.data(), sizeof(exported));
-  comm->bootstrap().allgather(&ready, all_ready.data(), sizeof(ready));
-  const bool usable = std::all_of(all_ready.begin(), all_ready.end(), [](std::int32_t r) { return r != 0; });
+  exchanged = ok(comm->bootstrap().allgather(&exported, everyone.data(), sizeof(exported))) && exchanged;
+  exchanged = ok(comm->bootstrap().allgather(&ready, all_ready.data(), sizeof(ready))) && exchanged;
+  const bool usable =
+      exchanged && std::all_of(all_ready.begin(), all_ready.end(), [](std::int32_t r) { return r != 0; });
 
   std::vector<LinkResult> results(static_cast<std::size_t>(n) * n);
   for (int destination = 0; destination < n; ++destination) {
     for (int source = 0; source < n; ++source) {
       if (source == destination) continue;
-      comm->bootstrap().barrier();  // one link at a time: nothing else on the wire
+      exchanged = ok(comm->bootstrap().barrier()) && exchanged;  // one link at a time: nothing else on the wire
       if (me != destination || !usable) continue;
       LinkResult& r = results[static_cast<std::size_t>(destination) * n + source];
       r = LinkResult{destination, source, 0, 0, 0, 0};
@@ -530,10 +533,12 @@ void check_links(SelfTest& test, ferry::gpu::Backend* backend) {
     }
   }
   std::vector<LinkResult> gathered(results.size() * n);
-  comm->bootstrap().allgather(results.data(), gathered.data(), results.size() * sizeof(LinkResult));
-  backend->stream_destroy(stream);
-  backend->device_free(mine);
-  backend->device_free(landing);
+  exchanged = ok(comm->bootstrap().allgather(results.data(), gathered.data(), results.size() * sizeof(LinkResult))) &&
+              exchanged;
+  FERRY_LOG_IF_FAILED(backend->stream_destroy(stream));
+  FERRY_LOG_IF_FAILED(backend->device_free(mine));
+  FERRY_LOG_IF_FAILED(backend->device_free(landing));
+  if (!exchanged) return test.fail(check, "the exchange between the ranks over the PMIx bootstrap failed");
   if (!usable) return test.fail(check, "a rank could not set up its test buffer");
   if (me != 0) return;
   for (int destination = 0; destination < n; ++destination)

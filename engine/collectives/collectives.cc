@@ -398,12 +398,12 @@ void abandon_copy_push(Communicator& comm, gpu::Backend* backend, int device, St
   void* own = slots->buffers[comm.rank()];
   for (int r = 0; r < comm.size(); ++r) {
     if (r == comm.rank()) continue;
-    backend->write_value_now(Communicator::copy_push_arrived(own, r), release);
-    backend->write_value_now(Communicator::copy_push_consumed(own, r), release);
+    FERRY_LOG_IF_FAILED(backend->write_value_now(Communicator::copy_push_arrived(own, r), release));
+    FERRY_LOG_IF_FAILED(backend->write_value_now(Communicator::copy_push_consumed(own, r), release));
   }
   for (const int index : {kPushStream, kReduceStream}) {
     gpu::Stream stream = nullptr;
-    if (ok(comm.stream_for(backend, device, &stream, index))) backend->stream_synchronize(stream);
+    if (ok(comm.stream_for(backend, device, &stream, index))) FERRY_LOG_IF_FAILED(backend->stream_synchronize(stream));
   }
   FERRY_WARN(Coll, "copy-engine push allreduce failed (%s); this communicator's landing slots are not used again",
              status_name(why));

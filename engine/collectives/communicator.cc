@@ -237,14 +237,14 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
 
 Communicator::~Communicator() {
   workers_.clear();  // they may still use the streams' device and the LL buffers
-  if (ll_own_) ll_.backend->device_free(ll_own_);
-  for (auto& [key, cached] : simple_plans_) simple_.backend->device_free(cached.steps);
-  if (simple_own_) simple_.backend->device_free(simple_own_);
-  if (simple_.failed) simple_.backend->pinned_free(simple_.failed);
-  if (copy_push_own_) copy_push_.backend->device_free(copy_push_own_);
-  for (auto& [key, stream] : streams_) key.backend->stream_destroy(stream);
-  for (auto& [key, event] : events_) key.backend->event_destroy(event);
-  for (auto& [key, scratch] : scratch_) key.first->device_free(scratch.buffer);
+  if (ll_own_) FERRY_LOG_IF_FAILED(ll_.backend->device_free(ll_own_));
+  for (auto& [key, cached] : simple_plans_) FERRY_LOG_IF_FAILED(simple_.backend->device_free(cached.steps));
+  if (simple_own_) FERRY_LOG_IF_FAILED(simple_.backend->device_free(simple_own_));
+  if (simple_.failed) FERRY_LOG_IF_FAILED(simple_.backend->pinned_free(simple_.failed));
+  if (copy_push_own_) FERRY_LOG_IF_FAILED(copy_push_.backend->device_free(copy_push_own_));
+  for (auto& [key, stream] : streams_) FERRY_LOG_IF_FAILED(key.backend->stream_destroy(stream));
+  for (auto& [key, event] : events_) FERRY_LOG_IF_FAILED(key.backend->event_destroy(event));
+  for (auto& [key, scratch] : scratch_) FERRY_LOG_IF_FAILED(key.first->device_free(scratch.buffer));
 }
 
 namespace {
@@ -333,7 +333,7 @@ Status Communicator::map_on_every_rank(gpu::Backend* backend, int device, std::s
   FERRY_CHECK(bootstrap_->allgather(&ready, readiness.data(), sizeof(ready)));
   for (std::int32_t r : readiness) {
     if (!r) {
-      if (*own) backend->device_free(*own);
+      if (*own) FERRY_LOG_IF_FAILED(backend->device_free(*own));
       *own = nullptr;
       return Status::kUnavailable;
     }
@@ -420,7 +420,7 @@ Status Communicator::simple_channels(gpu::Backend* backend, int device, SimpleCh
   // Counters start at zero; slots need no initial value.
   if (!ok(map_on_every_rank(backend, device, bytes, kSimpleControlBytes, flag_made, &simple_own_, made.buffers))) {
     FERRY_WARN(Coll, "Simple protocol FIFOs could not be set up on every rank");
-    if (made.failed) backend->pinned_free(made.failed);
+    if (made.failed) FERRY_LOG_IF_FAILED(backend->pinned_free(made.failed));
     simple_.broken = true;
     return Status::kUnavailable;
   }
@@ -502,7 +502,7 @@ Status Communicator::simple_plan(SimpleCollective collective, int root, std::siz
     // A bounded cache: an application cycling through many sizes replans.
     constexpr std::size_t kMaxPlans = 64;
     if (simple_plans_.size() >= kMaxPlans) {
-      for (auto& [old, cached] : simple_plans_) simple_.backend->device_free(cached.steps);
+      for (auto& [old, cached] : simple_plans_) FERRY_LOG_IF_FAILED(simple_.backend->device_free(cached.steps));
       simple_plans_.clear();
     }
     CachedPlan made;
@@ -512,7 +512,7 @@ Status Communicator::simple_plan(SimpleCollective collective, int root, std::siz
     if (!made.plan.steps.empty()) {
       const Status copied = simple_.backend->copy(made.steps, made.plan.steps.data(), bytes);
       if (!ok(copied)) {
-        simple_.backend->device_free(made.steps);
+        FERRY_LOG_IF_FAILED(simple_.backend->device_free(made.steps));
         return copied;
       }
     }

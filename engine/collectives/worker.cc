@@ -25,7 +25,7 @@ class EmulatedWorkerDevice final : public WorkerDevice {
   EmulatedWorkerDevice(gpu::Backend* backend, int blocks) : backend_(backend), blocks_(blocks) {
     std::memset(&box_, 0, sizeof(box_));
   }
-  ~EmulatedWorkerDevice() override { join(); }
+  ~EmulatedWorkerDevice() override { FERRY_LOG_IF_FAILED(join()); }
 
   Mailbox* mailbox() override { return &box_; }
   int blocks() const override { return blocks_; }
@@ -351,7 +351,7 @@ std::unique_ptr<Worker> Worker::create(gpu::Backend* backend, int device, int bl
 
 Worker::~Worker() {
   store_release(&device_->mailbox()->stop, 1);
-  device_->join();
+  FERRY_LOG_IF_FAILED(device_->join());
 }
 
 Status Worker::run(const WorkItem& item) {

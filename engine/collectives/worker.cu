@@ -906,7 +906,7 @@ class CudaWorkerDevice final : public WorkerDevice {
   }
 
   ~CudaWorkerDevice() override {
-    join();
+    FERRY_LOG_IF_FAILED(join());
 #ifdef FERRY_WORKER_TIMELINE
     unsigned long long ns[kTimelinePhases] = {}, items = 0;
     if (params().stats && cudaMemcpyFromSymbol(ns, g_timeline_ns, sizeof(ns)) == cudaSuccess &&

@@ -1,13 +1,15 @@
 // One status type for the whole engine. No exceptions cross the C boundary
 // and nothing here ever exits: failures travel up as a Status, and each frame
-// that forwards one leaves a breadcrumb in the log (FERRY_DEBUG=WARN).
+// that forwards one leaves a breadcrumb in the log (FERRY_DEBUG=WARN). A
+// Status is never dropped unseen ([[nodiscard]]): one the caller cannot act
+// on goes through FERRY_LOG_IF_FAILED.
 #pragma once
 
 #include "engine/common/log.h"
 
 namespace ferry {
 
-enum class Status : int {
+enum class [[nodiscard]] Status : int {
   kOk = 0,
   kInvalidArgument,
   kOutOfMemory,
@@ -39,5 +41,17 @@ inline bool ok(Status status) { return status == Status::kOk; }
       FERRY_LOG_AT(::ferry::LogLevel::kWarn, ::ferry::LogSubsys::kAll,          \
                    "%s failed: %s", #expr, ::ferry::status_name(ferry_check_status_)); \
       return ferry_check_status_;                                                \
+    }                                                                            \
+  } while (0)
+
+// Evaluates a Status the caller can do nothing about (a release in a
+// destructor, clean-up after an earlier failure): a failure is logged like
+// FERRY_CHECK's and dropped.
+#define FERRY_LOG_IF_FAILED(expr)                                                \
+  do {                                                                           \
+    ::ferry::Status ferry_check_status_ = (expr);                                \
+    if (ferry_check_status_ != ::ferry::Status::kOk) {                           \
+      FERRY_LOG_AT(::ferry::LogLevel::kWarn, ::ferry::LogSubsys::kAll,          \
+                   "%s failed: %s", #expr, ::ferry::status_name(ferry_check_status_)); \
     }                                                                            \
   } while (0)

@@ -23,9 +23,9 @@ FERRY_EXPORT void ferry_device_free(void* ptr) {
     if (!ptr) return;
     const ferry::gpu::PointerInfo info = ferry::gpu::classify(ptr);
     if (info.owner == ferry::gpu::BackendKind::kEmulated) {
-      ferry::gpu::emulated_backend()->device_free(ptr);
+      FERRY_LOG_IF_FAILED(ferry::gpu::emulated_backend()->device_free(ptr));
     } else if (ferry::gpu::Backend* cuda = ferry::gpu::cuda_backend()) {
-      cuda->device_free(ptr);
+      FERRY_LOG_IF_FAILED(cuda->device_free(ptr));
     }
   } catch (...) {
   }

@@ -76,8 +76,8 @@ Status DeviceAccess::create(Window& window, std::unique_ptr<DeviceAccess>* out) 
 DeviceAccess::~DeviceAccess() {
   for (const ExportedBuffer& pinned : peer_sync_blocks_)
     if (pinned.allocation_id != 0) peer_memory_.unpin_buffer(pinned);
-  if (tables_) backend_->device_free(tables_);
-  if (sync_block_) backend_->device_free(sync_block_);
+  if (tables_) FERRY_LOG_IF_FAILED(backend_->device_free(tables_));
+  if (sync_block_) FERRY_LOG_IF_FAILED(backend_->device_free(sync_block_));
 }
 
 }  // namespace ferry

@@ -117,14 +117,14 @@ Status SymmetricHeap::create(Bootstrap& bootstrap, gpu::Backend* backend, std::s
 
 SymmetricHeap::~SymmetricHeap() {
   drop_chunks(0, mapped_chunks_);
-  if (base_) backend_->vm_unreserve(base_, stride_ * size_);
+  if (base_) FERRY_LOG_IF_FAILED(backend_->vm_unreserve(base_, stride_ * size_));
 }
 
 void SymmetricHeap::drop_chunks(std::size_t first, std::size_t count) {
   for (std::size_t c = first; c < first + count; ++c) {
     for (int r = 0; r < size_; ++r) {
-      backend_->vm_unmap(slot(r) + c * chunk_bytes_, chunk_bytes_);
-      backend_->vm_release(chunks_[c * size_ + r]);
+      FERRY_LOG_IF_FAILED(backend_->vm_unmap(slot(r) + c * chunk_bytes_, chunk_bytes_));
+      FERRY_LOG_IF_FAILED(backend_->vm_release(chunks_[c * size_ + r]));
     }
   }
   chunks_.resize(first * size_);
@@ -143,7 +143,7 @@ Status SymmetricHeap::grow(std::size_t chunks) {
     status = backend_->vm_export(own[created], &fds[created]);
   }
   auto release_own = [&] {
-    for (std::size_t i = 0; i < created; ++i) backend_->vm_release(own[i]);
+    for (std::size_t i = 0; i < created; ++i) FERRY_LOG_IF_FAILED(backend_->vm_release(own[i]));
   };
   auto close_fds = [](std::vector<int>& list) {
     for (int& fd : list) {
@@ -193,8 +193,9 @@ Status SymmetricHeap::grow(std::size_t chunks) {
     for (std::size_t i = 0; i < count; ++i) {
       for (int r = 0; r < size_; ++r) {
         const std::size_t k = i * size_ + r;
-        if (in_place[k]) backend_->vm_unmap(slot(r) + (mapped_chunks_ + i) * chunk_bytes_, chunk_bytes_);
-        if (held[k]) backend_->vm_release(mapped[k]);
+        if (in_place[k])
+          FERRY_LOG_IF_FAILED(backend_->vm_unmap(slot(r) + (mapped_chunks_ + i) * chunk_bytes_, chunk_bytes_));
+        if (held[k]) FERRY_LOG_IF_FAILED(backend_->vm_release(mapped[k]));
       }
     }
     FERRY_INFO(Pgas, "symmetric heap: mapping chunks failed on some rank: %s", status_name(agreed));

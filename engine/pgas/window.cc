@@ -137,8 +137,8 @@ Window::~Window() {
   for (int r = 0; r < static_cast<int>(ranks_.size()); ++r)
     if (r != rank() && ranks_[r].has_memory) comm_.peer_memory().unpin_buffer(ranks_[r].exported);
   for (PeerRegions& peer : peer_regions_) unpin_regions(peer);
-  if (stream_) backend_->stream_destroy(stream_);
-  if (scratch_) backend_->device_free(scratch_);
+  if (stream_) FERRY_LOG_IF_FAILED(backend_->stream_destroy(stream_));
+  if (scratch_) FERRY_LOG_IF_FAILED(backend_->device_free(scratch_));
 }
 
 Status Window::close() {

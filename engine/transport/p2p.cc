@@ -77,7 +77,7 @@ class SharedImports {
   }
   static void close_mapping(const Shared& shared) {
     if (gpu::Backend* backend = gpu::owner_backend({gpu::MemoryKind::kDevice, shared.owner}))
-      backend->ipc_close(shared.base);
+      FERRY_LOG_IF_FAILED(backend->ipc_close(shared.base));
   }
 
   std::mutex mutex_;

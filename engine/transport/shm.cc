@@ -80,7 +80,7 @@ Status SharedSegments::create(Bootstrap& bootstrap, gpu::Backend* backend, std::
 SharedSegments::~SharedSegments() {
   for (std::size_t r = 0; r < views_.size(); ++r) {
     if (!views_[r]) continue;
-    if (registered_[r]) backend_->host_unregister(views_[r]);
+    if (registered_[r]) FERRY_LOG_IF_FAILED(backend_->host_unregister(views_[r]));
     munmap(views_[r], bytes_);
   }
   if (fd_ >= 0) close(fd_);

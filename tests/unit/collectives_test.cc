@@ -125,8 +125,8 @@ struct AllreduceCase {
           ASSERT_EQ(std::memcmp(got.data() + i * sizeof(T), &expected[i], sizeof(T)), 0)
               << data_type_name(type) << " " << reduce_op_name(op) << " rank " << rank << " element " << i;
       }
-      device()->device_free(send);
-      if (!in_place) device()->device_free(recv);
+      EXPECT_TRUE(ferry::ok(device()->device_free(send)));
+      if (!in_place) EXPECT_TRUE(ferry::ok(device()->device_free(recv)));
     });
   }
 };
@@ -177,7 +177,7 @@ TEST(EngineAllreduce, ManyCallsOnOneCommunicator) {
         std::memcpy(&actual, got.data() + i * sizeof(actual), sizeof(actual));
         ASSERT_EQ(actual, expected) << "call " << call << " element " << i;
       }
-      device()->device_free(buffer);
+      EXPECT_TRUE(ferry::ok(device()->device_free(buffer)));
     }
   });
 }
@@ -207,8 +207,8 @@ TEST(EngineAllreduce, TheForcedAlgorithmRuns) {
     std::int32_t last = 0;
     std::memcpy(&last, got.data() + (kCount - 1) * sizeof(last), sizeof(last));
     EXPECT_EQ(last, 6);
-    device()->device_free(send);
-    device()->device_free(buffer);
+    EXPECT_TRUE(ferry::ok(device()->device_free(send)));
+    EXPECT_TRUE(ferry::ok(device()->device_free(buffer)));
   });
   EXPECT_GE(allreduce_choice_count(forced), before + 3) << algorithm_info(forced).name << " did not run";
 }
@@ -244,8 +244,8 @@ TEST(EngineAllreduce, OneRankInPlaceMovesNothing) {
               Status::kOk);
     EXPECT_TRUE(ran);
     EXPECT_EQ(host_copy_of(output, mine.size() * sizeof(double)), host_copy_of(buffer, mine.size() * sizeof(double)));
-    device()->device_free(output);
-    device()->device_free(buffer);
+    EXPECT_TRUE(ferry::ok(device()->device_free(output)));
+    EXPECT_TRUE(ferry::ok(device()->device_free(buffer)));
   });
 }
 
@@ -278,7 +278,7 @@ TEST(EngineAllreduce, OneRankDoesTheDeviceWorkOfEveryRankOnItsGpu) {
       std::memcpy(&actual, got.data() + i * sizeof(actual), sizeof(actual));
       ASSERT_EQ(actual, expected) << "rank " << rank << " element " << i;
     }
-    device()->device_free(buffer);
+    EXPECT_TRUE(ferry::ok(device()->device_free(buffer)));
   });
 }
 
@@ -315,7 +315,7 @@ TEST(EngineBcast, EveryRootAndSize) {
           ASSERT_EQ(bcast(*comm, buffer, bytes, root, true, &ran), Status::kOk);
           EXPECT_TRUE(ran);
           EXPECT_EQ(host_copy_of(buffer, bytes), payload) << "rank " << rank << " root " << root;
-          device()->device_free(buffer);
+          EXPECT_TRUE(ferry::ok(device()->device_free(buffer)));
         });
       }
     }
@@ -340,7 +340,7 @@ void bcast_random_bytes(int nranks, std::size_t bytes, int root, unsigned seed,
     ASSERT_EQ(bcast(*comm, buffer, bytes, root, true, &ran), Status::kOk);
     ASSERT_TRUE(ran);
     EXPECT_EQ(host_copy_of(buffer, bytes), payload) << "rank " << rank;
-    device()->device_free(buffer);
+    EXPECT_TRUE(ferry::ok(device()->device_free(buffer)));
   });
 }
 
@@ -425,8 +425,8 @@ TEST(EngineAlltoallv, UnevenBlocksWithGaps) {
           ASSERT_EQ(got[recv_offsets[p] + k], static_cast<char>(p * 31 + rank * 7 + k)) << "from " << p;
         ASSERT_EQ(got[recv_offsets[p] + recv_bytes[p]], 'g') << "gap after the block from " << p << " was written";
       }
-      device()->device_free(send);
-      device()->device_free(recv);
+      EXPECT_TRUE(ferry::ok(device()->device_free(send)));
+      EXPECT_TRUE(ferry::ok(device()->device_free(recv)));
     });
   }
 }

@@ -34,7 +34,7 @@ class DeviceMemory {
   explicit DeviceMemory(std::size_t bytes) : bytes_(bytes) {
     EXPECT_EQ(device()->device_alloc(bytes, &ptr_), Status::kOk);
   }
-  ~DeviceMemory() { device()->device_free(ptr_); }
+  ~DeviceMemory() { EXPECT_TRUE(ferry::ok(device()->device_free(ptr_))); }
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
   char* at(std::size_t offset) const { return static_cast<char*>(ptr_) + offset; }
@@ -100,8 +100,8 @@ TEST(DeviceCopy, OrderedAfterCopiesQueuedBefore) {
     EXPECT_EQ(target.read(), std::vector<char>(data.end() - 64, data.end())) << "round " << round;
     ASSERT_EQ(device()->stream_synchronize(stream), Status::kOk);
   }
-  device()->stream_destroy(stream);
-  device()->pinned_free(pinned);
+  EXPECT_TRUE(ferry::ok(device()->stream_destroy(stream)));
+  EXPECT_TRUE(ferry::ok(device()->pinned_free(pinned)));
 }
 
 // Copies that repeat (the same pointers and size) and ones that differ, more

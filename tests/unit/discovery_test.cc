@@ -562,7 +562,7 @@ TEST(TopoCommunicator, TransportFollowsTheTopologyOfThisProcess) {
       ASSERT_EQ(gpu::copy(got.data(), buffer, kCount * sizeof(float)), Status::kOk);
       EXPECT_EQ(got, std::vector<float>(kCount, 3.0f));
     }
-    device->device_free(buffer);
+    EXPECT_TRUE(ferry::ok(device->device_free(buffer)));
   });
 
   const LocalTopology& topo = local_topology();

@@ -76,7 +76,7 @@ TEST_F(EmulatedDevice, HostCodeTouchingDeviceMemoryFaultsLikeAGpuPointer) {
   ASSERT_EQ(device->device_alloc(64, &buffer), Status::kOk);
   volatile int* p = static_cast<volatile int*>(buffer);
   EXPECT_DEATH({ (void)*p; }, "");
-  device->device_free(buffer);
+  EXPECT_TRUE(ferry::ok(device->device_free(buffer)));
 }
 
 TEST_F(EmulatedDevice, CopyPastTheEndOfAnAllocationFails) {
@@ -84,7 +84,7 @@ TEST_F(EmulatedDevice, CopyPastTheEndOfAnAllocationFails) {
   ASSERT_EQ(device->device_alloc(100, &buffer), Status::kOk);
   std::vector<char> host(200);
   EXPECT_NE(copy(host.data(), buffer, 200), Status::kOk);
-  device->device_free(buffer);
+  EXPECT_TRUE(ferry::ok(device->device_free(buffer)));
 }
 
 TEST_F(EmulatedDevice, AllocationBeyondTheLimitFailsCleanly) {
@@ -121,7 +121,7 @@ TEST_F(EmulatedDevice, AnotherProcessSeesExportedMemory) {
   std::vector<int> back(2048);
   ASSERT_EQ(copy(back.data(), buffer, 8192), Status::kOk);
   for (int i = 0; i < 2048; ++i) ASSERT_EQ(back[i], 2 * (100 + i));
-  device->device_free(buffer);
+  EXPECT_TRUE(ferry::ok(device->device_free(buffer)));
 }
 
 TEST_F(EmulatedDevice, StreamsRunCopiesInOrderAndEventsTimeThem) {
@@ -143,10 +143,10 @@ TEST_F(EmulatedDevice, StreamsRunCopiesInOrderAndEventsTimeThem) {
   float ms = -1;
   ASSERT_EQ(device->event_elapsed_ms(start, end, &ms), Status::kOk);
   EXPECT_GE(ms, 0.0f);
-  device->event_destroy(start);
-  device->event_destroy(end);
-  device->stream_destroy(stream);
-  device->device_free(buffer);
+  EXPECT_TRUE(ferry::ok(device->event_destroy(start)));
+  EXPECT_TRUE(ferry::ok(device->event_destroy(end)));
+  EXPECT_TRUE(ferry::ok(device->stream_destroy(stream)));
+  EXPECT_TRUE(ferry::ok(device->device_free(buffer)));
 }
 
 // The stream memory operations cepush builds on: a wait holds back what is
@@ -185,9 +185,9 @@ TEST_F(EmulatedDevice, StreamWaitsAndWritesOrderWorkBetweenStreams) {
   ASSERT_EQ(device->write_value_now(word, 1000 + (1u << 30)), Status::kOk);
   ASSERT_EQ(device->stream_synchronize(consumer), Status::kOk);
 
-  device->stream_destroy(producer);
-  device->stream_destroy(consumer);
-  device->device_free(memory);
+  EXPECT_TRUE(ferry::ok(device->stream_destroy(producer)));
+  EXPECT_TRUE(ferry::ok(device->stream_destroy(consumer)));
+  EXPECT_TRUE(ferry::ok(device->device_free(memory)));
 }
 
 }  // namespace

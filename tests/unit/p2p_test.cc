@@ -38,7 +38,7 @@ TEST(PeerMemory, MapsAtTheExportedOffsetAndReusesMappings) {
   EXPECT_NE(first, static_cast<char*>(a.device) + 100);  // a mapping of its own
   EXPECT_EQ(first_byte(first), 'a');
   EXPECT_EQ(importer.mapped_count(), 1u);
-  gpu::emulated_backend()->device_free(a.device);
+  EXPECT_TRUE(ferry::ok(gpu::emulated_backend()->device_free(a.device)));
 }
 
 // A peer's buffer never seen before means the peer may have freed others:
@@ -60,12 +60,12 @@ TEST(PeerMemory, ANewBufferClosesThePeersOtherMappings) {
   EXPECT_EQ(first_byte(mapped[1]), 'c');
 
   // Freed and reallocated: a new identity, so a new mapping of new memory.
-  gpu::emulated_backend()->device_free(c.device);
+  EXPECT_TRUE(ferry::ok(gpu::emulated_backend()->device_free(c.device)));
   Exported d = make_buffer(exporter, 'd');
   ASSERT_EQ(importer.import_buffer(d.handle, mapped), Status::kOk);
   EXPECT_EQ(first_byte(mapped[0]), 'd');
   EXPECT_EQ(importer.mapped_count(), 1u);
-  for (void* p : {a.device, b.device, d.device}) gpu::emulated_backend()->device_free(p);
+  for (void* p : {a.device, b.device, d.device}) EXPECT_TRUE(ferry::ok(gpu::emulated_backend()->device_free(p)));
 }
 
 }  // namespace

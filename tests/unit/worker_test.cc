@@ -29,7 +29,7 @@ struct DeviceBuffer {
   explicit DeviceBuffer(std::size_t bytes) : bytes(bytes) {
     EXPECT_EQ(device()->device_alloc(bytes, &ptr), Status::kOk);
   }
-  ~DeviceBuffer() { device()->device_free(ptr); }
+  ~DeviceBuffer() { EXPECT_TRUE(ferry::ok(device()->device_free(ptr))); }
   template <typename T>
   void fill(const std::vector<T>& values) {
     ASSERT_EQ(gpu::copy(ptr, values.data(), values.size() * sizeof(T)), Status::kOk);
@@ -516,7 +516,7 @@ TEST(EngineCopyList, EveryAlignmentAndSizeByKernelAndWorker) {
   ASSERT_EQ(launch_copies(device(), list, stream), Status::kOk);
   ASSERT_EQ(device()->stream_synchronize(stream), Status::kOk);
   EXPECT_TRUE(target.read<std::uint8_t>() == expected) << "launched kernel";
-  device()->stream_destroy(stream);
+  EXPECT_TRUE(ferry::ok(device()->stream_destroy(stream)));
 
   auto worker = Worker::create(device(), 0, 4, 100000);
   ASSERT_NE(worker, nullptr);
