@@ -248,7 +248,7 @@ int handle_Win_create(void* base, MPI_Aint size, int disp_unit, MPI_Info info, M
   const bool device_here = size > 0 && is_device_memory(base);
   const bool host_here = size > 0 && !device_here;
   bool any_device = false, any_host = false;
-  if (params().route == "pmpi" || size < 0 || disp_unit <= 0 || !win ||
+  if (forced_route() == ForcedRoute::kPmpi || size < 0 || disp_unit <= 0 || !win ||
       !agree_on_memory(comm, device_here, host_here, &any_device, &any_host) || !any_device) {
     record_route(FunctionId::kWin_create, {Route::kPmpi, "no device memory in the window"});
     return pmpi();
@@ -285,7 +285,7 @@ int handle_Win_create_dynamic(MPI_Info info, MPI_Comm comm, MPI_Win* win) {
   auto pmpi = [&] { return PMPI_Win_create_dynamic(info, comm, win); };
   const bool device_here = gpu::device_runtime_active() || info_wants_device(info);
   bool any_device = false, any_without_backend = false;
-  if (params().route == "pmpi" || !win ||
+  if (forced_route() == ForcedRoute::kPmpi || !win ||
       !agree_on_memory(comm, device_here, !gpu::active_backend(), &any_device, &any_without_backend) || !any_device) {
     record_route(FunctionId::kWin_create_dynamic, {Route::kPmpi, "no device runtime in use"});
     return pmpi();

@@ -8,13 +8,13 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <vector>
 
 #include "engine/common/log.h"
 #include "engine/common/params.h"
 #include "mpi_shim/wrapper_support.h"
 
 namespace ferry::shim {
-namespace {
 
 // Host blocks by power-of-two size class, reused across calls so the staged
 // route never allocates on the steady path. Pinned blocks, in use and
@@ -109,22 +109,31 @@ class PinnedPool {
   std::uint64_t pinned_peak_ = 0, pinned_allocations_ = 0, pageable_blocks_ = 0;
 };
 
-// Pinned memory comes from the backend that owns the device buffer; the
-// emulated device's "pinned" memory is plain host memory.
-// The CUDA pool is made on first use only: probing CUDA starts its driver.
-std::atomic<PinnedPool*> cuda_pool{nullptr};
+namespace {
 
-PinnedPool* pool_for(gpu::BackendKind owner) {
-  if (owner == gpu::BackendKind::kCuda) {
-    static PinnedPool* cuda = [] {
-      PinnedPool* pool = gpu::cuda_backend() ? new PinnedPool(gpu::cuda_backend()) : nullptr;
-      cuda_pool.store(pool);
-      return pool;
-    }();
-    return cuda;
-  }
-  static PinnedPool* emulated = new PinnedPool(gpu::emulated_backend());
-  return emulated;
+// Pinned memory comes from the backend that owns the device buffer (the
+// emulated device's "pinned" memory is plain host memory): one pool per
+// backend, made when a buffer of that backend is first staged.
+std::mutex pools_mutex;
+std::map<gpu::Backend*, PinnedPool*>& pools() {
+  static auto* by_backend = new std::map<gpu::Backend*, PinnedPool*>;
+  return *by_backend;
+}
+
+PinnedPool* pool_for(gpu::Backend* owner) {
+  if (!owner) return nullptr;
+  std::lock_guard<std::mutex> lock(pools_mutex);
+  PinnedPool*& pool = pools()[owner];
+  if (!pool) pool = new PinnedPool(owner);
+  return pool;
+}
+
+// Every pool made so far.
+std::vector<PinnedPool*> all_pools() {
+  std::lock_guard<std::mutex> lock(pools_mutex);
+  std::vector<PinnedPool*> all;
+  for (auto& [backend, pool] : pools()) all.push_back(pool);
+  return all;
 }
 
 bool type_bounds(MPI_Datatype type, MPI_Aint* true_lb, MPI_Aint* true_extent, MPI_Aint* extent, int* size) {
@@ -237,7 +246,7 @@ bool extent_of_typed_blocks(int blocks, const int counts[], const MPI_Aint byte_
 }
 
 Staging::~Staging() {
-  for (const Staged& s : staged_) pool_for(s.owner)->release(s.host, s.capacity);
+  for (const Staged& s : staged_) s.pool->release(s.host, s.capacity);
 }
 
 void* Staging::stage(const void* buffer, const Extent& extent, bool copy_in, bool copy_out) {
@@ -256,7 +265,7 @@ void* Staging::stage(const void* buffer, const Extent& extent, bool copy_in, boo
   }
   if (info.kind != gpu::MemoryKind::kDevice) return const_cast<void*>(buffer);
 
-  PinnedPool* pool = pool_for(info.owner);
+  PinnedPool* pool = pool_for(gpu::owner_backend(info));
   void* host = nullptr;
   std::size_t capacity = 0;
   if (!pool || !ok(pool->acquire(extent.bytes, &host, &capacity))) {
@@ -265,7 +274,7 @@ void* Staging::stage(const void* buffer, const Extent& extent, bool copy_in, boo
     return nullptr;
   }
   staged_.push_back(
-      {first, host, capacity, extent.bytes, copy_out ? extent.bytes : 0, info.owner, copy_in, copy_out, false});
+      {first, host, capacity, extent.bytes, copy_out ? extent.bytes : 0, pool, copy_in, copy_out, false});
   if (copy_in && !copy_from_device(staged_.back())) return nullptr;
   FERRY_TRACE(Stage, "%s: staged %zu bytes at %p (in=%d out=%d)", function_name(id_), extent.bytes, buffer,
               copy_in, copy_out);
@@ -360,14 +369,12 @@ int Staging::restart() {
 
 StagingMemory staging_memory() {
   StagingMemory total;
-  pool_for(gpu::BackendKind::kEmulated)->add_to(&total);
-  if (PinnedPool* cuda = cuda_pool.load()) cuda->add_to(&total);
+  for (PinnedPool* pool : all_pools()) pool->add_to(&total);
   return total;
 }
 
 void release_staging_pools() {
-  pool_for(gpu::BackendKind::kEmulated)->drain();
-  if (PinnedPool* cuda = cuda_pool.load()) cuda->drain();
+  for (PinnedPool* pool : all_pools()) pool->drain();
 }
 
 }  // namespace ferry::shim

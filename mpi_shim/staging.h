@@ -33,6 +33,8 @@ bool extent_of_typed_blocks(int blocks, const int counts[], const int byte_displ
 bool extent_of_typed_blocks(int blocks, const int counts[], const MPI_Aint byte_displs[], const MPI_Datatype types[],
                             Extent* out);
 
+class PinnedPool;
+
 class Staging {
  public:
   Staging(FunctionId id, MPI_Comm comm) : id_(id), comm_(comm) {}
@@ -85,7 +87,7 @@ class Staging {
     std::size_t capacity;
     std::size_t bytes;      // the extent staged
     std::size_t copy_back;  // bytes to copy back; 0 for inputs
-    gpu::BackendKind owner;
+    PinnedPool* pool;       // holds host; of the backend that owns device
     bool copy_in;           // the device's bytes are the input (or fill holes)
     bool copy_out;
     bool prefix_receive;    // received() may shorten copy_back

@@ -555,7 +555,7 @@ class SimpleGate {
   bool try_enter(gpu::Backend* backend, int device) {
     // The emulated device runs the steps on the calling thread: no blocks
     // to fill it with (and its tests run every rank in one process).
-    if (backend->kind() == gpu::BackendKind::kEmulated) return true;
+    if (backend->execution_site() == gpu::ExecutionSite::kHost) return true;
     std::lock_guard<std::mutex> lock(mutex());
     key_ = {backend, device};
     held_ = busy().insert(key_).second;

@@ -22,7 +22,7 @@ namespace {
 // nothing to discover for it.
 const SystemGraph* topology_for(const gpu::Backend* backend) {
   const bool wanted = !params().topo_file.empty() || !params().topo_dump_file.empty() ||
-                      (backend && backend->kind() == gpu::BackendKind::kCuda);
+                      (backend && backend->physical_devices());
   if (!wanted) return nullptr;
   const LocalTopology& topo = local_topology();
   return topo.available ? &topo.graph : nullptr;
@@ -100,7 +100,7 @@ std::vector<PeerTransport> plan_peer_transports(int rank, const std::vector<Rank
   if (topology)
     for (const Node& node : topology->nodes) has_gpus = has_gpus || node.type == NodeType::kGpu;
   const bool by_machine_gpus =
-      !ranked && has_gpus && mine.backend == static_cast<std::int32_t>(gpu::BackendKind::kCuda);
+      !ranked && has_gpus && mine.physical_devices;
   const Transport machine = by_machine_gpus ? worst_transport_between_gpus(*topology, 0) : Transport::kP2p;
 
   std::vector<PeerTransport> plan(n, PeerTransport::kNone);
@@ -111,7 +111,7 @@ std::vector<PeerTransport> plan_peer_transports(int rank, const std::vector<Rank
       continue;
     }
     if (other.host_hash != mine.host_hash || other.backend != mine.backend ||
-        mine.backend == static_cast<std::int32_t>(gpu::BackendKind::kNone))
+        mine.backend == gpu::kNoBackendId)
       continue;
     const Transport searched = ranked ? choose_transport(paths.at(rank, peer)) : machine;
     PeerTransport transport = searched == Transport::kP2p   ? PeerTransport::kP2p
@@ -164,9 +164,8 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   const int n = comm->size();
 
   gpu::Backend* backend = gpu::active_backend();
-  RankIdentity mine{machine_identity(), static_cast<std::int32_t>(getpid()),
-                    static_cast<std::int32_t>(backend ? backend->kind() : gpu::BackendKind::kNone),
-                    backend ? backend->device_count() : 0, 0, 0, 0, 0};
+  RankIdentity mine{machine_identity(), static_cast<std::int32_t>(getpid()), gpu::backend_id(backend),
+                    backend ? backend->device_count() : 0, 0, 0, 0, backend && backend->physical_devices()};
   int device = -1;
   if (backend && backend->device_count() > 0 && backend->chosen_device(&device)) {
     mine.has_device = 1;
@@ -474,7 +473,7 @@ Status Communicator::copy_push_slots(gpu::Backend* backend, int device, CopyPush
   // A stream waiting for a flag from another process on the same GPU waits
   // for that process's time slice (measured: 0.44 ms for an 8-byte call of
   // two ranks on one H200). The emulated device has no time slices.
-  if (shared_gpu && backend->kind() != gpu::BackendKind::kEmulated) {
+  if (shared_gpu && backend->execution_site() == gpu::ExecutionSite::kDevice) {
     FERRY_INFO(Coll, "ranks share a GPU: no copy-engine push on this communicator");
     copy_push_.broken = true;
     return Status::kUnavailable;

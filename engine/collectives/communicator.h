@@ -25,12 +25,12 @@ namespace ferry {
 struct RankIdentity {
   std::uint64_t host_hash;  // same value on every process of one machine (boot)
   std::int32_t pid;
-  std::int32_t backend;     // gpu::BackendKind of the process's active backend
+  std::int32_t backend;     // gpu::backend_id of the process's active backend
   std::int32_t device_count;
   std::int32_t has_device;   // it had chosen a device at set-up; then:
   std::uint64_t device_key;  // gpu::Backend::device_key of that device
   std::int32_t takes_turns;  // it runs kernels of processes in turns (gpu::Backend::processes_take_turns)
-  std::int32_t reserved;
+  std::int32_t physical_devices;  // gpu::Backend::physical_devices
 };
 static_assert(sizeof(RankIdentity) == 40, "RankIdentity travels between processes; keep its layout fixed");
 

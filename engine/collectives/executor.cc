@@ -43,33 +43,29 @@ Status launch_direct_reduce(gpu::Backend* backend, const DirectReduceArgs& args,
   if (args.ninputs < 1 || args.ninputs > kMaxDirectRanks || args.noutputs < 1 || args.noutputs > kMaxDirectRanks)
     return Status::kInvalidArgument;
   if (args.count == 0) return Status::kOk;
-  switch (backend->kind()) {
-#ifdef FERRY_HAVE_CUDA
-    case gpu::BackendKind::kCuda:
-      return cuda_launch_direct_reduce(args, stream);
-#endif
-    case gpu::BackendKind::kEmulated:
-      FERRY_CHECK(backend->stream_synchronize(stream));
-      return run_direct_reduce_on_host(backend, args);
-    default:
-      return Status::kUnsupported;
+  if (backend->execution_site() == gpu::ExecutionSite::kHost) {
+    FERRY_CHECK(backend->stream_synchronize(stream));
+    return run_direct_reduce_on_host(backend, args);
   }
+#ifdef FERRY_HAVE_CUDA
+  return cuda_launch_direct_reduce(args, stream);
+#else
+  return Status::kUnsupported;
+#endif
 }
 
 Status launch_copies(gpu::Backend* backend, const CopyListArgs& args, gpu::Stream stream) {
   if (args.count < 0 || args.count > kMaxListedCopies) return Status::kInvalidArgument;
   if (args.count == 0) return Status::kOk;
-  switch (backend->kind()) {
-#ifdef FERRY_HAVE_CUDA
-    case gpu::BackendKind::kCuda:
-      return cuda_launch_copies(args, stream);
-#endif
-    case gpu::BackendKind::kEmulated:
-      FERRY_CHECK(backend->stream_synchronize(stream));
-      return run_copies_on_host(backend, args);
-    default:
-      return Status::kUnsupported;
+  if (backend->execution_site() == gpu::ExecutionSite::kHost) {
+    FERRY_CHECK(backend->stream_synchronize(stream));
+    return run_copies_on_host(backend, args);
   }
+#ifdef FERRY_HAVE_CUDA
+  return cuda_launch_copies(args, stream);
+#else
+  return Status::kUnsupported;
+#endif
 }
 
 Status CopyListLauncher::add(void* destination, const void* source, std::uint64_t bytes) {

@@ -299,17 +299,15 @@ Status launch_simple(gpu::Backend* backend, const SimpleArgs& args, gpu::Stream 
       args.group < 1 || args.group >= kSimpleSlots)
     return Status::kInvalidArgument;
   if (args.regions == 0 || args.nranks == 1) return Status::kOk;
-  switch (backend->kind()) {
-#ifdef FERRY_HAVE_CUDA
-    case gpu::BackendKind::kCuda:
-      return cuda_launch_simple(args, stream);
-#endif
-    case gpu::BackendKind::kEmulated:
-      FERRY_CHECK(backend->stream_synchronize(stream));
-      return run_simple_on_host(backend, args);
-    default:
-      return Status::kUnsupported;
+  if (backend->execution_site() == gpu::ExecutionSite::kHost) {
+    FERRY_CHECK(backend->stream_synchronize(stream));
+    return run_simple_on_host(backend, args);
   }
+#ifdef FERRY_HAVE_CUDA
+  return cuda_launch_simple(args, stream);
+#else
+  return Status::kUnsupported;
+#endif
 }
 
 }  // namespace ferry

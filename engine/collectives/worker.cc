@@ -320,16 +320,13 @@ std::size_t ll_call_max_bytes(int nranks) { return std::min(ll_max_bytes(nranks)
 std::size_t ll128_call_max_bytes(int nranks) { return std::min(ll128_max_bytes(nranks), worker_max_bytes()); }
 
 std::unique_ptr<WorkerDevice> make_worker_device(gpu::Backend* backend, int device, int blocks) {
-  switch (backend->kind()) {
+  if (backend->execution_site() == gpu::ExecutionSite::kHost)
+    return std::make_unique<EmulatedWorkerDevice>(backend, blocks);
 #ifdef FERRY_HAVE_CUDA
-    case gpu::BackendKind::kCuda:
-      return make_cuda_worker_device(device, blocks);
+  return make_cuda_worker_device(device, blocks);
+#else
+  return nullptr;
 #endif
-    case gpu::BackendKind::kEmulated:
-      return std::make_unique<EmulatedWorkerDevice>(backend, blocks);
-    default:
-      return nullptr;
-  }
 }
 
 std::unique_ptr<Worker> Worker::create(gpu::Backend* backend, int device) {
@@ -346,7 +343,7 @@ std::unique_ptr<Worker> Worker::create(gpu::Backend* backend, int device, int bl
   FERRY_INFO(Coll, "engine worker on device %d: %d blocks, idle exit after %lld us", device, blocks,
              static_cast<long long>(idle_us));
   return std::unique_ptr<Worker>(
-      new Worker(std::move(worker_device), blocks, idle_us, backend->kind() == gpu::BackendKind::kEmulated));
+      new Worker(std::move(worker_device), blocks, idle_us, backend->execution_site() == gpu::ExecutionSite::kHost));
 }
 
 Worker::~Worker() {

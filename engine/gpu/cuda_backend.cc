@@ -342,6 +342,9 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(int device_count) : device_count_(device_count) {}
 
   BackendKind kind() const override { return BackendKind::kCuda; }
+  ExecutionSite execution_site() const override { return ExecutionSite::kDevice; }
+  bool physical_devices() const override { return true; }
+  bool device_atomics() const override { return true; }
   int device_count() const override { return device_count_; }
   int multiprocessor_count(int device) const override {
     int sms = 0;

@@ -108,6 +108,7 @@ void enqueue(StreamImpl* s, std::function<void()> task) {
 class EmulatedBackend final : public Backend {
  public:
   BackendKind kind() const override { return BackendKind::kEmulated; }
+  ExecutionSite execution_site() const override { return ExecutionSite::kHost; }
   int device_count() const override { return 1; }
   Status set_device(int device) override { return device == 0 ? Status::kOk : Status::kInvalidArgument; }
   std::string describe_devices() const override {

@@ -20,6 +20,10 @@ const char* backend_kind_name(BackendKind kind) {
   return "none";
 }
 
+std::int32_t backend_id(const Backend* backend) {
+  return backend ? static_cast<std::int32_t>(backend->kind()) : kNoBackendId;
+}
+
 #ifndef FERRY_HAVE_CUDA
 Backend* cuda_backend() { return nullptr; }
 std::string cuda_unavailable_reason() {

@@ -17,6 +17,12 @@ enum class BackendKind : int { kNone = 0, kCuda = 1, kEmulated = 2 };
 
 const char* backend_kind_name(BackendKind kind);
 
+// Where a backend's kernels run (the engine's reductions, copy lists,
+// Simple protocol and worker): on the device, launched on its streams, or on
+// the host, by the thread that enqueues them, through host views (the
+// emulated device: no time slices, no blocks to fill).
+enum class ExecutionSite : int { kDevice, kHost };
+
 enum class MemoryKind : int {
   kHost,     // pageable or pinned host memory: any MPI can read it
   kDevice,   // GPU (or emulated device) memory: host code must not touch it
@@ -58,7 +64,16 @@ using Event = EventImpl*;
 class Backend {
  public:
   virtual ~Backend() = default;
+  // What the backend is, for ferry-info and the identity ranks exchange
+  // (backend_id); the engine asks the questions below instead.
   virtual BackendKind kind() const = 0;
+  virtual ExecutionSite execution_site() const = 0;
+  // Real devices, whose links the machine's topology describes (worth
+  // discovering); the emulated device is one stand-in that ranks share.
+  virtual bool physical_devices() const { return false; }
+  // Kernels update device memory atomically (a window's accumulate
+  // without its lock).
+  virtual bool device_atomics() const { return false; }
   virtual int device_count() const = 0;
   // One line per device, for ferry-info.
   virtual std::string describe_devices() const = 0;
@@ -228,6 +243,11 @@ class CallBuffers {
   int count_ = 0;
   CallBuffers* outer_;
 };
+
+// The backend's kind as ranks exchange it: equal on two ranks when they use
+// the same backend; kNoBackendId for none.
+constexpr std::int32_t kNoBackendId = 0;
+std::int32_t backend_id(const Backend* backend);
 
 // Blocking copy between any two pointers, by whichever backend owns them.
 Status copy(void* dst, const void* src, std::size_t bytes);

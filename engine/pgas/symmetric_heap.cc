@@ -65,7 +65,7 @@ Status SymmetricHeap::create(Bootstrap& bootstrap, gpu::Backend* backend, std::s
   HeapSetup mine{};
   mine.machine = machine_identity();
   mine.max_bytes_per_rank = max_bytes_per_rank;
-  mine.backend = static_cast<std::int32_t>(backend->kind());
+  mine.backend = gpu::backend_id(backend);
   std::size_t granularity = 0;
   Status status = backend->vm_granularity(&granularity);
   if (ok(status) && granularity == 0) status = Status::kUnsupported;

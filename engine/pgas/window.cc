@@ -310,7 +310,7 @@ Status Window::reduce_into(char* at, const void* origin, std::size_t count, std:
   const std::size_t bytes = count * element_bytes;
   auto aligned = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % element_bytes == 0; };
   const bool origin_readable =
-      backend_->kind() == gpu::BackendKind::kEmulated || gpu::classify(origin).kind == gpu::MemoryKind::kDevice;
+      backend_->execution_site() == gpu::ExecutionSite::kHost || gpu::classify(origin).kind == gpu::MemoryKind::kDevice;
   DirectReduceArgs args{};
   args.ninputs = 2;
   args.noutputs = 1;
@@ -364,7 +364,7 @@ bool Window::device_aligned(const void* p, std::size_t element_bytes) {
 
 bool Window::native_atomics(const char* at, const Segment* segments, std::size_t count, std::size_t element_bytes,
                             DataType type, AccumulateOp op) const {
-  if (backend_->kind() != gpu::BackendKind::kCuda || op.kind != AccumulateOp::kReduce ||
+  if (!backend_->device_atomics() || op.kind != AccumulateOp::kReduce ||
       !gpu_atomic_supported(type, op.reduce))
     return false;
   // A GPU atomic needs its element aligned where it lies (MPI allows any

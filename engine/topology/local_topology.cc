@@ -75,7 +75,7 @@ const LocalTopology& local_topology() {
   static const LocalTopology* topo = [] {
     const gpu::Backend* backend = params().topo_file.empty() ? gpu::active_backend() : nullptr;
     const int emulated_devices =
-        backend && backend->kind() == gpu::BackendKind::kEmulated ? backend->device_count() : 0;
+        backend && !backend->physical_devices() ? backend->device_count() : 0;
     return new LocalTopology(load_local_topology(params().topo_file, params().topo_dump_file, emulated_devices));
   }();
   return *topo;

@@ -334,7 +334,7 @@ constexpr auto kCuda = static_cast<std::int32_t>(gpu::BackendKind::kCuda);
 
 std::vector<RankIdentity> one_machine(int n, std::int32_t backend) {
   std::vector<RankIdentity> ranks;
-  for (int r = 0; r < n; ++r) ranks.push_back({42, 1000 + r, backend, 1, backend != 0, 0, 0, 0});
+  for (int r = 0; r < n; ++r) ranks.push_back({42, 1000 + r, backend, 1, backend != 0, 0, 0, backend == kCuda});
   return ranks;
 }
 
