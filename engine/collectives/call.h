@@ -1,0 +1,133 @@
+// What every engine collective shares: the handshake ranks exchange before
+// a call, where its device work runs, the phase clock of FERRY_STATS, the
+// closing exchange, and the peers' buffers mapped for the call. Internal to
+// engine/collectives (collectives.cc and algorithms/).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/collectives/agreement.h"
+#include "engine/collectives/collectives.h"
+#include "engine/collectives/communicator.h"
+#include "engine/collectives/worker.h"
+#include "engine/common/params.h"
+#include "engine/common/status.h"
+#include "engine/gpu/gpu.h"
+
+namespace ferry::coll {
+
+enum class CollectiveKind : std::uint16_t { kAllreduce = 1, kBcast = 2, kAlltoallv = 3 };
+
+const char* collective_name(CollectiveKind kind);
+
+// What each rank says before a collective: whether it takes the engine
+// route, with which algorithm (allreduce), the buffers its peers will map
+// (none for the LL algorithm), and what it was called with.
+struct Handshake {
+  CollectiveKind kind;
+  std::uint16_t algorithm;
+  std::uint16_t eligible;
+  std::uint16_t in_place;
+  ExportedBuffer first;
+  ExportedBuffer second;
+  CallSignature signature;
+};
+static_assert(sizeof(Handshake) == 264, "Handshake travels between processes; keep its layout fixed");
+
+// Where this rank's device work runs: the owner of its buffer.
+struct Placement {
+  gpu::Backend* backend = nullptr;
+  int device = -1;
+  gpu::PointerInfo info;  // the buffer's classification, for its export
+};
+
+Placement placement_of(const void* buffer);
+
+// The engine transport for this communicator, if any.
+enum class EngineTransport { kNone, kP2p, kShm };
+
+EngineTransport transport_of(Communicator& comm);
+
+struct PhaseTotals {
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::uint64_t> on_worker{0};
+  std::atomic<std::uint64_t> nanoseconds[static_cast<int>(EnginePhase::kCount)] = {};
+};
+// Per collective, since load (engine_call_stats reads them).
+extern PhaseTotals g_phase_totals[static_cast<int>(EngineCollective::kCount)];
+// Set by run_on_worker; PhaseClock counts the call as run on the worker.
+extern thread_local bool t_ran_on_worker;
+
+// Adds each phase's time to the totals, with FERRY_STATS=1 only.
+class PhaseClock {
+ public:
+  explicit PhaseClock(EngineCollective which)
+      : totals_(params().stats ? &g_phase_totals[static_cast<int>(which)] : nullptr) {
+    if (totals_) last_ = std::chrono::steady_clock::now();
+    t_ran_on_worker = false;
+  }
+  // The time since the previous mark was spent in phase.
+  void mark(EnginePhase phase) {
+    if (!totals_) return;
+    const auto now = std::chrono::steady_clock::now();
+    totals_->nanoseconds[static_cast<int>(phase)] +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count();
+    last_ = now;
+  }
+  void count_call() {
+    if (!totals_) return;
+    ++totals_->calls;
+    if (t_ran_on_worker) ++totals_->on_worker;
+  }
+
+ private:
+  PhaseTotals* totals_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+// Exchanges handshakes; true when every rank is eligible. Ranks called
+// with different arguments all return the same mismatch (agreement.h).
+Status agree(Communicator& comm, Handshake& mine, std::vector<Handshake>* all, bool* everyone, PhaseClock& clock);
+
+// After the device work: every rank learns whether any rank failed, and no
+// rank returns while a peer may still read or write its buffers.
+Status finish_together(Communicator& comm, Status local, PhaseClock& clock);
+
+// The end of an LL call: no rank reads another's buffers, so no closing
+// exchange; a failure is this rank's (a peer that failed leaves it waiting
+// for data until its own wait times out).
+Status finish_alone(Status local, PhaseClock& clock);
+
+// This rank's pointer to every rank's input and output, mapping the peers'.
+struct MappedBuffers {
+  const void* inputs[kMaxDirectRanks];
+  void* outputs[kMaxDirectRanks];
+};
+
+Status map_all(Communicator& comm, const std::vector<Handshake>& all, const void* input, void* output,
+               bool need_outputs, MappedBuffers* mapped);
+
+inline const void* at(const void* base, std::size_t offset) { return static_cast<const char*>(base) + offset; }
+inline void* at(void* base, std::size_t offset) { return static_cast<char*>(base) + offset; }
+
+// The engine worker for a direct reduce or copy list of bytes per rank, or
+// nullptr: such items run on the worker only while one of its blocks is
+// enough (shared among blocks they measured slower than a launch on
+// 2x H200, with the worker's earlier hand-off between blocks); larger ones
+// launch their kernels and copies.
+Worker* worker_for_call(Communicator& comm, const Placement& where, std::size_t bytes);
+
+// Runs item (its kind and arguments filled in) on one worker block; bytes is
+// the call's size per rank.
+Status run_on_worker(Worker& worker, std::size_t bytes, WorkItem item);
+
+// True when every rank said algorithm; false when none did. Mixed answers
+// (possible only when some rank has no worker) take the copy paths, which
+// every rank prepared for.
+bool all_chose(const std::vector<Handshake>& all, std::uint16_t algorithm);
+
+}  // namespace ferry::coll
