@@ -87,15 +87,17 @@ function(ferry_add_mpi_test)
     list(PREPEND exports -x "FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE}")
   endif()
   if(NOT ARG_NO_PRELOAD)
-    list(PREPEND exports -x "LD_PRELOAD=${FERRY_SANITIZER_RUNTIME} $<TARGET_FILE:ferry>")
+    set(preload "$<TARGET_FILE:ferry>")
+    if(FERRY_SANITIZER_RUNTIME)
+      set(preload "${FERRY_SANITIZER_RUNTIME} ${preload}")
+    endif()
+    list(PREPEND exports -x "LD_PRELOAD=${preload}")
   endif()
   # Sanitized builds: the sanitizers' options (tools/setup.sh sanitize sets
-  # them) reach the ranks, and Open MPI keeps its components loaded so that
-  # what they allocate is named in leak reports (and suppressed).
+  # them) reach the ranks.
   set(sanitizer_flags)
   if(FERRY_SANITIZER_RUNTIME)
-    set(sanitizer_flags --mca mca_base_component_disable_dlclose 1
-        -x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS -x TSAN_OPTIONS)
+    set(sanitizer_flags -x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS -x TSAN_OPTIONS)
   endif()
 
   # mpirun stops the job itself a little before CTest would, so that ranks
