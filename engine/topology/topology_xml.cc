@@ -402,7 +402,7 @@ class XmlWriter {
         write_nic(id, depth);
         continue;
       }
-      out_ << pad << "<pci busid=\"" << node.busid << "\"" << attr("class", node.pci_class)
+      out_ << pad << "<pci busid=\"" << xml_escape(node.busid) << "\"" << attr("class", node.pci_class)
            << attr("link_speed", node.link_speed) << " link_width=\"" << node.link_width << "\">\n";
       if (node.type == NodeType::kGpu) write_gpu(id, depth + 1);
       else if (node.type == NodeType::kNic) write_nic(id, depth + 1);
@@ -421,8 +421,8 @@ class XmlWriter {
       const Node& peer = graph_.nodes[link.to];
       const bool to_switch = peer.type == NodeType::kNvSwitch;
       out_ << pad << "  <" << (link.type == LinkType::kXgmi ? "xgmi" : "nvlink") << " target=\""
-           << (to_switch ? link.target_busid : peer.busid) << "\" count=\"" << link.count
-           << "\" tclass=\"" << (to_switch ? kNvSwitchClass : peer.pci_class) << "\"/>\n";
+           << xml_escape(to_switch ? link.target_busid : peer.busid) << "\" count=\"" << link.count
+           << "\" tclass=\"" << xml_escape(to_switch ? kNvSwitchClass : peer.pci_class) << "\"/>\n";
     }
     out_ << pad << "</gpu>\n";
   }
