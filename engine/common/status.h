@@ -33,13 +33,18 @@ inline bool ok(Status status) { return status == Status::kOk; }
 
 }  // namespace ferry
 
+// Logs a failed status with the expression that returned it, at the
+// caller's line (FERRY_CHECK, FERRY_LOG_IF_FAILED).
+#define FERRY_LOG_FAILURE_(status, text)                                           \
+  FERRY_LOG_AT(::ferry::LogLevel::kWarn, ::ferry::LogSubsys::kAll, "%s failed: %s", text, \
+               ::ferry::status_name(status))
+
 // Forward a failure to the caller, logging where it passed.
 #define FERRY_CHECK(expr)                                                        \
   do {                                                                           \
     ::ferry::Status ferry_check_status_ = (expr);                                \
     if (ferry_check_status_ != ::ferry::Status::kOk) {                           \
-      FERRY_LOG_AT(::ferry::LogLevel::kWarn, ::ferry::LogSubsys::kAll,          \
-                   "%s failed: %s", #expr, ::ferry::status_name(ferry_check_status_)); \
+      FERRY_LOG_FAILURE_(ferry_check_status_, #expr);                            \
       return ferry_check_status_;                                                \
     }                                                                            \
   } while (0)
@@ -50,8 +55,5 @@ inline bool ok(Status status) { return status == Status::kOk; }
 #define FERRY_LOG_IF_FAILED(expr)                                                \
   do {                                                                           \
     ::ferry::Status ferry_check_status_ = (expr);                                \
-    if (ferry_check_status_ != ::ferry::Status::kOk) {                           \
-      FERRY_LOG_AT(::ferry::LogLevel::kWarn, ::ferry::LogSubsys::kAll,          \
-                   "%s failed: %s", #expr, ::ferry::status_name(ferry_check_status_)); \
-    }                                                                            \
+    if (ferry_check_status_ != ::ferry::Status::kOk) FERRY_LOG_FAILURE_(ferry_check_status_, #expr); \
   } while (0)
