@@ -1,6 +1,7 @@
 #include "engine/common/params.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -24,15 +25,19 @@ bool parse_value(const char* text, std::string* out) {
 
 bool parse_value(const char* text, std::int64_t* out) {
   char* end = nullptr;
+  errno = 0;
   long long v = std::strtoll(text, &end, 0);
+  if (errno == ERANGE) return false;  // beyond 64 bits: malformed, not clamped
   // K/M/G suffixes: sizes read better that way.
   if (end != text && *end && end[1] == '\0') {
+    long long scale = 1;
     switch (std::toupper(*end)) {
-      case 'K': v <<= 10; ++end; break;
-      case 'M': v <<= 20; ++end; break;
-      case 'G': v <<= 30; ++end; break;
+      case 'K': scale = 1LL << 10; ++end; break;
+      case 'M': scale = 1LL << 20; ++end; break;
+      case 'G': scale = 1LL << 30; ++end; break;
       default: break;
     }
+    if (__builtin_mul_overflow(v, scale, &v)) return false;
   }
   if (end == text || *end != '\0') return false;
   *out = v;

@@ -34,6 +34,23 @@ TEST(Params, MalformedValueKeepsDefaultAndIsReported) {
   EXPECT_NE(problems[0].find("FERRY_STATS=maybe"), std::string::npos);
 }
 
+TEST(Params, IntegerBeyondSixtyFourBitsIsMalformed) {
+  // A K/M/G multiple that overflows, and a number strtoll cannot hold, were
+  // taken as wrapped or clamped values.
+  std::vector<std::string> problems;
+  const Params p = parse_params({"FERRY_EMULATED_MAX_BYTES=9007199254740993G",
+                                 "FERRY_STAGING_POOL_MAX_BYTES=99999999999999999999"},
+                                &problems);
+  EXPECT_EQ(p.emulated_max_bytes, 16LL << 30);
+  EXPECT_EQ(p.staging_pool_max_bytes, 1LL << 30);
+  ASSERT_EQ(problems.size(), 2u);
+  // A negative multiple is a number; its range rejects it here.
+  problems.clear();
+  const Params q = parse_params({"FERRY_HANDSHAKE_TIMEOUT=-1K"}, &problems);
+  EXPECT_EQ(q.handshake_timeout, 600);
+  ASSERT_EQ(problems.size(), 1u);
+}
+
 TEST(Params, ValueOutsideItsWordsKeepsDefaultAndIsReported) {
   std::vector<std::string> problems;
   const Params p = parse_params({"FERRY_ROUTE=bogus", "FERRY_DEVICE=gpu", "FERRY_NBC=Staged"}, &problems);
