@@ -24,7 +24,7 @@
 #include "engine/common/log.h"
 #include "engine/common/params.h"
 #include "engine/common/process_memory.h"
-#include "engine/topology/locality.h"
+#include "engine/core/locality.h"
 #include "engine/transport/p2p.h"
 #include "handlers.h"
 #include "mpi_shim/host_bounce.h"

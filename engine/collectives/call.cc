@@ -21,10 +21,10 @@ Placement placement_of(const void* buffer) {
   return {gpu::owner_backend(info), info.device, info};
 }
 
-EngineTransport transport_of(Communicator& comm) {
-  if (comm.size() > kMaxDirectRanks) return EngineTransport::kNone;
-  if (comm.all_peers_mapped()) return EngineTransport::kP2p;
-  return comm.shm() ? EngineTransport::kShm : EngineTransport::kNone;
+PeerReach reach_of(Communicator& comm) {
+  if (comm.size() > kMaxDirectRanks) return {};
+  if (comm.all_peers_mapped()) return {true, true, nullptr};
+  return {comm.shm() != nullptr, false, comm.shm()};
 }
 
 PhaseTotals g_phase_totals[static_cast<int>(EngineCollective::kCount)];

@@ -47,10 +47,15 @@ struct Placement {
 
 Placement placement_of(const void* buffer);
 
-// The engine transport for this communicator, if any.
-enum class EngineTransport { kNone, kP2p, kShm };
+// What the communicator's common transport gives a call: nothing past the
+// direct protocols' kMaxDirectRanks.
+struct PeerReach {
+  bool any = false;               // a transport reaches every peer,
+  bool mapped = false;            // mapping their device memory here (direct, LL, Simple, copy engines),
+  SharedSegments* shm = nullptr;  // or through host shared memory
+};
 
-EngineTransport transport_of(Communicator& comm);
+PeerReach reach_of(Communicator& comm);
 
 struct PhaseTotals {
   std::atomic<std::uint64_t> calls{0};

@@ -112,7 +112,7 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
                  bool eligible, bool* ran) {
   *ran = false;
   PhaseClock clock(EngineCollective::kAllreduce);
-  const EngineTransport transport = transport_of(comm);
+  const PeerReach reach = reach_of(comm);
   const void* input = send ? send : recv;
   Placement where;
   SimpleGate gate;
@@ -124,11 +124,11 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
     clock.count_call();
     return Status::kOk;
   }
-  if (eligible && count > 0 && transport != EngineTransport::kNone && reduction_defined(type, op)) {
+  if (eligible && count > 0 && reach.any && reduction_defined(type, op)) {
     where = placement_of(recv);
     const Placement in = placement_of(input);
     AllreduceAlgorithm planned = AllreduceAlgorithm::kOneShot;
-    if (transport == EngineTransport::kP2p) {
+    if (reach.mapped) {
       planned = choose_allreduce(comm.size(), count * data_type_size(type), send == nullptr);
       // LL128 reduces a few (type, op) pairs (worker_common.h); LL any.
       if (planned == AllreduceAlgorithm::kOneShotLl128 && !ll128_reduces(type, op))
@@ -148,7 +148,7 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
     }
     mine.algorithm = static_cast<std::uint16_t>(planned);
     mine.eligible = where.backend && in.backend == where.backend && in.device == where.device &&
-                    (transport != EngineTransport::kP2p || !maps_buffers(planned) ||
+                    (!reach.mapped || !maps_buffers(planned) ||
                      (ok(comm.peer_memory().export_buffer(input, in.info, &mine.first)) &&
                       ok(comm.peer_memory().export_buffer(recv, where.info, &mine.second))));
   }
@@ -167,7 +167,7 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
   if (uses_fifos(agreed) && !simple_ready(comm, where)) return Status::kOk;  // every rank stages
   if (agreed == AllreduceAlgorithm::kCopyPush && !copy_push_ready(comm, where)) return Status::kOk;
   *ran = true;
-  if (any_unmapped && transport == EngineTransport::kP2p) {
+  if (any_unmapped && reach.mapped) {
     count_allreduce_run(agreed);
     if (on_worker(agreed)) {
       const WorkKind kind =
@@ -180,7 +180,7 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
         agreed == AllreduceAlgorithm::kRing ? SimpleCollective::kRingAllreduce : SimpleCollective::kTreeAllreduce;
     return finish_alone(run_simple(comm, where, collective, 0, input, recv, count, type, op), clock);
   }
-  if (transport == EngineTransport::kShm)
+  if (reach.shm)
     return finish_together(comm, run_shm_allreduce(comm, where, input, recv, count, type, op), clock);
   return finish_together(comm, run_allreduce(comm, all, where, input, recv, count, type, op), clock);
 }
@@ -188,7 +188,7 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
 Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool eligible, bool* ran) {
   *ran = false;
   PhaseClock clock(EngineCollective::kBcast);
-  const EngineTransport transport = transport_of(comm);
+  const PeerReach reach = reach_of(comm);
   Placement where;
   SimpleGate gate;
   Handshake mine{CollectiveKind::kBcast, 0, 0, 0, {}, {}, rooted_signature(bytes, root)};
@@ -198,7 +198,7 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
     clock.count_call();
     return Status::kOk;
   }
-  if (eligible && bytes > 0 && transport != EngineTransport::kNone && root >= 0 && root < comm.size()) {
+  if (eligible && bytes > 0 && reach.any && root >= 0 && root < comm.size()) {
     where = placement_of(buffer);
     // FERRY_TUNE's algorithm where it can run, else the engine's choice:
     // above 16 KiB the copy engine's pull measured faster than LL on every
@@ -206,8 +206,8 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
     // by size, worker.h, is not yet measured over NVLink), but not with
     // every rank on one GPU (kLlBcastOneGpuMaxBytes).
     // Asked only where LL is wanted: the check starts the engine worker.
-    auto ll_possible = [&] { return ll_ready(comm, transport, where, bytes); };
-    const bool chain_possible = transport == EngineTransport::kP2p && comm.size() >= kChainMinRanks &&
+    auto ll_possible = [&] { return ll_ready(comm, reach, where, bytes); };
+    const bool chain_possible = reach.mapped && comm.size() >= kChainMinRanks &&
                                 where.backend && comm.simple_possible(where.backend, where.device);
     BcastAlgorithm planned = tuned_bcast(bytes);
     if ((planned == BcastAlgorithm::kLl && !ll_possible()) || (planned == BcastAlgorithm::kChain && !chain_possible))
@@ -227,7 +227,7 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
     // The root's buffer is pulled; where GPU leaders copy for the others,
     // every rank's is written by one.
     mine.eligible = where.backend != nullptr &&
-                    (transport != EngineTransport::kP2p || (comm.rank() != root && !comm.by_gpu_leaders()) ||
+                    (!reach.mapped || (comm.rank() != root && !comm.by_gpu_leaders()) ||
                      ok(comm.peer_memory().export_buffer(buffer, where.info, &mine.first)));
   }
   std::vector<Handshake> all;
@@ -235,7 +235,7 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
   if (!everyone) return Status::kOk;
   *ran = true;
-  if (transport == EngineTransport::kShm)
+  if (reach.shm)
     return finish_together(comm, run_shm_bcast(comm, where, buffer, bytes, root), clock);
   if (all_chose(all, kLlPath)) {
     count_bcast_run(BcastAlgorithm::kLl);
@@ -274,7 +274,7 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
         pull.copies.count = 1;
         return run_on_worker(*worker, bytes, pull);
       }
-      FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
+      FERRY_CHECK(comm.resources().stream_for(where.backend, where.device, &stream));
       return where.backend->copy_and_wait(buffer, source, bytes, stream);
     }();
   }
@@ -287,12 +287,12 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
   *ran = false;
   PhaseClock clock(EngineCollective::kAlltoallv);
   const int n = comm.size();
-  const EngineTransport transport = transport_of(comm);
+  const PeerReach reach = reach_of(comm);
   std::size_t send_span = 0;
   Placement where;
   Handshake mine{CollectiveKind::kAlltoallv, 0, 0, 0, {}, {},
                  exchange_signature(comm.rank(), n, send_bytes, recv_bytes)};
-  if (eligible && transport != EngineTransport::kNone) {
+  if (eligible && reach.any) {
     for (int p = 0; p < n; ++p)
       if (send_bytes[p] > 0) send_span = std::max(send_span, send_offsets[p] + send_bytes[p]);
     where = placement_of(recv);
@@ -300,13 +300,13 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
     std::size_t largest = 0;
     for (int p = 0; p < n; ++p) largest = std::max({largest, send_bytes[p], recv_bytes[p]});
     mine.algorithm = from.backend == where.backend && from.device == where.device &&
-                             ll_ready(comm, transport, where, largest)
+                             ll_ready(comm, reach, where, largest)
                          ? kLlPath
                          : kCopyPaths;
     // Where GPU leaders copy for their GPU's ranks, they write the receive
     // buffers too.
     mine.eligible = where.backend && from.backend == where.backend &&
-                    (transport == EngineTransport::kP2p
+                    (reach.mapped
                          ? ok(comm.peer_memory().export_buffer(send, from.info, &mine.first)) &&
                                (!comm.by_gpu_leaders() ||
                                 ok(comm.peer_memory().export_buffer(recv, where.info, &mine.second)))
@@ -317,14 +317,14 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
   FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
   if (!everyone) return Status::kOk;
   *ran = true;
-  if (transport == EngineTransport::kP2p && all_chose(all, kLlPath))
+  if (reach.mapped && all_chose(all, kLlPath))
     return finish_alone(
         run_ll_alltoallv(comm, where, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets), clock);
 
   // Each sender's offset of its block for each receiver.
   std::vector<std::uint64_t> my_offsets(send_offsets, send_offsets + n);
   std::vector<std::uint64_t> offsets(static_cast<std::size_t>(n) * n);
-  const bool by_leaders = transport == EngineTransport::kP2p && comm.by_gpu_leaders();
+  const bool by_leaders = reach.mapped && comm.by_gpu_leaders();
   if (by_leaders) {
     // The leaders also need each receiver's blocks: where and how long.
     my_offsets.insert(my_offsets.end(), recv_offsets, recv_offsets + n);
@@ -333,7 +333,7 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
   }
   FERRY_CHECK(comm.bootstrap().allgather(my_offsets.data(), offsets.data(), my_offsets.size() * sizeof(std::uint64_t)));
   clock.mark(EnginePhase::kHandshake);
-  if (transport == EngineTransport::kShm)
+  if (reach.shm)
     return finish_together(
         comm, run_shm_alltoallv(comm, where, send, send_span, offsets, recv, recv_bytes, recv_offsets), clock);
   if (by_leaders)
@@ -346,7 +346,7 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
     const int streams_used = 1 + std::min(kPeerStreams, n - 1);
     std::vector<gpu::Stream> streams(streams_used);
     FERRY_CHECK(where.backend->set_device(where.device));
-    for (int i = 0; i < streams_used; ++i) FERRY_CHECK(comm.stream_for(where.backend, where.device, &streams[i], i));
+    for (int i = 0; i < streams_used; ++i) FERRY_CHECK(comm.resources().stream_for(where.backend, where.device, &streams[i], i));
     std::vector<ExportedBuffer> wanted;
     for (int peer = 0; peer < n; ++peer)
       if (peer != comm.rank() && recv_bytes[peer] > 0) wanted.push_back(all[peer].first);

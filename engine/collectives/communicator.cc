@@ -1,16 +1,10 @@
 #include "engine/collectives/communicator.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cctype>
-#include <functional>
 #include <string>
 
 #include "engine/common/params.h"
 #include "engine/topology/local_topology.h"
-#include "engine/topology/locality.h"
-#include "engine/topology/search.h"
 #include "engine/transport/shm_bootstrap.h"
 
 namespace ferry {
@@ -45,138 +39,19 @@ const AllowedTransports& configured_transports() {
 
 }  // namespace
 
-const char* peer_transport_name(PeerTransport transport) {
-  switch (transport) {
-    case PeerTransport::kNone: return "none";
-    case PeerTransport::kP2p: return "p2p";
-    case PeerTransport::kShm: return "shm";
-  }
-  return "?";
-}
-
-AllowedTransports allowed_transports(const std::string& list, bool p2p_disable, bool shm_disable,
-                                     std::vector<std::string>* unknown) {
-  AllowedTransports listed{false, false};
-  bool known_name = false;  // none and net included
-  std::size_t start = 0;
-  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
-  while (start <= list.size()) {
-    std::size_t end = std::min(list.find(',', start), list.size());
-    const std::size_t next = end + 1;
-    while (start < end && space(list[start])) ++start;
-    while (end > start && space(list[end - 1])) --end;
-    const std::string word = list.substr(start, end - start);
-    start = next;
-    std::string name = word;
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (name.empty()) continue;
-    if (name == "p2p") {
-      listed.p2p = true;
-    } else if (name == "shm") {
-      listed.shm = true;
-    } else if (name != "net" && name != "none") {
-      if (unknown) unknown->push_back(word);
-      continue;
-    }
-    known_name = true;
-  }
-  if (!known_name) listed = AllowedTransports{};
-  return {listed.p2p && !p2p_disable, listed.shm && !shm_disable};
-}
-
-std::vector<PeerTransport> plan_peer_transports(int rank, const std::vector<RankIdentity>& ranks,
-                                                const SystemGraph* topology, const AllowedTransports& allowed) {
-  const int n = static_cast<int>(ranks.size());
-  const RankIdentity& mine = ranks[rank];
-  RankPaths paths;  // between ranks, when the topology names them all
-  bool ranked = topology != nullptr;
-  for (int r = 0; ranked && r < n; ++r) ranked = topology->gpu_of_rank(r) >= 0;
-  if (ranked) {
-    std::vector<int> gpu_of_rank;
-    ranked = ok(find_rank_gpus(*topology, n, gpu_of_rank));
-    if (ranked) paths = compute_rank_paths(*topology, gpu_of_rank);
-  }
-  bool has_gpus = false;
-  if (topology)
-    for (const Node& node : topology->nodes) has_gpus = has_gpus || node.type == NodeType::kGpu;
-  const bool by_machine_gpus =
-      !ranked && has_gpus && mine.physical_devices;
-  const Transport machine = by_machine_gpus ? worst_transport_between_gpus(*topology, 0) : Transport::kP2p;
-
-  std::vector<PeerTransport> plan(n, PeerTransport::kNone);
-  for (int peer = 0; peer < n; ++peer) {
-    const RankIdentity& other = ranks[peer];
-    if (peer == rank) {
-      plan[peer] = PeerTransport::kP2p;
-      continue;
-    }
-    if (other.host_hash != mine.host_hash || other.backend != mine.backend ||
-        mine.backend == gpu::kNoBackendId)
-      continue;
-    const Transport searched = ranked ? choose_transport(paths.at(rank, peer)) : machine;
-    PeerTransport transport = searched == Transport::kP2p   ? PeerTransport::kP2p
-                              : searched == Transport::kShm ? PeerTransport::kShm
-                                                            : PeerTransport::kNone;
-    if (transport == PeerTransport::kP2p && !allowed.p2p) transport = PeerTransport::kShm;
-    if (transport == PeerTransport::kShm && !allowed.shm) transport = PeerTransport::kNone;
-    plan[peer] = transport;
-  }
-  return plan;
-}
-
-bool ranks_take_turns_on_a_gpu(const std::vector<RankIdentity>& ranks) {
-  for (std::size_t a = 0; a < ranks.size(); ++a)
-    for (std::size_t b = a + 1; b < ranks.size(); ++b)
-      if (ranks[a].has_device && ranks[b].has_device && ranks[a].host_hash == ranks[b].host_hash &&
-          ranks[a].pid != ranks[b].pid && ranks[a].backend == ranks[b].backend &&
-          ranks[a].device_key == ranks[b].device_key && (ranks[a].takes_turns || ranks[b].takes_turns))
-        return true;
-  return false;
-}
-
-bool ranks_share_one_gpu(const std::vector<RankIdentity>& ranks) {
-  for (const RankIdentity& r : ranks)
-    if (!r.has_device || r.host_hash != ranks[0].host_hash || r.backend != ranks[0].backend ||
-        r.device_key != ranks[0].device_key)
-      return false;
-  return !ranks.empty();
-}
-
-std::vector<int> gpu_leaders(const std::vector<RankIdentity>& ranks) {
-  const int n = static_cast<int>(ranks.size());
-  std::vector<int> leader(n);
-  bool shared = false;
-  for (int r = 0; r < n; ++r) {
-    leader[r] = r;
-    for (int s = 0; s < r && leader[r] == r; ++s)
-      if (ranks[s].has_device && ranks[r].has_device && ranks[s].host_hash == ranks[r].host_hash &&
-          ranks[s].backend == ranks[r].backend && ranks[s].device_key == ranks[r].device_key)
-        leader[r] = s;
-    shared = shared || leader[r] != r;
-  }
-  if (!shared) leader.clear();
-  return leader;
-}
-
 Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_ptr<Communicator>* out) {
   if (!bootstrap) return Status::kUnavailable;
-  std::unique_ptr<Communicator> comm(new Communicator(std::move(bootstrap)));
+  gpu::Backend* backend = gpu::active_backend();
+  std::unique_ptr<Communicator> comm(new Communicator(std::move(bootstrap), configured_transports(), backend,
+                                                     static_cast<std::size_t>(params().shm_segment_bytes)));
   const int n = comm->size();
 
-  gpu::Backend* backend = gpu::active_backend();
-  RankIdentity mine{machine_identity(), static_cast<std::int32_t>(getpid()), gpu::backend_id(backend),
-                    backend ? backend->device_count() : 0, 0, 0, 0, backend && backend->physical_devices()};
-  int device = -1;
-  if (backend && backend->device_count() > 0 && backend->chosen_device(&device)) {
-    mine.has_device = 1;
-    mine.device_key = backend->device_key(device);
-    mine.takes_turns = backend->processes_take_turns(device);
-  }
+  const RankIdentity mine = this_rank_identity();
   std::vector<RankIdentity> ranks(n);
   FERRY_CHECK(comm->bootstrap_->allgather(&mine, ranks.data(), sizeof(mine)));
   std::vector<std::int32_t> local_pids(n, 0);
   for (int r = 0; r < n; ++r)
-    if (r != comm->rank() && ranks[r].host_hash == mine.host_hash) local_pids[r] = ranks[r].pid;
+    if (r != comm->rank() && same_machine(ranks[r], mine)) local_pids[r] = ranks[r].pid;
   comm->bootstrap_->watch_peers(local_pids);
   comm->no_worker_ = ranks_take_turns_on_a_gpu(ranks);
   comm->on_one_gpu_ = ranks_share_one_gpu(ranks);
@@ -191,13 +66,15 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   // peer access lazily when the mapping is opened); host shared memory
   // serves where the topology says peer access is not worth it or p2p is off.
   const SystemGraph* topology = n > 1 ? topology_for(backend) : nullptr;
-  comm->transports_ = plan_peer_transports(comm->rank(), ranks, topology, configured_transports());
+  TransportTable& table = comm->transports_;
+  table.plan(comm->rank(), ranks, topology);
   constexpr std::int32_t kAllP2p = 1, kAllLocal = 2;
   std::int32_t verdict = kAllP2p | kAllLocal;
   for (int peer = 0; peer < n; ++peer) {
-    if (comm->transports_[peer] != PeerTransport::kP2p) verdict &= ~kAllP2p;
-    if (comm->transports_[peer] == PeerTransport::kNone) verdict &= ~kAllLocal;
-    FERRY_TRACE(Transport, "peer %d: %s", peer, peer_transport_name(comm->transports_[peer]));
+    if (peer == comm->rank()) continue;
+    if (table.to(peer) != &table.p2p()) verdict &= ~kAllP2p;
+    if (!table.to(peer)) verdict &= ~kAllLocal;
+    FERRY_TRACE(Transport, "peer %d: %s", peer, table.name_to(peer));
   }
   // Each process has its own topology (one rank's file may not load), so
   // the ranks agree: the collective set-up below is entered by all or none.
@@ -208,9 +85,7 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   // Per-call handshakes through host shared memory where every rank shares
   // this machine (the planned transports do not matter: the handshake needs
   // only host memory).
-  bool one_machine = true;
-  for (const RankIdentity& r : ranks) one_machine = one_machine && r.host_hash == mine.host_hash;
-  if (one_machine && n > 1) {
+  if (ranks_on_one_machine(ranks) && n > 1) {
     const Status status = ShmBootstrap::wrap(&comm->bootstrap_);
     if (!ok(status))
       FERRY_INFO(Bootstrap, "handshakes stay on the set-up bootstrap: no shared memory between the ranks (%s)",
@@ -218,18 +93,20 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
     comm->bootstrap_->watch_peers(local_pids);
   }
 
-  comm->all_peers_mapped_ = n == 1 || (verdict & kAllP2p);
-  if (!comm->all_peers_mapped_ && (verdict & kAllLocal)) {
-    const Status status = SharedSegments::create(*comm->bootstrap_, backend,
-                                                 static_cast<std::size_t>(params().shm_segment_bytes), &comm->shm_);
-    if (!ok(status)) FERRY_WARN(Transport, "shm transport unavailable (%s): device buffers will be staged",
-                                status_name(status));
+  if (n > 1 && (verdict & kAllP2p)) {
+    comm->common_ = &table.p2p();
+  } else if (n > 1 && (verdict & kAllLocal)) {
+    const Status status = table.shm().connect(*comm->bootstrap_);
+    if (ok(status))
+      comm->common_ = &table.shm();
+    else
+      FERRY_WARN(Transport, "shm transport unavailable (%s): device buffers will be staged", status_name(status));
   }
   FERRY_INFO(Init, "engine communicator of %d ranks (topology: %s): %s", n,
              topology ? local_topology().source.c_str() : "none",
-             comm->all_peers_mapped_ ? "every peer mapped (p2p)"
-             : comm->shm_            ? "peers through host shared memory (shm)"
-                                     : "no engine transport to every peer");
+             comm->all_peers_mapped() ? "every peer mapped (p2p)"
+             : comm->shm()            ? "peers through host shared memory (shm)"
+                                      : "no engine transport to every peer");
   *out = std::move(comm);
   return Status::kOk;
 }
@@ -241,46 +118,6 @@ Communicator::~Communicator() {
   if (simple_own_) FERRY_LOG_IF_FAILED(simple_.backend->device_free(simple_own_));
   if (simple_.failed) FERRY_LOG_IF_FAILED(simple_.backend->pinned_free(simple_.failed));
   if (copy_push_own_) FERRY_LOG_IF_FAILED(copy_push_.backend->device_free(copy_push_own_));
-  for (auto& [key, stream] : streams_) FERRY_LOG_IF_FAILED(key.backend->stream_destroy(stream));
-  for (auto& [key, event] : events_) FERRY_LOG_IF_FAILED(key.backend->event_destroy(event));
-  for (auto& [key, scratch] : scratch_) FERRY_LOG_IF_FAILED(key.first->device_free(scratch.buffer));
-}
-
-namespace {
-
-// The handle cached under key, made by create(&handle) on first use.
-template <typename Cache, typename Create>
-Status find_or_create(Cache& cache, const typename Cache::key_type& key, Create create,
-                      typename Cache::mapped_type* handle) {
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    typename Cache::mapped_type created = nullptr;
-    FERRY_CHECK(create(&created));
-    it = cache.emplace(key, created).first;
-  }
-  *handle = it->second;
-  return Status::kOk;
-}
-
-}  // namespace
-
-Status Communicator::event_for(gpu::Backend* backend, int device, gpu::Event* event, int index) {
-  std::lock_guard<std::mutex> lock(handles_mutex_);
-  return find_or_create(events_, StreamKey{backend, device, index},
-                        [backend](gpu::Event* created) { return backend->event_create(created); }, event);
-}
-
-Status Communicator::scratch_for(gpu::Backend* backend, int device, std::size_t bytes, void** scratch) {
-  Scratch& s = scratch_[{backend, device}];
-  if (s.bytes < bytes) {
-    if (s.buffer) FERRY_CHECK(backend->device_free(s.buffer));
-    s = Scratch{nullptr, 0};
-    FERRY_CHECK(backend->device_alloc(bytes, &s.buffer));
-    s.bytes = bytes;
-    FERRY_INFO(Coll, "engine scratch of %zu bytes on device %d", bytes, device);
-  }
-  *scratch = s.buffer;
-  return Status::kOk;
 }
 
 int Communicator::gpu_leader_count() const {
@@ -304,7 +141,7 @@ Worker* Communicator::worker_for(gpu::Backend* backend, int device) {
 }
 
 bool Communicator::ll_possible(gpu::Backend* backend, int device) {
-  if (size() > kMaxDirectRanks || !all_peers_mapped_) return false;
+  if (size() > kMaxDirectRanks || !all_peers_mapped()) return false;
   if (ll_.backend && (ll_.backend != backend || ll_.device != device)) return false;
   return worker_for(backend, device) != nullptr;
 }
@@ -318,15 +155,16 @@ Status Communicator::map_on_every_rank(gpu::Backend* backend, int device, std::s
   // pages.
   constexpr std::size_t kLargePage = std::size_t{2} << 20;
   bytes = (bytes + kLargePage - 1) / kLargePage * kLargePage;
-  ExportedBuffer mine{};
+  P2pTransport& p2p = transports_.p2p();
+  MemoryKey mine{};
   std::int32_t ready = ready_here && ok(backend->set_device(device)) && ok(backend->device_alloc(bytes, own)) &&
-                       ok(backend->copy(*own, zeros.data(), zeroed)) && ok(peer_memory_.export_buffer(*own, &mine));
-  std::vector<ExportedBuffer> all(size());
+                       ok(backend->copy(*own, zeros.data(), zeroed)) && ok(p2p.register_memory(*own, bytes, &mine));
+  std::vector<MemoryKey> all(size());
   FERRY_CHECK(bootstrap_->allgather(&mine, all.data(), sizeof(mine)));
   for (int r = 0; r < size() && ready; ++r) {
     everyone[r] = *own;
     // Pinned: the LRU of peer mappings must never close these.
-    if (r != rank()) ready = ok(peer_memory_.pin_buffer(all[r], &everyone[r]));
+    if (r != rank()) ready = ok(p2p.map(r, all[r], &everyone[r]));
   }
   std::vector<std::int32_t> readiness(size());
   FERRY_CHECK(bootstrap_->allgather(&ready, readiness.data(), sizeof(ready)));
@@ -360,7 +198,7 @@ Status Communicator::ll_channel(gpu::Backend* backend, int device, LlChannel** c
 }
 
 bool Communicator::simple_possible(gpu::Backend* backend, int device) const {
-  if (size() > kMaxDirectRanks || !all_peers_mapped_ || simple_.broken) return false;
+  if (size() > kMaxDirectRanks || !all_peers_mapped() || simple_.broken) return false;
   return !simple_.backend || (simple_.backend == backend && simple_.device == device);
 }
 
@@ -438,7 +276,7 @@ void* Communicator::copy_push_slot(int receiver, int sender, int k) const {
 }
 
 bool Communicator::copy_push_possible(gpu::Backend* backend, int device) const {
-  if (size() > kMaxDirectRanks || !all_peers_mapped_ || copy_push_.broken || !backend->stream_memory_ops())
+  if (size() > kMaxDirectRanks || !all_peers_mapped() || copy_push_.broken || !backend->stream_memory_ops())
     return false;
   return !copy_push_.backend || (copy_push_.backend == backend && copy_push_.device == device);
 }
@@ -520,16 +358,6 @@ Status Communicator::simple_plan(SimpleCollective collective, int root, std::siz
   *plan = &it->second.plan;
   *device_steps = static_cast<const SimpleStep*>(it->second.steps);
   return Status::kOk;
-}
-
-Status Communicator::stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index, bool urgent) {
-  std::lock_guard<std::mutex> lock(handles_mutex_);
-  return find_or_create(
-      streams_, StreamKey{backend, device, index},
-      [backend, urgent](gpu::Stream* created) {
-        return urgent ? backend->stream_create_urgent(created) : backend->stream_create(created);
-      },
-      stream);
 }
 
 }  // namespace ferry

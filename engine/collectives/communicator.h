@@ -1,6 +1,8 @@
 // The engine communicator: the ranks of one application communicator, what
-// each one is (host, process, device), how this rank reaches each peer, and
-// the resources its collectives reuse from call to call.
+// each one is (ranks.h), how this rank reaches each peer (transport_table.h),
+// the device resources its calls reuse (resources.h), its workers, and the
+// buffers of the protocols that need every rank's (LL, Simple, copy-engine
+// push).
 #pragma once
 
 #include <cstdint>
@@ -14,74 +16,12 @@
 #include "engine/bootstrap/bootstrap.h"
 #include "engine/collectives/simple_protocol.h"
 #include "engine/collectives/worker.h"
+#include "engine/core/ranks.h"
+#include "engine/core/resources.h"
+#include "engine/core/transport_table.h"
 #include "engine/gpu/gpu.h"
-#include "engine/topology/system_graph.h"
-#include "engine/transport/p2p.h"
-#include "engine/transport/shm.h"
 
 namespace ferry {
-
-// What each rank tells the others at set-up.
-struct RankIdentity {
-  std::uint64_t host_hash;  // same value on every process of one machine (boot)
-  std::int32_t pid;
-  std::int32_t backend;     // gpu::backend_id of the process's active backend
-  std::int32_t device_count;
-  std::int32_t has_device;   // it had chosen a device at set-up; then:
-  std::uint64_t device_key;  // gpu::Backend::device_key of that device
-  std::int32_t takes_turns;  // it runs kernels of processes in turns (gpu::Backend::processes_take_turns)
-  std::int32_t physical_devices;  // gpu::Backend::physical_devices
-};
-static_assert(sizeof(RankIdentity) == 40, "RankIdentity travels between processes; keep its layout fixed");
-
-// Whether two ranks in two processes use one GPU of one machine whose
-// processes' kernels take turns (CUDA without MPS; one process's kernels run
-// at once). A resident kernel (the engine worker) then holds the GPU through
-// its process's time slices: a call waits out the other process's slice at
-// every step (2.5 ms an 8-byte LL allreduce on one H200), so such a
-// communicator runs no worker.
-bool ranks_take_turns_on_a_gpu(const std::vector<RankIdentity>& ranks);
-
-// Whether every rank uses one and the same GPU (one machine, one device
-// backend, one device key; each had chosen its device at set-up), as
-// several processes under MPS do: their LL lines then stay in that GPU's
-// memory.
-bool ranks_share_one_gpu(const std::vector<RankIdentity>& ranks);
-
-// For each rank, the lowest rank on its GPU (one machine, one device
-// backend, one device key); empty when no two ranks share a GPU.
-std::vector<int> gpu_leaders(const std::vector<RankIdentity>& ranks);
-
-// How a rank reaches a peer's device buffers.
-enum class PeerTransport : int { kNone = 0, kP2p, kShm };
-const char* peer_transport_name(PeerTransport transport);
-
-// The transports the settings let the engine use between ranks.
-struct AllowedTransports {
-  bool p2p = true;
-  bool shm = true;
-};
-
-// FERRY_TRANSPORTS's list (comma separated, case and spaces ignored: p2p,
-// shm; net is known but has no transport yet; none allows nothing), less
-// what FERRY_P2P_DISABLE and FERRY_SHM_DISABLE turn off. A list that names
-// no known transport (empty, or only unknown names) allows all of them.
-// Unknown names are added to unknown, for the caller to report.
-AllowedTransports allowed_transports(const std::string& list, bool p2p_disable, bool shm_disable,
-                                     std::vector<std::string>* unknown);
-
-// How `rank` reaches each rank (itself: p2p), from everyone's identity and
-// the topology when there is one (else nullptr):
-//  - ranks on other machines, or with another device backend: none;
-//  - GPUs whose rank attribute is a communicator rank (a topology file):
-//    the search's transport between the two (NET: none);
-//  - CUDA with a topology but no ranks in it: the worst transport between
-//    the machine's GPUs (which GPU a rank uses is not known at set-up);
-//  - otherwise p2p, as without a topology.
-// Then a p2p that is not allowed becomes shm, and a shm that is not
-// allowed none.
-std::vector<PeerTransport> plan_peer_transports(int rank, const std::vector<RankIdentity>& ranks,
-                                                const SystemGraph* topology, const AllowedTransports& allowed);
 
 class Communicator {
  public:
@@ -92,17 +32,21 @@ class Communicator {
   int rank() const { return bootstrap_->rank(); }
   int size() const { return bootstrap_->size(); }
   Bootstrap& bootstrap() { return *bootstrap_; }
-  PeerMemory& peer_memory() { return peer_memory_; }
-  // True when every peer's device memory can be mapped here (one machine,
-  // same device backend): the precondition of the direct algorithms.
-  bool all_peers_mapped() const { return all_peers_mapped_; }
-  // What the topology planned for peer (plan_peer_transports); the
-  // collectives take p2p only when every peer has it, else shm when every
-  // peer has p2p or shm.
-  PeerTransport transport_to(int peer) const { return transports_[peer]; }
-  // Host shared memory with every peer, where peer device memory cannot be
-  // mapped but all ranks share one machine; nullptr otherwise.
-  SharedSegments* shm() { return shm_.get(); }
+  PeerMemory& peer_memory() { return transports_.p2p().memory(); }
+  // How this rank reaches each peer (TransportTable::plan).
+  const TransportTable& transports() const { return transports_; }
+  // The transport every rank uses for every peer, agreed at set-up: p2p when
+  // every rank reaches every peer by it, else shm when every peer is reached
+  // by p2p or shm; nullptr otherwise (and for a single rank).
+  Transport* common_transport() const { return common_; }
+  // True when every peer's device memory can be mapped here (one rank, or
+  // p2p to everyone): the precondition of the direct algorithms.
+  bool all_peers_mapped() const { return size() == 1 || (common_ && common_->maps_device_memory()); }
+  // Host shared memory with every peer, where the common transport is shm;
+  // nullptr otherwise.
+  SharedSegments* shm() const { return common_ == &transports_.shm() ? transports_.shm().segments() : nullptr; }
+  // Streams, events and scratch kept between calls.
+  DeviceResources& resources() { return resources_; }
   // Whether the leader of each GPU does the device work of the ranks on it
   // (FERRY_GPU_LEADER; gpu_leaders), and which rank leads rank's GPU.
   bool by_gpu_leaders() const { return !gpu_leader_.empty(); }
@@ -114,14 +58,6 @@ class Communicator {
   // Every rank on one GPU (ranks_share_one_gpu).
   bool on_one_gpu() const { return on_one_gpu_; }
 
-  // Stream `index` on device of backend, created on first use and kept
-  // (urgent: gpu::Backend::stream_create_urgent, when it is created).
-  Status stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index = 0, bool urgent = false);
-  // Event `index` on device of backend, created on first use and kept.
-  Status event_for(gpu::Backend* backend, int device, gpu::Event* event, int index);
-  // Device scratch of at least bytes on device, kept between calls (grown
-  // when a call needs more): no allocation per call on the steady path.
-  Status scratch_for(gpu::Backend* backend, int device, std::size_t bytes, void** scratch);
   // The engine worker on device of backend, created on first use and kept;
   // nullptr when there is none (FERRY_WORKER=0, the backend has none, or
   // ranks_take_turns_on_a_gpu).
@@ -213,7 +149,9 @@ class Communicator {
   std::mutex& copy_push_mutex() { return copy_push_mutex_; }
 
  private:
-  explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
+  Communicator(std::unique_ptr<Bootstrap> bootstrap, const AllowedTransports& allowed, gpu::Backend* backend,
+               std::size_t shm_segment_bytes)
+      : bootstrap_(std::move(bootstrap)), transports_(allowed, backend, shm_segment_bytes) {}
 
   // Collective: a buffer of bytes on device of this rank (its first zeroed
   // bytes zeroed; the size rounded up to whole 2 MiB pages), every rank's
@@ -224,31 +162,12 @@ class Communicator {
                            bool ready_here, void** own, void* (&everyone)[kMaxDirectRanks]);
 
   std::unique_ptr<Bootstrap> bootstrap_;
-  bool all_peers_mapped_ = false;
   bool no_worker_ = false;       // ranks_take_turns_on_a_gpu
   bool on_one_gpu_ = false;      // ranks_share_one_gpu
   std::vector<int> gpu_leader_;  // gpu_leaders, or empty: each rank does its own device work
-  std::vector<PeerTransport> transports_;
-  PeerMemory peer_memory_;
-  std::unique_ptr<SharedSegments> shm_;
-  struct StreamKey {
-    gpu::Backend* backend;
-    int device;
-    int index;
-    bool operator<(const StreamKey& o) const {
-      return backend != o.backend ? backend < o.backend : device != o.device ? device < o.device : index < o.index;
-    }
-  };
-  // The progress thread of nonblocking allreduces looks up streams and
-  // events while the application's thread may add others.
-  std::mutex handles_mutex_;
-  std::map<StreamKey, gpu::Stream> streams_;
-  std::map<StreamKey, gpu::Event> events_;
-  struct Scratch {
-    void* buffer;
-    std::size_t bytes;
-  };
-  std::map<std::pair<gpu::Backend*, int>, Scratch> scratch_;
+  TransportTable transports_;
+  Transport* common_ = nullptr;
+  DeviceResources resources_;
   std::map<std::pair<gpu::Backend*, int>, std::unique_ptr<Worker>> workers_;
   LlChannel ll_;
   void* ll_own_ = nullptr;  // this rank's receive buffer

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <mutex>
 
+#include "engine/common/host_name.h"
+
 namespace ferry {
 namespace {
 
@@ -32,11 +34,9 @@ int PeerLiveness::ended_rank() {
 }
 
 void note_ended_peer(int rank, int size, std::int32_t pid) {
-  char host[256] = "";
-  gethostname(host, sizeof(host) - 1);
   std::lock_guard<std::mutex> lock(g_ended_mutex);
   g_ended = "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ") of a communicator of " +
-            std::to_string(size) + " ranks on " + host;
+            std::to_string(size) + " ranks on " + host_name();
 }
 
 std::string last_ended_peer() {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "engine/common/host_name.h"
 #include "engine/common/params.h"
 
 namespace ferry {
@@ -66,21 +67,7 @@ unsigned parse_subsys_mask(std::string text) {
 
 FILE* open_log_file(const std::string& pattern) {
   if (pattern.empty()) return stderr;
-  std::string path;
-  char host[256] = "";
-  gethostname(host, sizeof(host) - 1);
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'h') {
-      path += host;
-      ++i;
-    } else if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'p') {
-      path += std::to_string(getpid());
-      ++i;
-    } else {
-      path += pattern[i];
-    }
-  }
-  FILE* f = std::fopen(path.c_str(), "a");
+  FILE* f = std::fopen(expand_host_and_pid(pattern).c_str(), "a");
   return f ? f : stderr;
 }
 
@@ -111,8 +98,6 @@ void log_message(LogLevel level, LogSubsys subsys, const char* file, int line,
                  const char* format, ...) {
   static std::mutex mutex;
   static const char* const kLevelNames[] = {"NONE", "WARN", "INFO", "TRACE"};
-  char host[64] = "";
-  gethostname(host, sizeof(host) - 1);
   const char* base = std::strrchr(file, '/');
   base = base ? base + 1 : file;
 
@@ -127,7 +112,7 @@ void log_message(LogLevel level, LogSubsys subsys, const char* file, int line,
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   std::lock_guard<std::mutex> lock(mutex);
-  std::fprintf(config().out, "%s:%d:%d %.6f ferry %s %s %s:%d %s\n", host, static_cast<int>(getpid()),
+  std::fprintf(config().out, "%s:%d:%d %.6f ferry %s %s %s:%d %s\n", host_name().c_str(), static_cast<int>(getpid()),
                log_rank.load(std::memory_order_relaxed), seconds, kLevelNames[static_cast<int>(level)],
                subsys_name(subsys), base, line, body);
   std::fflush(config().out);

@@ -8,7 +8,7 @@
 #include <iterator>
 #include <string>
 
-#include "engine/topology/locality.h"
+#include "engine/core/locality.h"
 
 namespace ferry {
 namespace {

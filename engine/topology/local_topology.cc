@@ -5,26 +5,13 @@
 #include <cstdio>
 #include <fstream>
 
+#include "engine/common/host_name.h"
 #include "engine/common/params.h"
 #include "engine/gpu/gpu.h"
 #include "engine/topology/topology_xml.h"
 
 namespace ferry {
 namespace {
-
-std::string expand_dump_path(const std::string& pattern) {
-  std::string out;
-  for (std::size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '%' && i + 1 < pattern.size() && (pattern[i + 1] == 'h' || pattern[i + 1] == 'p')) {
-      char host[256] = "";
-      gethostname(host, sizeof(host) - 1);
-      out += pattern[++i] == 'h' ? std::string(host) : std::to_string(getpid());
-    } else {
-      out += pattern[i];
-    }
-  }
-  return out;
-}
 
 // Written beside the target and renamed, so ranks of one machine that dump
 // to the same name never leave a torn file.
@@ -59,7 +46,7 @@ LocalTopology load_local_topology(const std::string& topo_file, const std::strin
   if (!topo.available) topo.graph = SystemGraph{};
 
   if (topo.available && !dump_file.empty()) {
-    const std::string path = expand_dump_path(dump_file);
+    const std::string path = expand_host_and_pid(dump_file);
     if (write_atomically(path, dump_topology_xml(topo.graph, 0))) {
       topo.dump_path = path;
       FERRY_INFO(Topo, "topology written to %s", path.c_str());

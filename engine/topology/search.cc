@@ -225,11 +225,20 @@ const char* path_type_name(PathType type) {
   return "?";
 }
 
-const char* transport_name(Transport transport) {
+const char* transport_name(TransportKind transport) {
   switch (transport) {
-    case Transport::kP2p: return "P2P";
-    case Transport::kShm: return "SHM";
-    case Transport::kNet: return "NET";
+    case TransportKind::kP2p: return "P2P";
+    case TransportKind::kShm: return "SHM";
+    case TransportKind::kNet: return "NET";
+  }
+  return "?";
+}
+
+const char* transport_kind_label(TransportKind transport) {
+  switch (transport) {
+    case TransportKind::kP2p: return "p2p";
+    case TransportKind::kShm: return "shm";
+    case TransportKind::kNet: return "net";
   }
   return "?";
 }
@@ -275,18 +284,18 @@ RankPaths compute_rank_paths(const SystemGraph& graph, const std::vector<int>& g
   return result;
 }
 
-Transport choose_transport(const GpuPath& path) {
-  if (path.type == PathType::kNet) return Transport::kNet;
-  if (path.type <= PathType::kPxb) return Transport::kP2p;
-  return Transport::kShm;
+TransportKind choose_transport(const GpuPath& path) {
+  if (path.type == PathType::kNet) return TransportKind::kNet;
+  if (path.type <= PathType::kPxb) return TransportKind::kP2p;
+  return TransportKind::kShm;
 }
 
-Transport worst_transport_between_gpus(const SystemGraph& graph, int host) {
+TransportKind worst_transport_between_gpus(const SystemGraph& graph, int host) {
   std::vector<int> gpus;
   for (int i = 0; i < static_cast<int>(graph.nodes.size()); ++i)
     if (graph.nodes[i].type == NodeType::kGpu && graph.nodes[i].host == host) gpus.push_back(i);
   const RankPaths paths = compute_rank_paths(graph, gpus);
-  Transport worst = Transport::kP2p;
+  TransportKind worst = TransportKind::kP2p;
   for (int a = 0; a < paths.nranks; ++a)
     for (int b = 0; b < paths.nranks; ++b)
       if (a != b) worst = std::max(worst, choose_transport(paths.at(a, b)));

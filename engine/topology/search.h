@@ -15,10 +15,15 @@ namespace ferry {
 // through NVLink/xGMI (directly or an NVSwitch), one PCIe switch, several,
 // the CPU's host bridge, the link between sockets, or the network.
 enum class PathType { kLocal, kNvLink, kPix, kPxb, kPhb, kSys, kNet };
-enum class Transport { kP2p, kShm, kNet };
+// The kinds of transport, best first: what a path calls for, and what each
+// engine transport (engine/transport/transport.h) is.
+enum class TransportKind { kP2p, kShm, kNet };
 
 const char* path_type_name(PathType type);
-const char* transport_name(Transport transport);
+// Upper case, as topology reports print them: P2P, SHM, NET.
+const char* transport_name(TransportKind transport);
+// Lower case, as FERRY_TRANSPORTS and the logs name them: p2p, shm, net.
+const char* transport_kind_label(TransportKind transport);
 
 struct GpuPath {
   PathType type = PathType::kLocal;
@@ -40,12 +45,12 @@ RankPaths compute_rank_paths(const SystemGraph& graph, const std::vector<int>& g
 
 // P2P over NVLink/xGMI or PCIe that stays below the CPU (NCCL's PXB rule),
 // SHM elsewhere on one host, NET between hosts.
-Transport choose_transport(const GpuPath& path);
+TransportKind choose_transport(const GpuPath& path);
 
 // The transport between the two GPUs of one host that are worst connected
 // (P2P where the host has fewer than two GPUs): what ranks of that host can
 // count on when which GPU each of them uses is not known.
-Transport worst_transport_between_gpus(const SystemGraph& graph, int host);
+TransportKind worst_transport_between_gpus(const SystemGraph& graph, int host);
 
 // A ring is the ranks in visiting order, starting at rank 0; it runs at the
 // speed of its slowest hop.

@@ -280,7 +280,7 @@ TEST(TopoDiscovery, EmulatedDeviceIsAGpuOfTheGraph) {
 
   const RankPaths paths = compute_rank_paths(graph, {emulated[0], emulated[0]});
   EXPECT_EQ(paths.at(0, 1).type, PathType::kLocal);
-  EXPECT_EQ(choose_transport(paths.at(0, 1)), Transport::kP2p);
+  EXPECT_EQ(choose_transport(paths.at(0, 1)), TransportKind::kP2p);
 
   const std::string xml = dump_topology_xml(graph, 0);
   SystemGraph loaded;
@@ -351,19 +351,29 @@ SystemGraph without_ranks(SystemGraph graph) {
   return graph;
 }
 
-using P = PeerTransport;
 constexpr AllowedTransports kAll{};
+using Names = std::vector<std::string>;
+
+// The transport TransportTable chooses to each rank, by name.
+Names plan(int rank, const std::vector<RankIdentity>& ranks, const SystemGraph* topology,
+           const AllowedTransports& allowed) {
+  TransportTable table(allowed, nullptr, 0);
+  table.plan(rank, ranks, topology);
+  Names names;
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) names.push_back(table.name_to(r));
+  return names;
+}
 
 TEST(TopoPlan, FileRanksFollowTheSearch) {
   const SystemGraph sys = load("two_sockets_sys.xml"), nv18 = load("h200_nv18.xml");
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kEmulated), &sys, kAll), (std::vector<P>{P::kP2p, P::kShm}));
-  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kEmulated), &sys, kAll), (std::vector<P>{P::kShm, P::kP2p}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, kAll), (std::vector<P>{P::kP2p, P::kP2p}));
+  EXPECT_EQ(plan(0, one_machine(2, kEmulated), &sys, kAll), (Names{"self", "shm"}));
+  EXPECT_EQ(plan(1, one_machine(2, kEmulated), &sys, kAll), (Names{"shm", "self"}));
+  EXPECT_EQ(plan(0, one_machine(2, kCuda), &nv18, kAll), (Names{"self", "p2p"}));
   const SystemGraph pcie = load("pcie_two_sockets.xml");
-  EXPECT_EQ(plan_peer_transports(0, one_machine(4, kCuda), &pcie, kAll),
-            (std::vector<P>{P::kP2p, P::kP2p, P::kShm, P::kShm}));
-  EXPECT_EQ(plan_peer_transports(3, one_machine(4, kCuda), &pcie, kAll),
-            (std::vector<P>{P::kShm, P::kShm, P::kP2p, P::kP2p}));
+  EXPECT_EQ(plan(0, one_machine(4, kCuda), &pcie, kAll),
+            (Names{"self", "p2p", "shm", "shm"}));
+  EXPECT_EQ(plan(3, one_machine(4, kCuda), &pcie, kAll),
+            (Names{"shm", "shm", "p2p", "self"}));
 }
 
 // FERRY_P2P_DISABLE and FERRY_SHM_DISABLE, without FERRY_TRANSPORTS.
@@ -371,12 +381,12 @@ AllowedTransports disabled(bool p2p, bool shm) { return allowed_transports("", p
 
 TEST(TopoPlan, DisableParametersOverrideTheSearch) {
   const SystemGraph sys = load("two_sockets_sys.xml"), nv18 = load("h200_nv18.xml");
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, disabled(true, false)),
-            (std::vector<P>{P::kP2p, P::kShm}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, disabled(true, true)),
-            (std::vector<P>{P::kP2p, P::kNone}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, disabled(false, true)),
-            (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan(0, one_machine(2, kCuda), &nv18, disabled(true, false)),
+            (Names{"self", "shm"}));
+  EXPECT_EQ(plan(0, one_machine(2, kCuda), &nv18, disabled(true, true)),
+            (Names{"self", "none"}));
+  EXPECT_EQ(plan(0, one_machine(2, kCuda), &sys, disabled(false, true)),
+            (Names{"self", "none"}));
 }
 
 bool operator==(const AllowedTransports& a, const AllowedTransports& b) { return a.p2p == b.p2p && a.shm == b.shm; }
@@ -422,37 +432,37 @@ TEST(TopoPlan, UnknownTransportNamesAreReportedAndIgnored) {
 TEST(TopoPlan, TransportsListRestrictsThePlan) {
   const SystemGraph sys = load("two_sockets_sys.xml"), nv18 = load("h200_nv18.xml");
   const auto only = [](const char* list) { return allowed_transports(list, false, false, nullptr); };
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, only("shm")), (std::vector<P>{P::kP2p, P::kShm}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, only("p2p")), (std::vector<P>{P::kP2p, P::kP2p}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, only("p2p")), (std::vector<P>{P::kP2p, P::kNone}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, only("shm")), (std::vector<P>{P::kP2p, P::kShm}));
-  EXPECT_EQ(plan_peer_transports(1, one_machine(3, kEmulated), nullptr, only("shm")),
-            (std::vector<P>{P::kShm, P::kP2p, P::kShm}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(3, kEmulated), nullptr, only("none")),
-            (std::vector<P>{P::kP2p, P::kNone, P::kNone}));
+  EXPECT_EQ(plan(0, one_machine(2, kCuda), &nv18, only("shm")), (Names{"self", "shm"}));
+  EXPECT_EQ(plan(0, one_machine(2, kCuda), &nv18, only("p2p")), (Names{"self", "p2p"}));
+  EXPECT_EQ(plan(0, one_machine(2, kCuda), &sys, only("p2p")), (Names{"self", "none"}));
+  EXPECT_EQ(plan(0, one_machine(2, kCuda), &sys, only("shm")), (Names{"self", "shm"}));
+  EXPECT_EQ(plan(1, one_machine(3, kEmulated), nullptr, only("shm")),
+            (Names{"shm", "self", "shm"}));
+  EXPECT_EQ(plan(0, one_machine(3, kEmulated), nullptr, only("none")),
+            (Names{"self", "none", "none"}));
   // With a disable parameter: FERRY_TRANSPORTS=shm and FERRY_SHM_DISABLE=1 leave nothing.
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &nv18, allowed_transports("shm", false, true, nullptr)),
-            (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan(0, one_machine(2, kCuda), &nv18, allowed_transports("shm", false, true, nullptr)),
+            (Names{"self", "none"}));
   // An unknown name changes nothing.
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kCuda), &sys, only("bogus")), (std::vector<P>{P::kP2p, P::kShm}));
+  EXPECT_EQ(plan(0, one_machine(2, kCuda), &sys, only("bogus")), (Names{"self", "shm"}));
 }
 
 TEST(TopoPlan, WithoutATopologyOneMachineMeansP2p) {
-  EXPECT_EQ(plan_peer_transports(0, one_machine(3, kEmulated), nullptr, kAll),
-            (std::vector<P>{P::kP2p, P::kP2p, P::kP2p}));
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, kEmulated), nullptr, disabled(true, false)),
-            (std::vector<P>{P::kP2p, P::kShm}));
+  EXPECT_EQ(plan(0, one_machine(3, kEmulated), nullptr, kAll),
+            (Names{"self", "p2p", "p2p"}));
+  EXPECT_EQ(plan(0, one_machine(2, kEmulated), nullptr, disabled(true, false)),
+            (Names{"self", "shm"}));
   // No device runtime, another machine, another backend: nothing.
-  EXPECT_EQ(plan_peer_transports(0, one_machine(2, 0), nullptr, kAll), (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan(0, one_machine(2, 0), nullptr, kAll), (Names{"self", "none"}));
   std::vector<RankIdentity> ranks = one_machine(3, kEmulated);
   ranks[1].host_hash = 7;
   ranks[2].backend = kCuda;
-  EXPECT_EQ(plan_peer_transports(0, ranks, nullptr, kAll), (std::vector<P>{P::kP2p, P::kNone, P::kNone}));
+  EXPECT_EQ(plan(0, ranks, nullptr, kAll), (Names{"self", "none", "none"}));
   // A topology file cannot join ranks of two machines.
   const SystemGraph nv18 = load("h200_nv18.xml");
   ranks = one_machine(2, kCuda);
   ranks[1].host_hash = 7;
-  EXPECT_EQ(plan_peer_transports(0, ranks, &nv18, kAll), (std::vector<P>{P::kP2p, P::kNone}));
+  EXPECT_EQ(plan(0, ranks, &nv18, kAll), (Names{"self", "none"}));
 }
 
 // Discovered GPUs belong to no rank: CUDA ranks get what the worst pair of
@@ -460,14 +470,14 @@ TEST(TopoPlan, WithoutATopologyOneMachineMeansP2p) {
 TEST(TopoPlan, DiscoveredGpusGiveTheWorstPairToCudaRanks) {
   const SystemGraph pcie = without_ranks(load("pcie_two_sockets.xml"));
   const SystemGraph nv18 = without_ranks(load("h200_nv18.xml"));
-  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kCuda), &pcie, kAll), (std::vector<P>{P::kShm, P::kP2p}));
-  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kCuda), &nv18, kAll), (std::vector<P>{P::kP2p, P::kP2p}));
-  EXPECT_EQ(plan_peer_transports(1, one_machine(2, kEmulated), &pcie, kAll),
-            (std::vector<P>{P::kP2p, P::kP2p}));
+  EXPECT_EQ(plan(1, one_machine(2, kCuda), &pcie, kAll), (Names{"shm", "self"}));
+  EXPECT_EQ(plan(1, one_machine(2, kCuda), &nv18, kAll), (Names{"p2p", "self"}));
+  EXPECT_EQ(plan(1, one_machine(2, kEmulated), &pcie, kAll),
+            (Names{"p2p", "self"}));
   // A file naming fewer ranks than the communicator has is not a rank map.
   const SystemGraph ranked_pcie = load("pcie_two_sockets.xml");
-  EXPECT_EQ(plan_peer_transports(0, one_machine(5, kCuda), &ranked_pcie, kAll),
-            (std::vector<P>{P::kP2p, P::kShm, P::kShm, P::kShm, P::kShm}));
+  EXPECT_EQ(plan(0, one_machine(5, kCuda), &ranked_pcie, kAll),
+            (Names{"self", "shm", "shm", "shm", "shm"}));
 }
 
 TEST(TopoPlan, NoWorkerWhereTwoProcessesTakeTurnsOnOneGpu) {
@@ -544,8 +554,8 @@ TEST(TopoCommunicator, TransportFollowsTheTopologyOfThisProcess) {
   testing::run_ranks(kRanks, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
     std::unique_ptr<Communicator> comm;
     ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
-    EXPECT_EQ(peer_transport_name(comm->transport_to(1 - rank)), expected);
-    EXPECT_EQ(peer_transport_name(comm->transport_to(rank)), std::string("p2p"));
+    EXPECT_EQ(comm->transports().name_to(1 - rank), expected);
+    EXPECT_EQ(comm->transports().name_to(rank), std::string("self"));
     EXPECT_EQ(comm->all_peers_mapped(), expected == "p2p");
     EXPECT_EQ(comm->shm() != nullptr, expected == "shm");
 

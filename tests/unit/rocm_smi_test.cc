@@ -255,9 +255,9 @@ TEST(RocmSmiXgmi, MeshOfEightGivesTheLinksOfRcclsFile) {
         EXPECT_EQ(paths.at(a, b).type, PathType::kNvLink) << a << "-" << b;  // NVLink and xGMI: one path type
         EXPECT_TRUE(paths.at(a, b).direct) << a << "-" << b;
         EXPECT_DOUBLE_EQ(paths.at(a, b).bandwidth_gbps, xgmi_bandwidth_per_link());
-        EXPECT_EQ(choose_transport(paths.at(a, b)), Transport::kP2p) << a << "-" << b;
+        EXPECT_EQ(choose_transport(paths.at(a, b)), TransportKind::kP2p) << a << "-" << b;
       }
-  EXPECT_EQ(worst_transport_between_gpus(graph, 0), Transport::kP2p);
+  EXPECT_EQ(worst_transport_between_gpus(graph, 0), TransportKind::kP2p);
 }
 
 // Four GPUs, two per socket: 0-1 joined by four xGMI links (ROCm SMI's
@@ -294,11 +294,11 @@ TEST(RocmSmiXgmi, OnlyDirectXgmiPairsBecomeLinks) {
   const RankPaths paths = compute_rank_paths(graph, gpu_nodes(graph, busids));
   EXPECT_EQ(paths.at(0, 1).type, PathType::kNvLink);
   EXPECT_DOUBLE_EQ(paths.at(0, 1).bandwidth_gbps, four);
-  EXPECT_EQ(choose_transport(paths.at(0, 1)), Transport::kP2p);
-  EXPECT_EQ(choose_transport(paths.at(3, 2)), Transport::kP2p);
+  EXPECT_EQ(choose_transport(paths.at(0, 1)), TransportKind::kP2p);
+  EXPECT_EQ(choose_transport(paths.at(3, 2)), TransportKind::kP2p);
   EXPECT_EQ(paths.at(0, 2).type, PathType::kSys);  // across the sockets: no xGMI edge
-  EXPECT_EQ(choose_transport(paths.at(0, 2)), Transport::kShm);
-  EXPECT_EQ(worst_transport_between_gpus(graph, 0), Transport::kShm);
+  EXPECT_EQ(choose_transport(paths.at(0, 2)), TransportKind::kShm);
+  EXPECT_EQ(worst_transport_between_gpus(graph, 0), TransportKind::kShm);
 }
 
 TEST(RocmSmiXgmi, NoAnswerNoLinks) {

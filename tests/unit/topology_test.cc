@@ -36,7 +36,7 @@ Searched search_fixtures(const std::vector<std::string>& names, int nranks, int 
   return result;
 }
 
-Transport transport(const Searched& s, int a, int b) { return choose_transport(s.paths.at(a, b)); }
+TransportKind transport(const Searched& s, int a, int b) { return choose_transport(s.paths.at(a, b)); }
 
 void expect_visits_every_rank_once(const Ring& ring, int nranks) {
   ASSERT_EQ(static_cast<int>(ring.size()), nranks);
@@ -98,7 +98,7 @@ TEST(TopoNvSwitch, EightGpusTalkP2pOverNvLinkAndRingInRankOrder) {
     for (int b = 0; b < 8; ++b)
       if (a != b) {
         EXPECT_EQ(s.paths.at(a, b).type, PathType::kNvLink);
-        EXPECT_EQ(transport(s, a, b), Transport::kP2p);
+        EXPECT_EQ(transport(s, a, b), TransportKind::kP2p);
       }
   EXPECT_DOUBLE_EQ(s.paths.at(0, 7).bandwidth_gbps, 18 * 20.6);  // all 18 links, over 4 switch chips
   ASSERT_EQ(s.rings.size(), 2u);
@@ -111,7 +111,7 @@ TEST(TopoNvSwitch, RoundTripsThroughXml) { expect_round_trip({"dgx_h100_nvswitch
 TEST(TopoNv18, PairUsesAllEighteenLinksAcrossSockets) {
   const Searched s = search_fixtures({"h200_nv18.xml"}, 2);
   EXPECT_EQ(s.paths.at(0, 1).type, PathType::kNvLink);
-  EXPECT_EQ(transport(s, 0, 1), Transport::kP2p);
+  EXPECT_EQ(transport(s, 0, 1), TransportKind::kP2p);
   EXPECT_DOUBLE_EQ(s.paths.at(1, 0).bandwidth_gbps, 18 * 20.6);
   EXPECT_EQ(s.rings[0], (Ring{0, 1}));
   EXPECT_DOUBLE_EQ(ring_bandwidth(s.paths, s.rings[0]), 18 * 20.6);
@@ -125,10 +125,10 @@ TEST(TopoPcie, P2pBelowTheCpuShmAcrossSockets) {
   EXPECT_EQ(s.paths.at(0, 1).type, PathType::kPxb);  // two sub-switches under one switch
   EXPECT_EQ(s.paths.at(2, 3).type, PathType::kPix);
   EXPECT_EQ(s.paths.at(0, 2).type, PathType::kSys);
-  EXPECT_EQ(transport(s, 0, 1), Transport::kP2p);
-  EXPECT_EQ(transport(s, 2, 3), Transport::kP2p);
-  EXPECT_EQ(transport(s, 0, 2), Transport::kShm);
-  EXPECT_EQ(transport(s, 1, 3), Transport::kShm);
+  EXPECT_EQ(transport(s, 0, 1), TransportKind::kP2p);
+  EXPECT_EQ(transport(s, 2, 3), TransportKind::kP2p);
+  EXPECT_EQ(transport(s, 0, 2), TransportKind::kShm);
+  EXPECT_EQ(transport(s, 1, 3), TransportKind::kShm);
   EXPECT_DOUBLE_EQ(s.paths.at(2, 3).bandwidth_gbps, 24.0);  // gen4 x16
   EXPECT_DOUBLE_EQ(s.paths.at(1, 2).bandwidth_gbps, 10.0);  // UPI
 }
@@ -150,7 +150,7 @@ TEST(TopoXgmi, FullMeshIsP2pAndChannelsTakeDifferentLinks) {
     for (int b = 0; b < 8; ++b)
       if (a != b) {
         EXPECT_TRUE(s.paths.at(a, b).direct);
-        EXPECT_EQ(transport(s, a, b), Transport::kP2p);
+        EXPECT_EQ(transport(s, a, b), TransportKind::kP2p);
       }
   EXPECT_EQ(s.rings[0], (Ring{0, 1, 2, 3, 4, 5, 6, 7}));
   std::set<std::pair<int, int>> first_hops;
@@ -170,10 +170,10 @@ TEST(TopoTwoNodes, NetBetweenHostsShmThroughTheCpu) {
   const Searched s = search_fixtures({"two_nodes_a.xml", "two_nodes_b.xml"}, 4);
   EXPECT_EQ(s.graph.host_count, 2);
   EXPECT_EQ(s.paths.at(0, 1).type, PathType::kPhb);
-  EXPECT_EQ(transport(s, 0, 1), Transport::kShm);
-  EXPECT_EQ(transport(s, 2, 3), Transport::kShm);
-  EXPECT_EQ(transport(s, 0, 2), Transport::kNet);
-  EXPECT_EQ(transport(s, 1, 3), Transport::kNet);
+  EXPECT_EQ(transport(s, 0, 1), TransportKind::kShm);
+  EXPECT_EQ(transport(s, 2, 3), TransportKind::kShm);
+  EXPECT_EQ(transport(s, 0, 2), TransportKind::kNet);
+  EXPECT_EQ(transport(s, 1, 3), TransportKind::kNet);
   EXPECT_DOUBLE_EQ(s.paths.at(1, 2).bandwidth_gbps, 24.0);  // the 200 Gb/s NIC, capped by its gen4 x16 slot
   for (const Ring& ring : s.rings) {
     expect_visits_every_rank_once(ring, 4);

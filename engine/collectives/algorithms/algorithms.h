@@ -73,7 +73,7 @@ Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, 
 
 // Whether this rank can take the LL path for blocks of up to largest bytes:
 // they fit the LL slots and FERRY_WORKER_MAX_BYTES.
-bool ll_ready(Communicator& comm, EngineTransport transport, const Placement& where, std::size_t largest);
+bool ll_ready(Communicator& comm, const PeerReach& reach, const Placement& where, std::size_t largest);
 
 // One-shot over LL or LL128 (kind) on the worker: nothing of the
 // application's is mapped, and no rank reads another's buffers, so no

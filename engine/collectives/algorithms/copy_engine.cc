@@ -24,13 +24,13 @@ Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, 
   FERRY_CHECK(backend->set_device(where.device));
   gpu::Stream streams[kStreams];
   gpu::Event pulled[kSlots], reduced[kSlots];
-  for (int i = 0; i < kStreams; ++i) FERRY_CHECK(comm.stream_for(backend, where.device, &streams[i], i));
+  for (int i = 0; i < kStreams; ++i) FERRY_CHECK(comm.resources().stream_for(backend, where.device, &streams[i], i));
   for (int i = 0; i < kSlots; ++i) {
-    FERRY_CHECK(comm.event_for(backend, where.device, &pulled[i], 2 * i));
-    FERRY_CHECK(comm.event_for(backend, where.device, &reduced[i], 2 * i + 1));
+    FERRY_CHECK(comm.resources().event_for(backend, where.device, &pulled[i], 2 * i));
+    FERRY_CHECK(comm.resources().event_for(backend, where.device, &reduced[i], 2 * i + 1));
   }
   void* scratch = nullptr;
-  FERRY_CHECK(comm.scratch_for(backend, where.device, kSlots * (n - 1) * chunk_bytes, &scratch));
+  FERRY_CHECK(comm.resources().scratch_for(backend, where.device, kSlots * (n - 1) * chunk_bytes, &scratch));
 
   std::size_t c = 0;
   for (std::size_t begin = slice.begin; begin < slice.end; begin += chunk, ++c) {

@@ -39,9 +39,9 @@ Status queue_copy_push(Communicator& comm, const Placement& where, const void* i
   const std::size_t element = data_type_size(type);
   gpu::Stream push = nullptr, reduce = nullptr;
   gpu::Event pushed[2];
-  FERRY_CHECK(comm.stream_for(backend, where.device, &push, kPushStream));
-  FERRY_CHECK(comm.stream_for(backend, where.device, &reduce, kReduceStream, true));
-  for (int k = 0; k < 2; ++k) FERRY_CHECK(comm.event_for(backend, where.device, &pushed[k], kPushedEvent + k));
+  FERRY_CHECK(comm.resources().stream_for(backend, where.device, &push, kPushStream));
+  FERRY_CHECK(comm.resources().stream_for(backend, where.device, &reduce, kReduceStream, true));
+  for (int k = 0; k < 2; ++k) FERRY_CHECK(comm.resources().event_for(backend, where.device, &pushed[k], kPushedEvent + k));
   void* own = slots->buffers[me];
 
   std::size_t begin = 0;
@@ -90,7 +90,7 @@ void abandon_copy_push(Communicator& comm, gpu::Backend* backend, int device, St
   }
   for (const int index : {kPushStream, kReduceStream}) {
     gpu::Stream stream = nullptr;
-    if (ok(comm.stream_for(backend, device, &stream, index))) FERRY_LOG_IF_FAILED(backend->stream_synchronize(stream));
+    if (ok(comm.resources().stream_for(backend, device, &stream, index))) FERRY_LOG_IF_FAILED(backend->stream_synchronize(stream));
   }
   FERRY_WARN(Coll, "copy-engine push allreduce failed (%s); this communicator's landing slots are not used again",
              status_name(why));
@@ -108,8 +108,8 @@ Status run_copy_push(Communicator& comm, const Placement& where, const void* inp
     queued = queue_copy_push(comm, where, input, output, count, type, op);
   }
   gpu::Stream push = nullptr, reduce = nullptr;
-  FERRY_CHECK(comm.stream_for(where.backend, where.device, &push, kPushStream));
-  FERRY_CHECK(comm.stream_for(where.backend, where.device, &reduce, kReduceStream, true));
+  FERRY_CHECK(comm.resources().stream_for(where.backend, where.device, &push, kPushStream));
+  FERRY_CHECK(comm.resources().stream_for(where.backend, where.device, &reduce, kReduceStream, true));
   const Status status = ok(queued) ? wait_streams_until(where.backend, {push, reduce}, deadline) : queued;
   if (!ok(status)) {
     std::lock_guard<std::mutex> lock(comm.copy_push_mutex());
@@ -127,7 +127,7 @@ using namespace coll;  // the copy-push helpers above
 Status prepare_nonblocking_allreduce(Communicator& comm, gpu::Backend* backend, int device, bool* ready) {
   *ready = false;
   const std::int32_t here =
-      backend && transport_of(comm) == EngineTransport::kP2p && comm.copy_push_possible(backend, device);
+      backend && reach_of(comm).mapped && comm.copy_push_possible(backend, device);
   std::vector<std::int32_t> everyone(comm.size());
   FERRY_CHECK(comm.bootstrap().allgather(&here, everyone.data(), sizeof(here)));
   for (const std::int32_t h : everyone)
@@ -152,7 +152,7 @@ Status queue_nonblocking_allreduce(Communicator& comm, const void* send, void* r
   std::lock_guard<std::mutex> lock(comm.copy_push_mutex());
   FERRY_CHECK(queue_copy_push(comm, where, send ? send : recv, recv, count, type, op));
   gpu::Stream reduce = nullptr;
-  FERRY_CHECK(comm.stream_for(where.backend, where.device, &reduce, kReduceStream, true));
+  FERRY_CHECK(comm.resources().stream_for(where.backend, where.device, &reduce, kReduceStream, true));
   // The reduce stream waits for the push stream's last chunk: its end is the call's.
   FERRY_CHECK(where.backend->event_record(done, reduce));
   count_allreduce_run(AllreduceAlgorithm::kCopyPush);

@@ -30,7 +30,7 @@ Status run_direct_reduce(Communicator& comm, const MappedBuffers& buffers, const
     return run_on_worker(*worker, count * element, item);
   }
   gpu::Stream stream = nullptr;
-  FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
+  FERRY_CHECK(comm.resources().stream_for(where.backend, where.device, &stream));
   FERRY_CHECK(launch_direct_reduce(where.backend, args, stream));
   return where.backend->stream_synchronize(stream);
 }

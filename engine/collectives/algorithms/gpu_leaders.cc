@@ -39,7 +39,7 @@ Status run_bcast_by_gpu_leaders(Communicator& comm, const std::vector<Handshake>
   const void* source = root == me ? buffer : mapped.back();
   gpu::Stream stream = nullptr;
   FERRY_CHECK(where.backend->set_device(where.device));
-  FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
+  FERRY_CHECK(comm.resources().stream_for(where.backend, where.device, &stream));
   CopyListLauncher copies(where.backend, stream);
   std::size_t next = 0;
   for (int r : receivers) FERRY_CHECK(copies.add(r == me ? buffer : mapped[next++], source, bytes));
@@ -74,7 +74,7 @@ Status run_alltoallv_by_gpu_leaders(Communicator& comm, const std::vector<Handsh
   }
   gpu::Stream stream = nullptr;
   FERRY_CHECK(where.backend->set_device(where.device));
-  FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
+  FERRY_CHECK(comm.resources().stream_for(where.backend, where.device, &stream));
   // One kernel a list of blocks.
   CopyListLauncher blocks(where.backend, stream);
   for (int receiver = 0; receiver < n; ++receiver) {

@@ -37,8 +37,8 @@ Status prepare_ll_call(Communicator& comm, const Placement& where, LlArgs* args)
 
 }  // namespace
 
-bool ll_ready(Communicator& comm, EngineTransport transport, const Placement& where, std::size_t largest) {
-  return transport == EngineTransport::kP2p && largest <= ll_call_max_bytes(comm.size()) && where.backend &&
+bool ll_ready(Communicator& comm, const PeerReach& reach, const Placement& where, std::size_t largest) {
+  return reach.mapped && largest <= ll_call_max_bytes(comm.size()) && where.backend &&
          comm.ll_possible(where.backend, where.device);
 }
 

@@ -20,7 +20,7 @@ Status run_shm_allreduce(Communicator& comm, const Placement& where, const void*
   const std::size_t chunk = std::max(align, area / element / align * align);
   gpu::Stream stream = nullptr;
   FERRY_CHECK(where.backend->set_device(where.device));
-  FERRY_CHECK(comm.stream_for(where.backend, where.device, &stream));
+  FERRY_CHECK(comm.resources().stream_for(where.backend, where.device, &stream));
   for (std::size_t begin = 0; begin < count; begin += chunk) {
     const std::size_t elements = std::min(chunk, count - begin);
     FERRY_CHECK(where.backend->copy(shm.segment(me), at(input, begin * element), elements * element));

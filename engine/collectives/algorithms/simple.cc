@@ -46,7 +46,7 @@ Status run_simple(Communicator& comm, const Placement& where, SimpleCollective c
       args.own_fifo[r] = channels->own_fifo[r];
     }
     gpu::Stream stream = nullptr;
-    FERRY_CHECK(comm.stream_for(backend, where.device, &stream));
+    FERRY_CHECK(comm.resources().stream_for(backend, where.device, &stream));
     if (comm.size() == 1 && input != output)
       FERRY_CHECK(backend->copy_async(output, input, count * data_type_size(type), stream));
     FERRY_CHECK(launch_simple(backend, args, stream));

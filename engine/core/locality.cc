@@ -1,8 +1,8 @@
-#include "engine/topology/locality.h"
-
-#include <unistd.h>
+#include "engine/core/locality.h"
 
 #include <fstream>
+
+#include "engine/common/host_name.h"
 
 namespace ferry {
 
@@ -14,11 +14,9 @@ std::uint64_t machine_identity_of(const std::string& host_name, const std::strin
 
 std::uint64_t machine_identity() {
   static const std::uint64_t identity = [] {
-    char host[256] = "";
-    gethostname(host, sizeof(host) - 1);
     std::string boot_id;
     std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
-    return machine_identity_of(host, boot_id);
+    return machine_identity_of(host_name(), boot_id);
   }();
   return identity;
 }
