@@ -15,7 +15,7 @@
 
 #include "engine/collectives/agreement.h"
 #include "engine/collectives/collectives.h"
-#include "engine/collectives/executor.h"
+#include "engine/core/executor.h"
 #include "engine/collectives/schedule.h"
 #include "engine/common/params.h"
 #include "engine/transport/p2p.h"

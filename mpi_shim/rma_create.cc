@@ -52,8 +52,8 @@ bool agree_on_memory(MPI_Comm comm, bool device_here, bool host_here, bool* any_
 // The window's own engine communicator (collective); false when its ranks
 // cannot map each other's device memory (then, unless quiet, with the error
 // raised).
-bool window_engine(FunctionId id, MPI_Comm comm, std::unique_ptr<Communicator>* engine, int* rc, bool quiet = false) {
-  if (ok(Communicator::create(make_mpi_bootstrap(comm), engine)) && (*engine)->all_peers_mapped()) return true;
+bool window_engine(FunctionId id, MPI_Comm comm, std::unique_ptr<PeerGroup>* engine, int* rc, bool quiet = false) {
+  if (ok(PeerGroup::create(make_mpi_bootstrap(comm), engine)) && (*engine)->all_peers_mapped()) return true;
   engine->reset();
   if (quiet) {
     FERRY_INFO(Pgas, "%s: ranks cannot map each other's device memory; the real MPI's window alone", function_name(id));
@@ -74,7 +74,7 @@ struct WindowParts {
   bool host_memory = false;   // base is host memory, held by the real MPI's window
   bool real_memory = false;   // the real MPI's window holds memory on some rank
   void* allocated = nullptr;  // Ferry's device memory, freed with the window
-  std::unique_ptr<Communicator> engine;
+  std::unique_ptr<PeerGroup> engine;
   std::unique_ptr<SymmetricHeap> heap;
 };
 

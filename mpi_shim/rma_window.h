@@ -19,17 +19,17 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/collectives/communicator.h"
+#include "engine/core/peer_group.h"
 #include "engine/pgas/symmetric_heap.h"
 #include "engine/pgas/window.h"
 
 namespace ferry::shim {
 
 struct DeviceWindow {
-  // The window's own engine communicator, over a private duplicate of the
+  // The window's own engine peer group, over a private duplicate of the
   // application's: MPI lets the application free its communicator before
   // the window. Declared first, so the window goes first.
-  std::unique_ptr<Communicator> engine;
+  std::unique_ptr<PeerGroup> engine;
   // The memory of MPI_Win_allocate(_shared) when every rank's is device
   // memory: at the same offset on every rank, every rank's copy mapped here
   // (no IPC handles).

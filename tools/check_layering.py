@@ -8,6 +8,9 @@ Rules (README, Layout):
     mpi_shim/ includes engine/transport/;
   - one-sided windows stand beside the collectives: nothing under
     engine/pgas/ includes engine/collectives/;
+  - the engine core (peer groups, transports, executors) and what it stands
+    on (bootstrap, topology, GPU backends, common) know nothing of the
+    collectives or windows built on them;
   - which GPU backend runs is engine/gpu's business: no code elsewhere in the
     engine or the shim names a gpu::BackendKind or asks a backend its kind()
     (it asks what the backend can do);
@@ -31,6 +34,9 @@ RULES = [
     ("include", ("mpi_shim/",), re.compile(r"^engine/transport/"), (),
      "the shim talks to the engine, not to transports"),
     ("include", ("engine/pgas/",), re.compile(r"^engine/collectives/"), (), "windows do not depend on collectives"),
+    ("include", ("engine/core/", "engine/transport/", "engine/bootstrap/", "engine/topology/", "engine/gpu/",
+                 "engine/common/"), re.compile(r"^engine/(collectives|pgas)/"), (),
+     "the core does not depend on what is built on it"),
     ("code", ("engine/", "mpi_shim/"), re.compile(r"BackendKind::|\bkind\(\)"), ("engine/gpu/",),
      "ask the backend what it can do, not which it is"),
     ("code", ("engine/", "mpi_shim/"), re.compile(r"params\(\)\.route\b"), ("mpi_shim/route.cc",),
@@ -41,8 +47,6 @@ MOVING = {
     ("mpi_shim/nonblocking_engine.cc", "engine/transport/p2p.h"),
     ("mpi_shim/nonblocking_engine.cc", "engine/transport/shm.h"),
     ("mpi_shim/peer_pt2pt.cc", "engine/transport/p2p.h"),
-    ("engine/pgas/window.h", "engine/collectives/communicator.h"),
-    ("engine/pgas/window.cc", "engine/collectives/executor.h"),
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')

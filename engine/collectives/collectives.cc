@@ -12,7 +12,7 @@
 #include "engine/collectives/agreement.h"
 #include "engine/collectives/algorithms/algorithms.h"
 #include "engine/collectives/call.h"
-#include "engine/collectives/executor.h"
+#include "engine/core/executor.h"
 #include "engine/collectives/schedule.h"
 #include "engine/collectives/simple_protocol.h"
 #include "engine/collectives/tuner.h"

@@ -4,109 +4,20 @@
 #include <string>
 
 #include "engine/common/params.h"
-#include "engine/topology/local_topology.h"
-#include "engine/transport/shm_bootstrap.h"
 
 namespace ferry {
-namespace {
-
-// Only where it can change the answer: discovery would add the emulated
-// device as one GPU that all ranks of the machine share (p2p, the answer
-// without a topology), so without a file or a dump to write there is
-// nothing to discover for it.
-const SystemGraph* topology_for(const gpu::Backend* backend) {
-  const bool wanted = !params().topo_file.empty() || !params().topo_dump_file.empty() ||
-                      (backend && backend->physical_devices());
-  if (!wanted) return nullptr;
-  const LocalTopology& topo = local_topology();
-  return topo.available ? &topo.graph : nullptr;
-}
-
-// What this process's settings allow, worked out once, so an unknown name in
-// FERRY_TRANSPORTS is reported once rather than at every communicator.
-const AllowedTransports& configured_transports() {
-  static const AllowedTransports allowed = [] {
-    std::vector<std::string> unknown;
-    const AllowedTransports parsed =
-        allowed_transports(params().transports, params().p2p_disable, params().shm_disable, &unknown);
-    for (const std::string& name : unknown)
-      FERRY_WARN(Transport, "FERRY_TRANSPORTS: unknown transport '%s' ignored (known: p2p, shm, net, none)",
-                 name.c_str());
-    return parsed;
-  }();
-  return allowed;
-}
-
-}  // namespace
 
 Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_ptr<Communicator>* out) {
   if (!bootstrap) return Status::kUnavailable;
-  gpu::Backend* backend = gpu::active_backend();
-  std::unique_ptr<Communicator> comm(new Communicator(std::move(bootstrap), configured_transports(), backend,
-                                                     static_cast<std::size_t>(params().shm_segment_bytes)));
-  const int n = comm->size();
-
-  const RankIdentity mine = this_rank_identity();
-  std::vector<RankIdentity> ranks(n);
-  FERRY_CHECK(comm->bootstrap_->allgather(&mine, ranks.data(), sizeof(mine)));
-  std::vector<std::int32_t> local_pids(n, 0);
-  for (int r = 0; r < n; ++r)
-    if (r != comm->rank() && same_machine(ranks[r], mine)) local_pids[r] = ranks[r].pid;
-  comm->bootstrap_->watch_peers(local_pids);
-  comm->no_worker_ = ranks_take_turns_on_a_gpu(ranks);
-  comm->on_one_gpu_ = ranks_share_one_gpu(ranks);
+  std::unique_ptr<Communicator> comm(new Communicator(std::move(bootstrap)));
+  FERRY_CHECK(comm->connect());
+  comm->no_worker_ = ranks_take_turns_on_a_gpu(comm->ranks());
+  comm->on_one_gpu_ = ranks_share_one_gpu(comm->ranks());
   if (comm->no_worker_) FERRY_INFO(Coll, "ranks share a GPU without MPS: no engine worker on this communicator");
   const std::string& leading = params().gpu_leader;
-  if (leading == "on" || (leading != "off" && comm->no_worker_)) comm->gpu_leader_ = gpu_leaders(ranks);
+  if (leading == "on" || (leading != "off" && comm->no_worker_)) comm->gpu_leader_ = gpu_leaders(comm->ranks());
   if (comm->by_gpu_leaders())
     FERRY_INFO(Coll, "ranks share a GPU: rank %d does the device work of this rank", comm->gpu_leader_[comm->rank()]);
-
-  // Peer memory maps between ranks of one machine with one device backend
-  // (on NVLink or PCIe peer access CUDA IPC maps too; the driver enables
-  // peer access lazily when the mapping is opened); host shared memory
-  // serves where the topology says peer access is not worth it or p2p is off.
-  const SystemGraph* topology = n > 1 ? topology_for(backend) : nullptr;
-  TransportTable& table = comm->transports_;
-  table.plan(comm->rank(), ranks, topology);
-  constexpr std::int32_t kAllP2p = 1, kAllLocal = 2;
-  std::int32_t verdict = kAllP2p | kAllLocal;
-  for (int peer = 0; peer < n; ++peer) {
-    if (peer == comm->rank()) continue;
-    if (table.to(peer) != &table.p2p()) verdict &= ~kAllP2p;
-    if (!table.to(peer)) verdict &= ~kAllLocal;
-    FERRY_TRACE(Transport, "peer %d: %s", peer, table.name_to(peer));
-  }
-  // Each process has its own topology (one rank's file may not load), so
-  // the ranks agree: the collective set-up below is entered by all or none.
-  std::vector<std::int32_t> verdicts(n);
-  FERRY_CHECK(comm->bootstrap_->allgather(&verdict, verdicts.data(), sizeof(verdict)));
-  for (std::int32_t v : verdicts) verdict &= v;
-
-  // Per-call handshakes through host shared memory where every rank shares
-  // this machine (the planned transports do not matter: the handshake needs
-  // only host memory).
-  if (ranks_on_one_machine(ranks) && n > 1) {
-    const Status status = ShmBootstrap::wrap(&comm->bootstrap_);
-    if (!ok(status))
-      FERRY_INFO(Bootstrap, "handshakes stay on the set-up bootstrap: no shared memory between the ranks (%s)",
-                 status_name(status));
-    comm->bootstrap_->watch_peers(local_pids);
-  }
-
-  if (n > 1 && (verdict & kAllP2p)) {
-    comm->common_ = &table.p2p();
-  } else if (n > 1 && (verdict & kAllLocal)) {
-    const Status status = table.shm().connect(*comm->bootstrap_);
-    if (ok(status))
-      comm->common_ = &table.shm();
-    else
-      FERRY_WARN(Transport, "shm transport unavailable (%s): device buffers will be staged", status_name(status));
-  }
-  FERRY_INFO(Init, "engine communicator of %d ranks (topology: %s): %s", n,
-             topology ? local_topology().source.c_str() : "none",
-             comm->all_peers_mapped() ? "every peer mapped (p2p)"
-             : comm->shm()            ? "peers through host shared memory (shm)"
-                                      : "no engine transport to every peer");
   *out = std::move(comm);
   return Status::kOk;
 }
@@ -155,19 +66,19 @@ Status Communicator::map_on_every_rank(gpu::Backend* backend, int device, std::s
   // pages.
   constexpr std::size_t kLargePage = std::size_t{2} << 20;
   bytes = (bytes + kLargePage - 1) / kLargePage * kLargePage;
-  P2pTransport& p2p = transports_.p2p();
+  P2pTransport& p2p = transports().p2p();
   MemoryKey mine{};
   std::int32_t ready = ready_here && ok(backend->set_device(device)) && ok(backend->device_alloc(bytes, own)) &&
                        ok(backend->copy(*own, zeros.data(), zeroed)) && ok(p2p.register_memory(*own, bytes, &mine));
   std::vector<MemoryKey> all(size());
-  FERRY_CHECK(bootstrap_->allgather(&mine, all.data(), sizeof(mine)));
+  FERRY_CHECK(bootstrap().allgather(&mine, all.data(), sizeof(mine)));
   for (int r = 0; r < size() && ready; ++r) {
     everyone[r] = *own;
     // Pinned: the LRU of peer mappings must never close these.
     if (r != rank()) ready = ok(p2p.map(r, all[r], &everyone[r]));
   }
   std::vector<std::int32_t> readiness(size());
-  FERRY_CHECK(bootstrap_->allgather(&ready, readiness.data(), sizeof(ready)));
+  FERRY_CHECK(bootstrap().allgather(&ready, readiness.data(), sizeof(ready)));
   for (std::int32_t r : readiness) {
     if (!r) {
       if (*own) FERRY_LOG_IF_FAILED(backend->device_free(*own));
@@ -224,7 +135,7 @@ Status Communicator::simple_channels(gpu::Backend* backend, int device, SimpleCh
   const DeviceClaim claim{backend->device_key(device), backend->multiprocessor_count(device),
                           static_cast<std::int32_t>(std::clamp<std::int64_t>(params().channels, 1, kSimpleMaxChannels))};
   std::vector<DeviceClaim> claims(n);
-  FERRY_CHECK(bootstrap_->allgather(&claim, claims.data(), sizeof(claim)));
+  FERRY_CHECK(bootstrap().allgather(&claim, claims.data(), sizeof(claim)));
   made.channels = kSimpleMaxChannels;
   bool shared_gpu = false;
   for (const DeviceClaim& c : claims) {
@@ -298,7 +209,7 @@ Status Communicator::copy_push_slots(gpu::Backend* backend, int device, CopyPush
                    static_cast<std::uint64_t>(std::clamp<std::int64_t>(
                        params().ce_slot_bytes, 4096, static_cast<std::int64_t>(kMostBytes / (2 * std::max(1, n - 1)))))};
   std::vector<Claim> claims(n);
-  FERRY_CHECK(bootstrap_->allgather(&mine, claims.data(), sizeof(mine)));
+  FERRY_CHECK(bootstrap().allgather(&mine, claims.data(), sizeof(mine)));
   CopyPushSlots made;
   made.backend = backend;
   made.device = device;

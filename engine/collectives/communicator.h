@@ -1,8 +1,7 @@
-// The engine communicator: the ranks of one application communicator, what
-// each one is (ranks.h), how this rank reaches each peer (transport_table.h),
-// the device resources its calls reuse (resources.h), its workers, and the
-// buffers of the protocols that need every rank's (LL, Simple, copy-engine
-// push).
+// The engine communicator of the collectives: a peer group (its ranks, how
+// this rank reaches each, the device resources calls reuse), its workers,
+// and the buffers of the protocols that need every rank's (LL, Simple,
+// copy-engine push).
 #pragma once
 
 #include <cstdint>
@@ -16,37 +15,17 @@
 #include "engine/bootstrap/bootstrap.h"
 #include "engine/collectives/simple_protocol.h"
 #include "engine/collectives/worker.h"
-#include "engine/core/ranks.h"
-#include "engine/core/resources.h"
-#include "engine/core/transport_table.h"
+#include "engine/core/peer_group.h"
 #include "engine/gpu/gpu.h"
 
 namespace ferry {
 
-class Communicator {
+class Communicator : public PeerGroup {
  public:
   // Collective over the bootstrap's ranks.
   static Status create(std::unique_ptr<Bootstrap> bootstrap, std::unique_ptr<Communicator>* out);
-  ~Communicator();
+  ~Communicator() override;
 
-  int rank() const { return bootstrap_->rank(); }
-  int size() const { return bootstrap_->size(); }
-  Bootstrap& bootstrap() { return *bootstrap_; }
-  PeerMemory& peer_memory() { return transports_.p2p().memory(); }
-  // How this rank reaches each peer (TransportTable::plan).
-  const TransportTable& transports() const { return transports_; }
-  // The transport every rank uses for every peer, agreed at set-up: p2p when
-  // every rank reaches every peer by it, else shm when every peer is reached
-  // by p2p or shm; nullptr otherwise (and for a single rank).
-  Transport* common_transport() const { return common_; }
-  // True when every peer's device memory can be mapped here (one rank, or
-  // p2p to everyone): the precondition of the direct algorithms.
-  bool all_peers_mapped() const { return size() == 1 || (common_ && common_->maps_device_memory()); }
-  // Host shared memory with every peer, where the common transport is shm;
-  // nullptr otherwise.
-  SharedSegments* shm() const { return common_ == &transports_.shm() ? transports_.shm().segments() : nullptr; }
-  // Streams, events and scratch kept between calls.
-  DeviceResources& resources() { return resources_; }
   // Whether the leader of each GPU does the device work of the ranks on it
   // (FERRY_GPU_LEADER; gpu_leaders), and which rank leads rank's GPU.
   bool by_gpu_leaders() const { return !gpu_leader_.empty(); }
@@ -149,9 +128,7 @@ class Communicator {
   std::mutex& copy_push_mutex() { return copy_push_mutex_; }
 
  private:
-  Communicator(std::unique_ptr<Bootstrap> bootstrap, const AllowedTransports& allowed, gpu::Backend* backend,
-               std::size_t shm_segment_bytes)
-      : bootstrap_(std::move(bootstrap)), transports_(allowed, backend, shm_segment_bytes) {}
+  explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : PeerGroup(std::move(bootstrap)) {}
 
   // Collective: a buffer of bytes on device of this rank (its first zeroed
   // bytes zeroed; the size rounded up to whole 2 MiB pages), every rank's
@@ -161,13 +138,9 @@ class Communicator {
   Status map_on_every_rank(gpu::Backend* backend, int device, std::size_t bytes, std::size_t zeroed,
                            bool ready_here, void** own, void* (&everyone)[kMaxDirectRanks]);
 
-  std::unique_ptr<Bootstrap> bootstrap_;
   bool no_worker_ = false;       // ranks_take_turns_on_a_gpu
   bool on_one_gpu_ = false;      // ranks_share_one_gpu
   std::vector<int> gpu_leader_;  // gpu_leaders, or empty: each rank does its own device work
-  TransportTable transports_;
-  Transport* common_ = nullptr;
-  DeviceResources resources_;
   std::map<std::pair<gpu::Backend*, int>, std::unique_ptr<Worker>> workers_;
   LlChannel ll_;
   void* ll_own_ = nullptr;  // this rank's receive buffer

@@ -1,7 +1,7 @@
 // MPI_Reduce_local's engine: one direct-reduce launch on this process's
 // device, with no communicator.
 #include "engine/collectives/collectives.h"
-#include "engine/collectives/executor.h"
+#include "engine/core/executor.h"
 
 namespace ferry {
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <numeric>
 
-#include "engine/collectives/reduce_common.h"
+#include "engine/core/reduce_common.h"
 
 namespace ferry {
 namespace {

@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/collectives/device_sync.cuh"
-#include "engine/collectives/pack_device.cuh"
+#include "engine/core/pack_device.cuh"
 #include "engine/collectives/simple_protocol.h"
 
 namespace ferry {

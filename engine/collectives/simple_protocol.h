@@ -16,8 +16,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/collectives/executor.h"
-#include "engine/collectives/reduce_common.h"
+#include "engine/core/executor.h"
+#include "engine/core/reduce_common.h"
 #include "engine/collectives/schedule.h"
 #include "engine/collectives/tuner.h"
 #include "engine/common/types.h"

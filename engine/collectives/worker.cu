@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "engine/collectives/device_sync.cuh"
-#include "engine/collectives/pack_device.cuh"
+#include "engine/core/pack_device.cuh"
 #include "engine/collectives/worker.h"
 #include "engine/collectives/worker_common.h"
 #ifdef FERRY_WORKER_TIMELINE

@@ -17,8 +17,8 @@
 #include <memory>
 #include <mutex>
 
-#include "engine/collectives/executor.h"
-#include "engine/collectives/reduce_common.h"
+#include "engine/core/executor.h"
+#include "engine/core/reduce_common.h"
 #include "engine/gpu/gpu.h"
 
 namespace ferry {

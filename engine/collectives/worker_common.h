@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "engine/collectives/reduce_common.h"
+#include "engine/core/reduce_common.h"
 #include "engine/collectives/worker.h"
 
 namespace ferry {

@@ -5,9 +5,9 @@
 namespace ferry {
 
 Status DeviceAccess::create(Window& window, std::unique_ptr<DeviceAccess>* out) {
-  Communicator& comm = window.communicator();
+  PeerGroup& group = window.group();
   gpu::Backend* backend = window.backend();
-  std::unique_ptr<DeviceAccess> access(new DeviceAccess(backend, comm.peer_memory()));
+  std::unique_ptr<DeviceAccess> access(new DeviceAccess(backend, group.peer_memory()));
   const int n = window.size(), me = window.rank();
 
   // This rank's sync block, zeroed, exported to the peers.
@@ -17,7 +17,7 @@ Status DeviceAccess::create(Window& window, std::unique_ptr<DeviceAccess>* out) 
   if (ready) {
     const std::vector<unsigned long long> zeros(kSyncWords, 0);
     ready = ok(backend->copy(access->sync_block_, zeros.data(), sync_bytes)) &&
-            ok(comm.peer_memory().export_buffer(access->sync_block_, &mine));
+            ok(group.peer_memory().export_buffer(access->sync_block_, &mine));
   }
   struct Published {
     ExportedBuffer sync;
@@ -26,7 +26,7 @@ Status DeviceAccess::create(Window& window, std::unique_ptr<DeviceAccess>* out) 
   };
   Published published{mine, ready, 0};
   std::vector<Published> all(n);
-  FERRY_CHECK(comm.bootstrap().allgather(&published, all.data(), sizeof(published)));
+  FERRY_CHECK(group.bootstrap().allgather(&published, all.data(), sizeof(published)));
   for (const Published& p : all)
     if (!p.ready) return Status::kUnavailable;
 
@@ -40,14 +40,14 @@ Status DeviceAccess::create(Window& window, std::unique_ptr<DeviceAccess>* out) 
     peer_bytes[r] = window.bytes(r);
     if (r == me) {
       sync[r] = access->sync_block_;
-    } else if (ok(comm.peer_memory().pin_buffer(all[r].sync, &sync[r]))) {
+    } else if (ok(group.peer_memory().pin_buffer(all[r].sync, &sync[r]))) {
       access->peer_sync_blocks_[r] = all[r].sync;
     } else {
       mapped = 0;
     }
   }
   std::vector<std::int32_t> everyone(n);
-  FERRY_CHECK(comm.bootstrap().allgather(&mapped, everyone.data(), sizeof(mapped)));
+  FERRY_CHECK(group.bootstrap().allgather(&mapped, everyone.data(), sizeof(mapped)));
   for (std::int32_t m : everyone)
     if (!m) return Status::kUnavailable;
 
@@ -68,7 +68,7 @@ Status DeviceAccess::create(Window& window, std::unique_ptr<DeviceAccess>* out) 
   h.peer_bytes = reinterpret_cast<const unsigned long long*>(device_tables + pointer_bytes);
   h.sync = reinterpret_cast<unsigned long long* const*>(device_tables + pointer_bytes + size_bytes);
   // No rank's kernel may reach a peer's sync block before the peer zeroed it.
-  FERRY_CHECK(comm.bootstrap().barrier());
+  FERRY_CHECK(group.bootstrap().barrier());
   *out = std::move(access);
   return Status::kOk;
 }

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/collectives/executor.h"
+#include "engine/core/executor.h"
 #include "engine/pgas/atomics.h"
 
 namespace ferry {
@@ -72,24 +72,24 @@ struct Window::RegionTable {
   Region regions[kMaxRegions];
 };
 
-Status Window::create(Communicator& comm, void* base, std::size_t size, int disp_unit, std::unique_ptr<Window>* out,
+Status Window::create(PeerGroup& group, void* base, std::size_t size, int disp_unit, std::unique_ptr<Window>* out,
                       bool dynamic, const SymmetricHeap* heap, bool host_memory) {
   gpu::Backend* backend = gpu::active_backend();
-  if (!backend || !comm.all_peers_mapped() || (dynamic && size != 0)) return Status::kUnavailable;
-  std::unique_ptr<Window> window(new Window(comm, backend));
+  if (!backend || !group.all_peers_mapped() || (dynamic && size != 0)) return Status::kUnavailable;
+  std::unique_ptr<Window> window(new Window(group, backend));
   window->dynamic_ = dynamic;
-  const int n = comm.size();
-  const int me = comm.rank();
+  const int n = group.size();
+  const int me = group.rank();
 
   Published mine{};
   mine.bytes = size;
   mine.disp_unit = disp_unit;
   mine.has_memory = size > 0 && !host_memory;
   mine.host_memory = size > 0 && host_memory;
-  mine.ready = !mine.has_memory || heap || ok(comm.peer_memory().export_buffer(base, &mine.exported));
+  mine.ready = !mine.has_memory || heap || ok(group.peer_memory().export_buffer(base, &mine.exported));
   mine.ready = mine.ready && ok(backend->stream_create(&window->stream_));
   std::vector<Published> all(n);
-  FERRY_CHECK(comm.bootstrap().allgather(&mine, all.data(), sizeof(mine)));
+  FERRY_CHECK(group.bootstrap().allgather(&mine, all.data(), sizeof(mine)));
   for (const Published& p : all)
     if (!p.ready) return Status::kInvalidArgument;
 
@@ -111,18 +111,18 @@ Status Window::create(Communicator& comm, void* base, std::size_t size, int disp
       rm.mapped = heap->peer_address(base, r);
       rm.has_memory = 0;  // nothing pinned to release
       if (!rm.mapped) mapped = 0;
-    } else if (!ok(comm.peer_memory().pin_buffer(rm.exported, &rm.mapped))) {
+    } else if (!ok(group.peer_memory().pin_buffer(rm.exported, &rm.mapped))) {
       rm.has_memory = 0;  // not pinned: nothing to release
       mapped = 0;
     }
   }
   std::vector<std::int32_t> everyone(n);
-  FERRY_CHECK(comm.bootstrap().allgather(&mapped, everyone.data(), sizeof(mapped)));
+  FERRY_CHECK(group.bootstrap().allgather(&mapped, everyone.data(), sizeof(mapped)));
   for (std::int32_t m : everyone)
     if (!m) return Status::kUnavailable;
 
   const std::size_t counters = kControlHeaderBytes + 2 * n * sizeof(std::uint64_t);
-  FERRY_CHECK(SharedSegments::create(comm.bootstrap(), backend, counters + (dynamic ? sizeof(RegionTable) : 0),
+  FERRY_CHECK(SharedSegments::create(group.bootstrap(), backend, counters + (dynamic ? sizeof(RegionTable) : 0),
                                      &window->control_));
   if (dynamic) window->peer_regions_.resize(n);
   window->held_.assign(n, Held::kNone);
@@ -135,7 +135,7 @@ Status Window::create(Communicator& comm, void* base, std::size_t size, int disp
 
 Window::~Window() {
   for (int r = 0; r < static_cast<int>(ranks_.size()); ++r)
-    if (r != rank() && ranks_[r].has_memory) comm_.peer_memory().unpin_buffer(ranks_[r].exported);
+    if (r != rank() && ranks_[r].has_memory) group_.peer_memory().unpin_buffer(ranks_[r].exported);
   for (PeerRegions& peer : peer_regions_) unpin_regions(peer);
   if (stream_) FERRY_LOG_IF_FAILED(backend_->stream_destroy(stream_));
   if (scratch_) FERRY_LOG_IF_FAILED(backend_->device_free(scratch_));
@@ -143,7 +143,7 @@ Window::~Window() {
 
 Status Window::close() {
   FERRY_CHECK(flush());
-  return comm_.bootstrap().barrier();
+  return group_.bootstrap().barrier();
 }
 
 Window::Control& Window::control(int rank) const { return *reinterpret_cast<Control*>(control_->segment(rank)); }
@@ -175,7 +175,7 @@ Status Window::attach(void* base, std::size_t bytes, bool host_memory) {
   }
   if (table.count == kMaxRegions) return Status::kOutOfMemory;
   Region region{begin, bytes, host_memory, 0, {}};
-  if (bytes > 0 && !host_memory) FERRY_CHECK(comm_.peer_memory().export_buffer(base, &region.exported));
+  if (bytes > 0 && !host_memory) FERRY_CHECK(group_.peer_memory().export_buffer(base, &region.exported));
   const std::uint64_t generation = table.generation.load(std::memory_order_relaxed);
   table.generation.store(generation + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
@@ -210,7 +210,7 @@ Status Window::detach(const void* base) {
 
 void Window::unpin_regions(PeerRegions& peer) {
   for (const KnownRegion& r : peer.regions)
-    if (r.mapped && &peer != &peer_regions_[rank()]) comm_.peer_memory().unpin_buffer(r.exported);
+    if (r.mapped && &peer != &peer_regions_[rank()]) group_.peer_memory().unpin_buffer(r.exported);
   peer.regions.clear();
 }
 
@@ -269,7 +269,7 @@ Status Window::locate(int target, std::int64_t first, std::size_t bytes, char** 
       if (target == rank())
         r.mapped = reinterpret_cast<void*>(static_cast<std::uintptr_t>(r.base));
       else
-        FERRY_CHECK(comm_.peer_memory().pin_buffer(r.exported, &r.mapped));
+        FERRY_CHECK(group_.peer_memory().pin_buffer(r.exported, &r.mapped));
     }
     *at = static_cast<char*>(r.mapped) + (begin - r.base);
     return Status::kOk;
@@ -491,7 +491,7 @@ Status Window::compare_and_swap(const void* origin, const void* compare, void* r
 
 Status Window::fence(bool opens_epoch) {
   FERRY_CHECK(flush());
-  FERRY_CHECK(comm_.bootstrap().barrier());
+  FERRY_CHECK(group_.bootstrap().barrier());
   fence_epoch_ = opens_epoch;
   return Status::kOk;
 }

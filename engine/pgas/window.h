@@ -18,7 +18,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/collectives/communicator.h"
+#include "engine/core/peer_group.h"
 #include "engine/pgas/symmetric_heap.h"
 #include "engine/common/types.h"
 #include "engine/transport/p2p.h"
@@ -54,7 +54,7 @@ class Window {
   // already mapped there, and nothing is exported.
   // With host_memory, [base, base + size) is host memory: listed (sizes and
   // ranges are checked) but never mapped; locate() reports it.
-  static Status create(Communicator& comm, void* base, std::size_t size, int disp_unit,
+  static Status create(PeerGroup& group, void* base, std::size_t size, int disp_unit,
                        std::unique_ptr<Window>* out, bool dynamic = false, const SymmetricHeap* heap = nullptr,
                        bool host_memory = false);
   // Not collective: call close() on every rank first.
@@ -66,10 +66,10 @@ class Window {
   // has, so no peer still reaches into memory about to be freed.
   Status close();
 
-  Communicator& communicator() const { return comm_; }
+  PeerGroup& group() const { return group_; }
   gpu::Backend* backend() const { return backend_; }
-  int rank() const { return comm_.rank(); }
-  int size() const { return comm_.size(); }
+  int rank() const { return group_.rank(); }
+  int size() const { return group_.size(); }
   std::size_t bytes(int rank) const { return ranks_[rank].bytes; }
   int disp_unit(int rank) const { return ranks_[rank].disp_unit; }
   // rank's window memory as this process reaches it (null for size 0 and
@@ -177,7 +177,7 @@ class Window {
     std::vector<KnownRegion> regions;
   };
 
-  Window(Communicator& comm, gpu::Backend* backend) : comm_(comm), backend_(backend) {}
+  Window(PeerGroup& group, gpu::Backend* backend) : group_(group), backend_(backend) {}
   Control& control(int rank) const;
   RegionTable& regions(int rank) const;
   Status refresh_regions(int target);
@@ -193,7 +193,7 @@ class Window {
   Status reduce_into(char* at, const void* origin, std::size_t count, std::size_t element_bytes, DataType type,
                      ReduceOp op);
 
-  Communicator& comm_;
+  PeerGroup& group_;
   gpu::Backend* backend_;
   gpu::Stream stream_ = nullptr;
   std::vector<RankMemory> ranks_;

@@ -11,7 +11,7 @@
 #include <random>
 #include <type_traits>
 
-#include "engine/collectives/reduce_common.h"
+#include "engine/core/reduce_common.h"
 #include "engine/common/params.h"
 #include "engine/collectives/tuner.h"
 #include "tests/unit/thread_bootstrap.h"

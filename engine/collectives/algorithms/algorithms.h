@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/collectives/call.h"
-#include "engine/collectives/executor.h"
+#include "engine/core/executor.h"
 #include "engine/collectives/schedule.h"
 #include "engine/collectives/simple_protocol.h"
 

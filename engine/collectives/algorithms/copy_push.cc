@@ -3,7 +3,7 @@
 
 #include <mutex>
 
-#include "engine/collectives/executor.h"
+#include "engine/core/executor.h"
 #include "engine/collectives/tuner.h"
 
 namespace ferry::coll {

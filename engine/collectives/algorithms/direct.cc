@@ -1,7 +1,7 @@
 // One-shot and two-shot allreduce: SM loads straight from the peers' buffers.
 #include "engine/collectives/algorithms/algorithms.h"
 
-#include "engine/collectives/executor.h"
+#include "engine/core/executor.h"
 
 namespace ferry::coll {
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "engine/collectives/executor.h"
+#include "engine/core/executor.h"
 
 namespace ferry::coll {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/collectives/executor.h"
+#include "engine/core/executor.h"
 
 namespace ferry::coll {
 

@@ -3,9 +3,9 @@
 // more outputs (local or mapped): one pass, no staging buffers.
 #include <cuda_runtime.h>
 
-#include "engine/collectives/executor.h"
-#include "engine/collectives/pack_device.cuh"
-#include "engine/collectives/reduce_common.h"
+#include "engine/core/executor.h"
+#include "engine/core/pack_device.cuh"
+#include "engine/core/reduce_common.h"
 
 namespace ferry {
 namespace {

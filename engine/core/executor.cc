@@ -1,8 +1,8 @@
-#include "engine/collectives/executor.h"
+#include "engine/core/executor.h"
 
 #include <cstring>
 
-#include "engine/collectives/reduce_common.h"
+#include "engine/core/reduce_common.h"
 
 namespace ferry {
 namespace {

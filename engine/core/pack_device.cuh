@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/collectives/executor.h"
-#include "engine/collectives/reduce_common.h"
+#include "engine/core/executor.h"
+#include "engine/core/reduce_common.h"
 
 namespace ferry {
 

@@ -1,0 +1,112 @@
+#include "engine/core/peer_group.h"
+
+#include "engine/common/params.h"
+#include "engine/topology/local_topology.h"
+#include "engine/transport/shm_bootstrap.h"
+
+namespace ferry {
+namespace {
+
+// Only where it can change the answer: discovery would add the emulated
+// device as one GPU that all ranks of the machine share (p2p, the answer
+// without a topology), so without a file or a dump to write there is
+// nothing to discover for it.
+const SystemGraph* topology_for(const gpu::Backend* backend) {
+  const bool wanted = !params().topo_file.empty() || !params().topo_dump_file.empty() ||
+                      (backend && backend->physical_devices());
+  if (!wanted) return nullptr;
+  const LocalTopology& topo = local_topology();
+  return topo.available ? &topo.graph : nullptr;
+}
+
+// What this process's settings allow, worked out once, so an unknown name in
+// FERRY_TRANSPORTS is reported once rather than at every communicator.
+const AllowedTransports& configured_transports() {
+  static const AllowedTransports allowed = [] {
+    std::vector<std::string> unknown;
+    const AllowedTransports parsed =
+        allowed_transports(params().transports, params().p2p_disable, params().shm_disable, &unknown);
+    for (const std::string& name : unknown)
+      FERRY_WARN(Transport, "FERRY_TRANSPORTS: unknown transport '%s' ignored (known: p2p, shm, net, none)",
+                 name.c_str());
+    return parsed;
+  }();
+  return allowed;
+}
+
+}  // namespace
+
+PeerGroup::PeerGroup(std::unique_ptr<Bootstrap> bootstrap)
+    : bootstrap_(std::move(bootstrap)),
+      transports_(configured_transports(), gpu::active_backend(), static_cast<std::size_t>(params().shm_segment_bytes)) {}
+
+Status PeerGroup::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_ptr<PeerGroup>* out) {
+  if (!bootstrap) return Status::kUnavailable;
+  std::unique_ptr<PeerGroup> group(new PeerGroup(std::move(bootstrap)));
+  FERRY_CHECK(group->connect());
+  *out = std::move(group);
+  return Status::kOk;
+}
+
+Status PeerGroup::connect() {
+  gpu::Backend* backend = gpu::active_backend();
+  const int n = size();
+  const RankIdentity mine = this_rank_identity();
+  ranks_.resize(n);
+  FERRY_CHECK(bootstrap_->allgather(&mine, ranks_.data(), sizeof(mine)));
+  const std::vector<RankIdentity>& ranks = ranks_;
+  std::vector<std::int32_t> local_pids(n, 0);
+  for (int r = 0; r < n; ++r)
+    if (r != rank() && same_machine(ranks[r], mine)) local_pids[r] = ranks[r].pid;
+  bootstrap_->watch_peers(local_pids);
+
+  // Peer memory maps between ranks of one machine with one device backend
+  // (on NVLink or PCIe peer access CUDA IPC maps too; the driver enables
+  // peer access lazily when the mapping is opened); host shared memory
+  // serves where the topology says peer access is not worth it or p2p is off.
+  const SystemGraph* topology = n > 1 ? topology_for(backend) : nullptr;
+  TransportTable& table = transports_;
+  table.plan(rank(), ranks, topology);
+  constexpr std::int32_t kAllP2p = 1, kAllLocal = 2;
+  std::int32_t verdict = kAllP2p | kAllLocal;
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == rank()) continue;
+    if (table.to(peer) != &table.p2p()) verdict &= ~kAllP2p;
+    if (!table.to(peer)) verdict &= ~kAllLocal;
+    FERRY_TRACE(Transport, "peer %d: %s", peer, table.name_to(peer));
+  }
+  // Each process has its own topology (one rank's file may not load), so
+  // the ranks agree: the collective set-up below is entered by all or none.
+  std::vector<std::int32_t> verdicts(n);
+  FERRY_CHECK(bootstrap_->allgather(&verdict, verdicts.data(), sizeof(verdict)));
+  for (std::int32_t v : verdicts) verdict &= v;
+
+  // Per-call handshakes through host shared memory where every rank shares
+  // this machine (the planned transports do not matter: the handshake needs
+  // only host memory).
+  if (ranks_on_one_machine(ranks) && n > 1) {
+    const Status status = ShmBootstrap::wrap(&bootstrap_);
+    if (!ok(status))
+      FERRY_INFO(Bootstrap, "handshakes stay on the set-up bootstrap: no shared memory between the ranks (%s)",
+                 status_name(status));
+    bootstrap_->watch_peers(local_pids);
+  }
+
+  if (n > 1 && (verdict & kAllP2p)) {
+    common_ = &table.p2p();
+  } else if (n > 1 && (verdict & kAllLocal)) {
+    const Status status = table.shm().connect(*bootstrap_);
+    if (ok(status))
+      common_ = &table.shm();
+    else
+      FERRY_WARN(Transport, "shm transport unavailable (%s): device buffers will be staged", status_name(status));
+  }
+  FERRY_INFO(Init, "engine communicator of %d ranks (topology: %s): %s", n,
+             topology ? local_topology().source.c_str() : "none",
+             all_peers_mapped() ? "every peer mapped (p2p)"
+             : shm()            ? "peers through host shared memory (shm)"
+                                : "no engine transport to every peer");
+  return Status::kOk;
+}
+
+}  // namespace ferry
