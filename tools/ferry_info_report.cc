@@ -1,0 +1,57 @@
+// ferry-info's report of this build and process: version, device backend and
+// devices, the algorithms FERRY_TUNE can name, and every parameter's value,
+// or the parameter table as Markdown.
+#include <cstdio>
+#include <string>
+
+#include "engine/collectives/tuner.h"
+#include "engine/common/params.h"
+#include "engine/gpu/gpu.h"
+#include "ferry/ferry.h"
+#include "tools/ferry_info.h"
+
+namespace ferry_info {
+
+void print_markdown_table() {
+  std::printf("| variable | type | default | description |\n| --- | --- | --- | --- |\n");
+  for (const ferry::ParamInfo& p : ferry::describe_params()) {
+    std::printf("| `%s` | %s | `%s` | %s |\n", p.env_name.c_str(), p.type,
+                *p.default_value ? p.default_value : "(empty)", p.description);
+  }
+}
+
+void print_report() {
+  std::printf("Ferry %d.%d.%d\n\n", FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR, FERRY_VERSION_PATCH);
+#ifdef FERRY_HAVE_CUDA
+  std::printf("built with: CUDA backend, emulated device\n");
+#else
+  std::printf("built with: emulated device (no CUDA toolkit at build time)\n");
+#endif
+  ferry::gpu::Backend* backend = ferry::gpu::active_backend();
+  std::printf("device backend: %s\n",
+              ferry::gpu::backend_kind_name(backend ? backend->kind() : ferry::gpu::BackendKind::kNone));
+  const std::string device_problem = ferry::gpu::device_setting_problem();
+  if (!device_problem.empty()) std::printf("  %s\n", device_problem.c_str());
+  if (backend) std::printf("%s\n", backend->describe_devices().c_str());
+
+  std::printf("\nallreduce algorithms (FERRY_TUNE=allreduce:MIN-MAX:name,...):\n");
+  for (int a = 0; a < static_cast<int>(ferry::AllreduceAlgorithm::kCount); ++a) {
+    const ferry::AlgorithmInfo& info = ferry::algorithm_info(static_cast<ferry::AllreduceAlgorithm>(a));
+    std::printf("  %-11s %s%s%s\n", info.name, info.description, info.in_place_safe ? "" : " (not in place)",
+                info.implemented ? "" : " (model only)");
+  }
+  std::printf("\nbcast algorithms (FERRY_TUNE=bcast:MIN-MAX:name,...):\n");
+  for (int a = 0; a < static_cast<int>(ferry::BcastAlgorithm::kCount); ++a) {
+    const ferry::BcastAlgorithmInfo& info = ferry::bcast_algorithm_info(static_cast<ferry::BcastAlgorithm>(a));
+    std::printf("  %-11s %s\n", info.name, info.description);
+  }
+
+  std::printf("\nparameters (set in the environment marked *):\n");
+  for (const ferry::ParamInfo& p : ferry::describe_params()) {
+    std::printf("%c %-30s = %-12s %s\n", p.set_in_environment ? '*' : ' ', p.env_name.c_str(),
+                p.value.empty() ? "\"\"" : p.value.c_str(), p.description);
+  }
+  for (const std::string& problem : ferry::param_problems()) std::printf("warning: %s\n", problem.c_str());
+}
+
+}  // namespace ferry_info
