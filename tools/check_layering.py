@@ -40,7 +40,7 @@ RULES = [
 MOVING = {
     ("mpi_shim/nonblocking_engine.cc", "engine/transport/p2p.h"),
     ("mpi_shim/nonblocking_engine.cc", "engine/transport/shm.h"),
-    ("mpi_shim/peer_pt2pt.cc", "engine/transport/p2p.h"),
+    ("mpi_shim/peer_envelopes.h", "engine/transport/p2p.h"),
     ("engine/pgas/window.h", "engine/collectives/communicator.h"),
     ("engine/pgas/window.cc", "engine/collectives/executor.h"),
 }
