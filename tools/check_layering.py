@@ -46,7 +46,7 @@ RULES = [
 MOVING = {
     ("mpi_shim/nonblocking_engine.cc", "engine/transport/p2p.h"),
     ("mpi_shim/nonblocking_engine.cc", "engine/transport/shm.h"),
-    ("mpi_shim/peer_pt2pt.cc", "engine/transport/p2p.h"),
+    ("mpi_shim/peer_envelopes.h", "engine/transport/p2p.h"),
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
