@@ -94,7 +94,7 @@ class EmulatedWorkerDevice final : public WorkerDevice {
 };
 
 // The LL protocol on the emulated device: the persistent kernel's lines
-// (worker.cu), written and read as 8-byte atomic LL words.
+// (ll_device.cuh), written and read as 8-byte atomic LL words.
 class HostLl {
  public:
   template <typename LlArgs>

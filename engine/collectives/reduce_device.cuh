@@ -1,0 +1,61 @@
+// A direct reduce as one block's share of a kernel that outlives many
+// calls: the engine worker's (worker.cu), where kernels.cu launches a grid
+// per call. Inputs are read past L1 (ld.global.cg), so no call sees the
+// data a previous one left there.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/collectives/device_sync.cuh"
+#include "engine/core/executor.h"
+#include "engine/core/pack_device.cuh"
+
+namespace ferry {
+
+// This block's share (block of blocks, Threads threads each) of a direct
+// reduce: 16-byte packs, Unroll of them in flight per thread and input, when
+// every buffer is 16-byte aligned, then elements one at a time (the tail,
+// or all of it when a buffer is not).
+template <typename T, ReduceOp Op, int Threads, int Unroll>
+__device__ __forceinline__ void direct_reduce_part(const DirectReduceArgs& a, unsigned block, unsigned blocks) {
+  bool aligned = true;
+  for (int r = 0; r < a.ninputs; ++r) aligned = aligned && reinterpret_cast<std::uintptr_t>(a.inputs[r]) % 16 == 0;
+  for (int k = 0; k < a.noutputs; ++k) aligned = aligned && reinterpret_cast<std::uintptr_t>(a.outputs[k]) % 16 == 0;
+  const std::size_t packs = aligned ? a.count / Pack<T>::kCount : 0;
+  const std::size_t stride = static_cast<std::size_t>(blocks) * Threads * Unroll;
+  for (std::size_t base = static_cast<std::size_t>(block) * Threads * Unroll + threadIdx.x; base < packs;
+       base += stride) {
+    Pack<T> acc[Unroll];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+      const std::size_t p = base + u * Threads;
+      if (p < packs) acc[u] = load_cg(static_cast<const Pack<T>*>(a.inputs[0]) + p);
+    }
+    for (int r = 1; r < a.ninputs; ++r) {
+      Pack<T> in[Unroll];
+#pragma unroll
+      for (int u = 0; u < Unroll; ++u) {
+        const std::size_t p = base + u * Threads;
+        if (p < packs) in[u] = load_cg(static_cast<const Pack<T>*>(a.inputs[r]) + p);
+      }
+#pragma unroll
+      for (int u = 0; u < Unroll; ++u) acc[u] = reduce_pack<T, Op>(acc[u], in[u]);
+    }
+    for (int k = 0; k < a.noutputs; ++k) {
+#pragma unroll
+      for (int u = 0; u < Unroll; ++u) {
+        const std::size_t p = base + u * Threads;
+        if (p < packs) static_cast<Pack<T>*>(a.outputs[k])[p] = acc[u];
+      }
+    }
+  }
+  for (std::size_t i = packs * Pack<T>::kCount + static_cast<std::size_t>(block) * Threads + threadIdx.x;
+       i < a.count; i += static_cast<std::size_t>(blocks) * Threads) {
+    T acc = load_cg(static_cast<const T*>(a.inputs[0]) + i);
+    for (int r = 1; r < a.ninputs; ++r) acc = reduce<T, Op>(acc, load_cg(static_cast<const T*>(a.inputs[r]) + i));
+    for (int k = 0; k < a.noutputs; ++k) static_cast<T*>(a.outputs[k])[i] = acc;
+  }
+}
+
+}  // namespace ferry
