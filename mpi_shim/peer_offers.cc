@@ -47,11 +47,17 @@ int send_withdrawn(Offer& offer, const std::function<int()>& end_request = nullp
   }
   counters().bounced.fetch_add(1, std::memory_order_relaxed);
   int rc = end_request ? end_request() : MPI_SUCCESS;
-  if (rc == MPI_SUCCESS) {
+  {
+    // No peer knows the buffer before its envelope goes: on a failure here
+    // it returns to the pool.
     LockedBounces bounces;
     MPI_Request reply = MPI_REQUEST_NULL;
-    rc = PMPI_Irecv(&bounce->reply, 1, MPI_INT32_T, offer.e.to.world, bounced.reply_tag, answers(), &reply);
-    if (rc == MPI_SUCCESS) bounces.keep(SendInFlight{reply, bounce});
+    if (rc == MPI_SUCCESS)
+      rc = PMPI_Irecv(&bounce->reply, 1, MPI_INT32_T, offer.e.to.world, bounced.reply_tag, answers(), &reply);
+    if (rc == MPI_SUCCESS)
+      bounces.keep(SendInFlight{reply, bounce});
+    else
+      bounces.give_back(bounce);
   }
   if (rc == MPI_SUCCESS) rc = send_envelope(bounced, offer.e.to.world, bounced.reply_tag);
   if (rc != MPI_SUCCESS || end_request) return rc;
@@ -83,15 +89,15 @@ int send_withdrawn_to_host(Offer& offer, const std::function<int()>& end_request
     return MPI_ERR_OTHER;
   }
   counters().host_bounced.fetch_add(1, std::memory_order_relaxed);
-  if (rc == MPI_SUCCESS) {
+  {
     LockedBounces bounces;
     MPI_Request reply = MPI_REQUEST_NULL;
-    rc = PMPI_Irecv(&host->reply, 1, MPI_INT32_T, offer.e.to.world, moved.reply_tag, answers(), &reply);
-    if (rc == MPI_SUCCESS) {
+    if (rc == MPI_SUCCESS)
+      rc = PMPI_Irecv(&host->reply, 1, MPI_INT32_T, offer.e.to.world, moved.reply_tag, answers(), &reply);
+    if (rc == MPI_SUCCESS)
       bounces.keep(SendInFlight{reply, nullptr, host});
-    } else {
+    else
       bounces.give_back(host);
-    }
   }
   if (rc == MPI_SUCCESS) rc = send_envelope(moved, offer.e.to.world, moved.reply_tag);
   return rc;
