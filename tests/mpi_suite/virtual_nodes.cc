@@ -2,11 +2,14 @@
 // rank by virtual_node.sh): virtual nodes. Device-buffer collectives and
 // messages are checked on the whole job (ranks on two nodes: Ferry must not
 // map memory or share host memory between them, so it stages; FERRY_STATS
-// shows it) and on each node's communicator (the engine's transports).
+// shows it) and on each node's communicator (the engine's transports). A
+// window on device memory spanning the nodes is refused with MPI_ERR_WIN,
+// as between real nodes; one within a node carries a put.
 // Argument: "world" or "node".
 #include <cstring>
 #include <string>
 
+#include "device_alloc.h"
 #include "suite.h"
 
 namespace {
@@ -53,6 +56,34 @@ void test_calls(MPI_Comm comm, const char* scope, int count) {
   }
 }
 
+void test_window(MPI_Comm comm, const char* scope, bool spans_nodes) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const uint64_t id = next_case_id();
+  const Case what{"MPI_Win_create", "MPI_INT32_T", scope, 257, "device"};
+  constexpr int kCount = 257;
+  Buffer exposed = make_buffer(poisoned<int32_t>(kCount), Memory::device);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  MPI_Win win = MPI_WIN_NULL;
+  const int rc = MPI_Win_create(exposed.data(), kCount * sizeof(int32_t), sizeof(int32_t), MPI_INFO_NULL, comm, &win);
+  int error_class = MPI_SUCCESS;
+  MPI_Error_class(rc, &error_class);
+  if (spans_nodes) {
+    expect(error_class == MPI_ERR_WIN, what,
+           "a device window across nodes returned error class " + std::to_string(error_class) + ", not MPI_ERR_WIN");
+    if (win != MPI_WIN_NULL) MPI_Win_free(&win);
+    return;
+  }
+  check_mpi(rc, what);
+  Buffer mine = make_buffer(random_values<int32_t>(kCount, id, rank), Memory::device);
+  check_mpi(MPI_Win_fence(0, win), what);
+  check_mpi(MPI_Put(mine.data(), kCount, MPI_INT32_T, (rank + 1) % size, 0, kCount, MPI_INT32_T, win), what);
+  check_mpi(MPI_Win_fence(0, win), what);
+  expect_buffer(what, exposed, random_values<int32_t>(kCount, id, (rank + size - 1) % size));
+  check_mpi(MPI_Win_free(&win), what);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,6 +95,7 @@ int main(int argc, char** argv) {
   MPI_Comm comm = MPI_COMM_WORLD;
   if (by_node) MPI_Comm_split(MPI_COMM_WORLD, suite::world_rank() / ranks_per_node, 0, &comm);
   for (int count : {1, 1001, 262147}) test_calls(comm, by_node ? "one node" : "two nodes", count);
+  test_window(comm, by_node ? "one node" : "two nodes", !by_node);
   if (by_node) MPI_Comm_free(&comm);
   return suite::finish();
 }
