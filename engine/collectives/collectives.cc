@@ -38,9 +38,8 @@ constexpr int kChainMinRanks = 3;
 constexpr std::size_t kChainMinBytes = std::size_t{1} << 20;
 
 // Bcast's default LL range, the pull beyond: as measured on 2x H200, and,
-// with every rank on one GPU (MPS), up to 256 KiB (bench/RESULTS.md: 8.1-8.7
-// against 13.3-13.4 us at 32-256 KiB on one H200, two ranks; 14.1 against
-// 13.5 at 512 KiB).
+// with every rank on one GPU (MPS), up to 256 KiB, where LL beat the pull
+// on one H200, two ranks, and at 512 KiB did not (bench/RESULTS.md).
 constexpr std::size_t kLlBcastMaxBytes = 16 << 10;
 constexpr std::size_t kLlBcastOneGpuMaxBytes = 256 << 10;
 
@@ -192,7 +191,8 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   Placement where;
   SimpleGate gate;
   Handshake mine{CollectiveKind::kBcast, 0, 0, 0, {}, {}, rooted_signature(bytes, root)};
-  // One rank holds the root's bytes already (4.5 us on the worker before).
+  // One rank holds the root's bytes already: nothing to run (it took an LL
+  // call on the worker before; bench/RESULTS.md).
   if (comm.size() == 1 && eligible && bytes > 0 && root == 0 && placement_of(buffer).backend) {
     *ran = true;
     clock.count_call();
@@ -202,8 +202,8 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
     where = placement_of(buffer);
     // FERRY_TUNE's algorithm where it can run, else the engine's choice:
     // above 16 KiB the copy engine's pull measured faster than LL on every
-    // worker block (2x H200: 10.1 against 11.1 us at 32 KiB; LL on blocks
-    // by size, worker.h, is not yet measured over NVLink), but not with
+    // worker block (2x H200, bench/RESULTS.md; LL on blocks by size,
+    // worker.h, is not yet measured over NVLink), but not with
     // every rank on one GPU (kLlBcastOneGpuMaxBytes).
     // Asked only where LL is wanted: the check starts the engine worker.
     auto ll_possible = [&] { return ll_ready(comm, reach, where, bytes); };
@@ -262,7 +262,7 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
       FERRY_CHECK(comm.peer_memory().import_buffer(all[root].first, &source));
       FERRY_CHECK(where.backend->set_device(where.device));
       // Above ~4 KiB one worker block pulls more slowly than a copy engine
-      // (measured on 2x H200: 10.0 vs 9.5 us at 8 KiB, 8.5 vs 9.4 at 2 KiB).
+      // (measured on 2x H200: bench/RESULTS.md).
       constexpr std::size_t kBcastWorkerBytes = 4 << 10;
       Worker* worker = bytes <= kBcastWorkerBytes ? worker_for_call(comm, where, bytes) : nullptr;
       if (worker) {

@@ -61,9 +61,9 @@ Status Communicator::map_on_every_rank(gpu::Backend* backend, int device, std::s
                                        bool ready_here, void** own, void* (&everyone)[kMaxDirectRanks]) {
   const std::vector<char> zeros(zeroed, 0);
   // Peers' copies into an allocation that is not a whole number of 2 MiB
-  // pages ran at 301 GB/s against 381 (2x H200, copy engines both ways;
-  // bench/copy-engine-pages), most likely because it is mapped with smaller
-  // pages.
+  // pages ran markedly slower (2x H200, copy engines both ways;
+  // bench/copy-engine-pages, bench/RESULTS.md), most likely because it is
+  // mapped with smaller pages.
   constexpr std::size_t kLargePage = std::size_t{2} << 20;
   bytes = (bytes + kLargePage - 1) / kLargePage * kLargePage;
   P2pTransport& p2p = transports().p2p();
@@ -147,7 +147,8 @@ Status Communicator::simple_channels(gpu::Backend* backend, int device, SimpleCh
   }
   // Kernels of two processes on one GPU take turns (time slices, without
   // MPS): a block waiting for the other process's block waits a slice per
-  // piece (measured: 7 ms for a 1 MiB ring allreduce of 4 ranks on 2 GPUs).
+  // piece (measured on a 1 MiB ring allreduce of 4 ranks on 2 GPUs:
+  // bench/RESULTS.md).
   if (shared_gpu) {
     FERRY_INFO(Coll, "ranks share a GPU: no ring, tree or chain on this communicator");
     simple_.broken = true;
@@ -220,8 +221,8 @@ Status Communicator::copy_push_slots(gpu::Backend* backend, int device, CopyPush
     for (const Claim& other : claims) shared_gpu = shared_gpu || (&other != &c && other.device_key == c.device_key);
   }
   // A stream waiting for a flag from another process on the same GPU waits
-  // for that process's time slice (measured: 0.44 ms for an 8-byte call of
-  // two ranks on one H200). The emulated device has no time slices.
+  // for that process's time slice (measured on an 8-byte call of two ranks
+  // on one H200: bench/RESULTS.md). The emulated device has no time slices.
   if (shared_gpu && backend->execution_site() == gpu::ExecutionSite::kDevice) {
     FERRY_INFO(Coll, "ranks share a GPU: no copy-engine push on this communicator");
     copy_push_.broken = true;

@@ -32,10 +32,11 @@ std::size_t pipeline_chunk_elements(std::size_t slice_elements, std::size_t elem
                                     std::size_t max_chunk_bytes);
 
 // The chunks of the copy-engine push allreduce, as element counts in order:
-// each fits a landing slot of slot_bytes. Every copy costs a fixed ~5 us on
-// top of its bytes and only the last chunk's reduce runs after the copies, so
-// chunks are whole slots while at least two slots remain, then halve down
-// to a sixteenth of a slot. All but the last are multiples of 16 bytes.
+// each fits a landing slot of slot_bytes. Every copy costs a fixed time on
+// top of its bytes (bench/RESULTS.md) and only the last chunk's reduce runs
+// after the copies, so chunks are whole slots while at least two slots
+// remain, then halve down to a sixteenth of a slot. All but the last are
+// multiples of 16 bytes.
 std::vector<std::size_t> copy_push_chunks(std::size_t count, std::size_t element_bytes, std::size_t slot_bytes);
 
 // The same chunks, each handed to take(elements) in order, without a list

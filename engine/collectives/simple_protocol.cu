@@ -12,7 +12,7 @@ namespace ferry {
 namespace {
 
 // A block's stores to a peer are what limits a channel: 1024 threads moved
-// 324 GB/s on 64 channels against 315 with 512 (2x H200, ring at 512 MiB).
+// more than 512 on 64 channels (2x H200, ring at 512 MiB; bench/RESULTS.md).
 constexpr int kThreads = 1024;
 constexpr int kUnroll = 4;  // 8 measured no faster
 

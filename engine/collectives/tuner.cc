@@ -13,21 +13,22 @@ namespace ferry {
 namespace {
 
 // ---- constants of the model -------------------------------------------------
-// Every number says where it comes from; "assumed" ones have no measurement
-// behind them yet and are what to replace first when hardware exists.
+// Every number says where it comes from; the measurements behind them are
+// in bench/RESULTS.md ("The tuner's cost-model constants"). "Assumed" ones
+// have no measurement behind them yet and are what to replace first when
+// hardware exists.
 
 constexpr LinkCost kLinks[] = {
-    // hop: GPU-to-GPU flag ping-pong one way, 0.62 us (2x H200, GPU_MACHINE.md).
-    // bandwidth: a kernel reducing half the vector from the peer reaches
-    // 335-343 GB/s bus bandwidth at 16-256 MiB (GPU_MACHINE.md); Ferry's
-    // one-shot allreduce 332 GB/s at 512 MiB (bench/RESULTS.md).
+    // hop: GPU-to-GPU flag ping-pong one way (2x H200). bandwidth: the bus
+    // bandwidth of a kernel reducing half the vector from the peer, which
+    // Ferry's one-shot allreduce matches at 512 MiB.
     {LinkKind::kNvLink, "nvlink", 0.62, 335.0},
     // Assumed: about NCCL's PCIe step latency; 50 GB/s is ~78 % of a Gen5 x16
     // link's 64 GB/s, the usual achieved rate. Not measured here.
     {LinkKind::kPcie, "pcie", 1.0, 50.0},
-    // Ferry's shm route on 2x H200 (bench/RESULTS.md): 8-byte allreduce 33.4 us
-    // against 13.9 us over p2p, three barriers a chunk -> 6.5 us a step;
-    // allreduce bus bandwidth 13.2 GB/s from 32 MiB up.
+    // Ferry's shm route on 2x H200: its 8-byte allreduce's time beyond the
+    // p2p route's, over its three barriers a chunk, is a step; bandwidth is
+    // its allreduce bus bandwidth from 32 MiB up.
     {LinkKind::kShm, "shm", 6.5, 13.2},
     // Assumed: one 400 Gb/s NDR NIC per GPU at ~90 %, a GPU-to-GPU put plus
     // flag across it ~5 us. The measured machine has no NIC.
@@ -35,23 +36,22 @@ constexpr LinkCost kLinks[] = {
 };
 static_assert(sizeof(kLinks) / sizeof(kLinks[0]) == static_cast<std::size_t>(LinkKind::kCount), "one cost per link");
 
-// Ferry's blocking one-shot allreduce at 8 B takes 13.9 us on 2x H200
-// (bench/RESULTS.md) = launch + sync + one NVLink hop. A persistent kernel
-// answering a host doorbell would bring it to ~2.6 us (GPU_MACHINE.md).
+// Ferry's blocking one-shot allreduce at 8 B on 2x H200 = launch + sync +
+// one NVLink hop. A call on the engine worker (a persistent kernel answering
+// a host doorbell) pays kWorkerUs instead.
 constexpr double kLaunchUs = 13.9 - 0.62;
 
-// Copy-engine allreduce forced by FERRY_TUNE: 330-333 GB/s at 256 MiB-1 GiB,
-// against 335 for SM loads (bench/RESULTS.md), and a pipeline whose first
-// chunk (>= 1 MiB, schedule.cc) is pulled and pushed without overlap.
+// Copy-engine allreduce forced by FERRY_TUNE at 256 MiB-1 GiB against SM
+// loads, and a pipeline whose first chunk (>= 1 MiB, schedule.cc) is pulled
+// and pushed without overlap.
 constexpr double kCopyEngineEfficiency = 331.0 / 335.0;
 constexpr double kCopyEngineChunkBytes = 1 << 20;
 
-// Copy-engine push (cepush), measured on 2x H200 with both directions busy
-// (bench/RESULTS.md): 353 GB/s bus bandwidth at 512 MiB and 356 at 1 GiB on
-// 128 MiB slots, i.e. ~367 GB/s through the copy engines once the ~5 us of
-// every copy (512 MiB in 4 MiB copies: 275 GB/s, in one copy 389) and the
-// last chunk's reduce are taken out, where SM loads reach 335. A kernel
-// adding two local inputs reads 1150 GB/s of each.
+// Copy-engine push (cepush), measured on 2x H200 with both directions busy:
+// the copy engines' rate against SM loads, once the fixed cost of every copy
+// (kCopyUs) and the last chunk's reduce are taken out of its bus bandwidth
+// on 128 MiB slots; kLocalReduceGbps is what a kernel adding two local
+// inputs reads of each.
 constexpr double kCopyPushEfficiency = 367.0 / 335.0;
 constexpr double kCopyUs = 5.0;
 constexpr double kLocalReduceGbps = 1150.0;
@@ -63,45 +63,38 @@ constexpr double kTreeChunkBytes = 256 << 10;
 
 // Ring and tree run over the Simple protocol (simple_protocol.h): a step
 // hands its piece on with a barrier, a system-scope release and the peer's
-// poll, on top of the flag's hop. Calibrated on the forced ring on 2x H200
-// (bench/RESULTS.md): 21.7 us at 8 B = launch floor + 2 steps of
-// (hop + this); the same run gave 324-329 GB/s at 512 MiB-1 GiB, the link
-// rate the model already uses.
+// poll, on top of the flag's hop. Calibrated on the forced ring on 2x H200:
+// its time at 8 B = launch floor + 2 steps of (hop + this); at 512 MiB-1 GiB
+// the same run reached the link rate the model already uses.
 constexpr double kSimpleStepUs = 3.6;
 
 // A blocking call on the engine worker (worker.h): doorbell and report
-// through host memory, 3.2-3.9 us for the round trip alone on the GPU
-// machine (bench/mailbox-latency), plus the engine's handshake; calibrated
-// so that one LL hop more gives the LL allreduce's measured 32 B - 2 KiB
-// time on 2x H200, 7.6 us (bench/RESULTS.md).
+// through host memory (bench/mailbox-latency), plus the engine's handshake;
+// calibrated so that one LL hop more gives the LL allreduce's measured
+// 32 B - 2 KiB time on 2x H200.
 constexpr double kWorkerUs = 7.0;
 
 // One thread block moving LL lines (half of each line is flags): what a
-// single SM reaches over NVLink, measured as the worker's one-block copies
-// (~10 GB/s of data, bench/RESULTS.md). Above kLlOneBlockBytes an LL call
-// takes a worker block per kLlBytesPerSharingBlock (worker.h). Two workers
-// on one H200 (bench/worker-latency, bench/RESULTS.md; no NVLink, so the
-// bytes are costed at the link's rate below): handing the item to the
-// other blocks and waiting for their reports, 2.7 us over the one-block
-// floor (16 KiB on two blocks 9.35 us, 2 KiB on one 6.6); every round of
-// chunks a thread takes beyond its first, 2.2 us (512 KiB: 10.7 us on 64
-// blocks, 12.95 on 32, 17.35 on 16). A round is a block's 512 threads
+// single SM reaches over NVLink, measured as the worker's one-block copies.
+// Above kLlOneBlockBytes an LL call takes a worker block per
+// kLlBytesPerSharingBlock (worker.h). Two workers on one H200
+// (bench/worker-latency; no NVLink, so the bytes are costed at the link's
+// rate below): kLlShareUs, handing the item to the other blocks and waiting
+// for their reports, over the one-block floor; kLlRoundUs, every round of
+// chunks a thread takes beyond its first. A round is a block's 512 threads
 // moving 16 bytes each. The rounds overlap the bytes' crossing of the
-// link: with both, the model gives the LL allreduce on 16 blocks measured
-// on 2x H200 (10.8, 11.9, 16.9 us at 32 KiB, 128 KiB, 512 KiB) within
-// 0.8 us. Assumed, not measured beyond two ranks: a thread polls its
-// chunk's peers one after the other, so each further peer costs what a
-// further round does.
+// link: with both, the model matches the LL allreduce on 16 blocks
+// measured on 2x H200 at 32-512 KiB. Assumed, not measured beyond two
+// ranks: a thread polls its chunk's peers one after the other, so each
+// further peer costs what a further round does.
 constexpr double kLlBlockGbps = 10.0;
 constexpr double kLlShareUs = 2.7;
 constexpr double kLlRoundUs = 2.2;
 constexpr std::size_t kLlRoundBytes = 512 * 16;
 
 // LL128 (worker_common.h) moves 128 bytes of line for 120 of data where LL
-// moves 2 for 1, yet measured no faster than LL: two workers on one H200
-// (bench/worker-latency, float sums, bench/RESULTS.md) took -0.7 to +0.4 us
-// against LL's up to 512 B, 0.4-2.5 us more at 2-32 KiB, 0.9-1.6 us more at
-// 128 KiB and 5.3-5.5 us more at 512 KiB; a lane carries 16 bytes of line
+// moves 2 for 1, yet measured no faster than LL (two workers on one H200,
+// bench/worker-latency, float sums): a lane carries 16 bytes of line
 // where an LL thread carries 32, so a call takes more rounds of memory
 // latency. Not measured over NVLink. The model charges LL's time and a
 // microsecond, so it never picks LL128 over LL; FERRY_TUNE still can.
@@ -459,7 +452,8 @@ AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_p
   const std::vector<TuneRule>& rules = tune_rules();
   const MachineModel& machine = default_machine_model();
   // The rules and the model never change, so the answer for the call before
-  // holds for a call like it (loops repeat one size; the model costs ~0.1 us).
+  // holds for a call like it (loops repeat one size; costing the model is a
+  // measurable part of a small call's host time, bench/RESULTS.md).
   struct LastChoice {
     int nranks = -1;
     std::size_t bytes = 0;

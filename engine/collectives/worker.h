@@ -1,9 +1,9 @@
 // The engine worker: a device-resident loop per communicator and device
 // that runs small collective steps without a kernel launch per call.
 //
-// A blocking MPI call on one of the GPU machine's H200s pays ~9.5 us for a
-// kernel launch + stream synchronize alone, more than a whole small
-// allreduce should cost. The worker is a persistent kernel (on the emulated
+// A blocking MPI call pays for a kernel launch + stream synchronize alone
+// more than a whole small allreduce should cost (bench/mailbox-latency,
+// bench/RESULTS.md). The worker is a persistent kernel (on the emulated
 // device, a host thread) that polls a mailbox in host memory: the calling
 // thread writes a work item and its sequence number, the worker runs it and
 // writes the sequence back as done, and the caller, spinning on that word,
@@ -53,12 +53,10 @@ FERRY_HOST_DEVICE std::size_t ll128_max_bytes(int nranks) { return ll_slot_bytes
 constexpr std::size_t kWorkerOneBlockBytes = 16 << 10;
 // LL calls of up to kLlOneBlockBytes per rank run on block 0 alone; larger
 // ones on a block per kLlBytesPerSharingBlock, as far as the worker's
-// blocks go. A thread's chunks are a chain of dependent memory round trips
-// (about 2.2 us each on one H200), so more blocks beat more chunks per
-// thread; two workers on one H200 (bench/worker-latency, bench/RESULTS.md):
-// 16 KiB on four blocks 9.1-9.7 us against 10.6 on one, 512 KiB on 32
-// blocks 12.4-13.0 (64: 10.8) against 17.3-17.8 on 16; 8 KiB is even on one
-// or two.
+// blocks go. A thread's chunks are a chain of dependent memory round trips,
+// so more blocks beat more chunks per thread, from 16 KiB up; 8 KiB is even
+// on one or two (two workers on one H200: bench/worker-latency,
+// bench/RESULTS.md).
 constexpr std::size_t kLlOneBlockBytes = 8 << 10;
 constexpr std::size_t kLlBytesPerSharingBlock = 4 << 10;
 

@@ -6,7 +6,8 @@
 // one 8-byte store). The worker reads the whole doorbell in one PCIe round
 // trip (a warp, 16 bytes a lane) and knows the item arrived when every word
 // it needs carries the call's flag: no separate "posted" word to read
-// first, which would cost a second round trip (~3 us on the GPU machine).
+// first, which would cost a second round trip (bench/mailbox-latency,
+// bench/RESULTS.md).
 #pragma once
 
 #include <cstdint>

@@ -153,12 +153,12 @@ void ensure_device_for_pointer(const void* ptr) {
 // Copies between device buffers through a CUDA graph: a copy-engine copy
 // whose node takes each call's pointers (or still holds them from a copy
 // before), then a stream write of a word in mapped host memory that the
-// caller spins on. On an H200 this returns 2-3 us sooner than cudaMemcpy and
-// a synchronize (bench/copy-latency), and, unlike a copy kernel, needs no SM
-// an application kernel may be holding. Launched on the caller's stream
-// (copy(): the legacy default stream, where cudaMemcpy's copy runs, so it is
-// ordered after the same work). One per device; one copy at a time (a busy
-// copier sends the caller the ordinary way).
+// caller spins on. On an H200 this returns sooner than cudaMemcpy and a
+// synchronize (bench/copy-latency, bench/RESULTS.md), and, unlike a copy
+// kernel, needs no SM an application kernel may be holding. Launched on the
+// caller's stream (copy(): the legacy default stream, where cudaMemcpy's
+// copy runs, so it is ordered after the same work). One per device; one copy
+// at a time (a busy copier sends the caller the ordinary way).
 class GraphCopier {
  public:
   // The copier of the current device, made at first use; nullptr when the
@@ -230,8 +230,8 @@ class GraphCopier {
   static constexpr int kMaxDevices = 64;
   static constexpr std::chrono::microseconds kSpin{50};
   // Instantiations of the graph, each keeping the pointers of its last copy:
-  // a copy like one of them launches it as it is, ~0.8 us sooner than after
-  // an update (bench/copy-latency). Loops repeat their copies.
+  // a copy like one of them launches it as it is, sooner than after an
+  // update (bench/copy-latency, bench/RESULTS.md). Loops repeat their copies.
   static constexpr int kExecs = 8;
   struct Exec {
     cudaGraphExec_t exec = nullptr;

@@ -222,9 +222,9 @@ PointerInfo classify(const void* ptr);
 
 // The buffers of one intercepted call, classified once: while a CallBuffers
 // lives on a thread, classify() answers for the pointers remember()
-// classified in it without asking the driver again (~0.1 us a pointer;
-// MPI forbids freeing a call's buffers during the call). Scopes nest; each
-// remembers its first kMaxPointers.
+// classified in it without asking the driver again (a query per pointer,
+// timed in bench/RESULTS.md; MPI forbids freeing a call's buffers during the
+// call). Scopes nest; each remembers its first kMaxPointers.
 class CallBuffers {
  public:
   static constexpr int kMaxPointers = 4;
