@@ -2,8 +2,8 @@
 // stays local, as MPI wants: each rank writes whether it can take the
 // engine for the call (its buffers on the engine's device; for Ibcast's
 // root and Ialltoallv's senders, the exported buffer the peers will pull
-// from) into a board in host shared memory and returns a generalized
-// request. Ferry's progress thread reads the peers' entries and, once every
+// from) into a board in host shared memory (engine/collectives/call_board.h)
+// and returns a generalized request. Ferry's progress thread reads the peers' entries and, once every
 // rank can, queues the work on the GPU (the copy-engine push allreduce;
 // copy-engine pulls from the peers' buffers for bcast and alltoallv): no
 // MPI call is needed for it to move, so it overlaps the application's

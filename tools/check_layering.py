@@ -44,8 +44,6 @@ RULES = [
 ]
 
 MOVING = {
-    ("mpi_shim/nonblocking_engine.cc", "engine/transport/p2p.h"),
-    ("mpi_shim/nonblocking_engine.cc", "engine/transport/shm.h"),
     ("mpi_shim/peer_envelopes.h", "engine/transport/p2p.h"),
 }
 

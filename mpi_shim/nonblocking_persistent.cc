@@ -1,0 +1,194 @@
+// Persistent collectives (nonblocking_engine.h): the handle is a real
+// persistent request of the MPI's standing for the call's arguments; each
+// MPI_Start makes the nonblocking call behind it.
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "handlers.h"
+#include "mpi_shim/nonblocking_engine.h"
+#include "mpi_shim/nonblocking_state.h"
+#include "mpi_shim/wrapper_support.h"
+
+namespace ferry::shim::nbc {
+namespace {
+
+// A persistent collective: its arguments, and the call running behind the
+// handle since its last MPI_Start.
+struct Persistent {
+  Kind kind = Kind::kAllreduce;
+  MPI_Comm comm = MPI_COMM_NULL;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  int count = 0;
+  MPI_Datatype datatype = MPI_DATATYPE_NULL, recv_type = MPI_DATATYPE_NULL;
+  MPI_Op op = MPI_OP_NULL;
+  int root = 0;
+  std::vector<int> send_counts, send_displs, recv_counts, recv_displs;
+  MPI_Request running = MPI_REQUEST_NULL;  // the nonblocking call's, until it is done
+};
+
+std::mutex g_persistent_mutex;
+std::unordered_map<MPI_Request, Persistent>& persistents() {
+  static auto* map = new std::unordered_map<MPI_Request, Persistent>;
+  return *map;
+}
+std::atomic<int> g_persistents{0};
+
+int make_persistent(Persistent call, MPI_Request* request) {
+  if (!request) return raise_error(call.comm, MPI_ERR_REQUEST);
+  const int result = PMPI_Recv_init(nullptr, 0, MPI_BYTE, MPI_PROC_NULL, 0, call.comm, request);
+  if (result != MPI_SUCCESS) return result;
+  std::lock_guard<std::mutex> lock(g_persistent_mutex);
+  persistents()[*request] = std::move(call);
+  g_persistents.store(static_cast<int>(persistents().size()), std::memory_order_release);
+  return MPI_SUCCESS;
+}
+
+// The call running behind handle; MPI_REQUEST_NULL when none is.
+MPI_Request running_call(MPI_Request handle) {
+  if (handle == MPI_REQUEST_NULL) return MPI_REQUEST_NULL;
+  std::lock_guard<std::mutex> lock(g_persistent_mutex);
+  auto it = persistents().find(handle);
+  return it == persistents().end() ? MPI_REQUEST_NULL : it->second.running;
+}
+
+// Finishes handle's running call (wait) or looks once; true when it is done.
+bool finish_running(MPI_Request handle, bool wait, int* error) {
+  MPI_Request running = running_call(handle);
+  if (running == MPI_REQUEST_NULL) return true;
+  int done = 1;
+  // The completion calls of requests.cc: staged copies delivered, engine
+  // calls settled.
+  const int result = wait ? handle_Wait(&running, MPI_STATUS_IGNORE) : handle_Test(&running, &done, MPI_STATUS_IGNORE);
+  if (result == MPI_SUCCESS && !done) return false;
+  std::lock_guard<std::mutex> lock(g_persistent_mutex);
+  persistents().at(handle).running = MPI_REQUEST_NULL;
+  if (error && *error == MPI_SUCCESS) *error = result;
+  return true;
+}
+
+}  // namespace
+
+int init_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                   MPI_Request* request) {
+  Persistent call;
+  call.kind = Kind::kAllreduce;
+  call.comm = comm;
+  call.send = sendbuf;
+  call.recv = recvbuf;
+  call.count = count;
+  call.datatype = datatype;
+  call.op = op;
+  return make_persistent(std::move(call), request);
+}
+
+int init_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request* request) {
+  Persistent call;
+  call.kind = Kind::kBcast;
+  call.comm = comm;
+  call.recv = buffer;
+  call.count = count;
+  call.datatype = datatype;
+  call.root = root;
+  return make_persistent(std::move(call), request);
+}
+
+int init_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
+                   void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm,
+                   MPI_Request* request) {
+  int inter = 0, size = 0;
+  if (comm == MPI_COMM_NULL || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS)
+    return raise_error(MPI_COMM_WORLD, MPI_ERR_COMM);
+  // An intercommunicator's counts are per rank of the remote group.
+  if (inter) {
+    PMPI_Comm_remote_size(comm, &size);
+  } else {
+    PMPI_Comm_size(comm, &size);
+  }
+  if (!sendcounts || !sdispls || !recvcounts || !rdispls) return raise_error(comm, MPI_ERR_ARG);
+  Persistent call;
+  call.kind = Kind::kAlltoallv;
+  call.comm = comm;
+  call.send = sendbuf;
+  call.recv = recvbuf;
+  call.datatype = sendtype;
+  call.recv_type = recvtype;
+  call.send_counts.assign(sendcounts, sendcounts + size);
+  call.send_displs.assign(sdispls, sdispls + size);
+  call.recv_counts.assign(recvcounts, recvcounts + size);
+  call.recv_displs.assign(rdispls, rdispls + size);
+  return make_persistent(std::move(call), request);
+}
+
+bool persistent_live() { return g_persistents.load(std::memory_order_acquire) != 0; }
+
+bool is_persistent(MPI_Request request) {
+  if (!persistent_live() || request == MPI_REQUEST_NULL) return false;
+  std::lock_guard<std::mutex> lock(g_persistent_mutex);
+  return persistents().count(request) != 0;
+}
+
+int start_persistent(MPI_Request* request) {
+  Persistent call;
+  {
+    std::lock_guard<std::mutex> lock(g_persistent_mutex);
+    call = persistents().at(*request);
+  }
+  // The real MPI refuses to start an active handle; once it started it,
+  // the handle stays complete for it until the call behind it is done.
+  int result = PMPI_Start(request);
+  if (result != MPI_SUCCESS) return result;
+  MPI_Request running = MPI_REQUEST_NULL;
+  switch (call.kind) {
+    case Kind::kAllreduce:
+      result = handle_Iallreduce(call.send, call.recv, call.count, call.datatype, call.op, call.comm, &running);
+      break;
+    case Kind::kBcast:
+      result = handle_Ibcast(call.recv, call.count, call.datatype, call.root, call.comm, &running);
+      break;
+    case Kind::kAlltoallv:
+      result = handle_Ialltoallv(call.send, call.send_counts.data(), call.send_displs.data(), call.datatype,
+                                 call.recv, call.recv_counts.data(), call.recv_displs.data(), call.recv_type,
+                                 call.comm, &running);
+      break;
+  }
+  if (result != MPI_SUCCESS) return result;
+  std::lock_guard<std::mutex> lock(g_persistent_mutex);
+  persistents().at(*request).running = running;
+  return MPI_SUCCESS;
+}
+
+int settle_persistent(int count, const MPI_Request* requests, bool wait, bool* pending) {
+  *pending = false;
+  int error = MPI_SUCCESS;
+  if (!persistent_live() || !requests) return error;
+  for (int i = 0; i < count; ++i)
+    if (!finish_running(requests[i], wait, &error)) *pending = true;
+  return error;
+}
+
+void hold_running(int count, MPI_Request* requests, std::vector<std::pair<int, MPI_Request>>* held) {
+  held->clear();
+  if (!persistent_live() || !requests) return;
+  for (int i = 0; i < count; ++i) {
+    if (finish_running(requests[i], false, nullptr)) continue;
+    held->push_back({i, requests[i]});
+    requests[i] = MPI_REQUEST_NULL;
+  }
+}
+
+int free_persistent(MPI_Request* request) {
+  {
+    std::lock_guard<std::mutex> lock(g_persistent_mutex);
+    auto it = persistents().find(*request);
+    if (it->second.running != MPI_REQUEST_NULL) return raise_error(it->second.comm, MPI_ERR_REQUEST);
+    persistents().erase(it);
+    g_persistents.store(static_cast<int>(persistents().size()), std::memory_order_release);
+  }
+  return PMPI_Request_free(request);
+}
+
+}  // namespace ferry::shim::nbc
