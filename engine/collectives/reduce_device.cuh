@@ -1,7 +1,7 @@
 // A direct reduce as one block's share of a kernel that outlives many
-// calls: the engine worker's (worker.cu), where kernels.cu launches a grid
-// per call. Inputs are read past L1 (ld.global.cg), so no call sees the
-// data a previous one left there.
+// calls: the engine worker's (worker.cu), where executor_kernels.cu
+// launches a grid per call. Inputs are read past L1 (ld.global.cg), so no
+// call sees the data a previous one left there.
 #pragma once
 
 #include <cstddef>

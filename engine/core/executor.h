@@ -1,5 +1,5 @@
 // Executors carry out one step of a schedule on a device backend: GPU
-// kernels (kernels.cu) or host code on the emulated device.
+// kernels (executor_kernels.cu) or host code on the emulated device.
 #pragma once
 
 #include <cstddef>
