@@ -1,7 +1,5 @@
 #include "engine/transport/p2p_transport.h"
 
-#include <cstring>
-
 namespace ferry {
 namespace {
 
@@ -10,29 +8,20 @@ struct P2pKey {
   ExportedBuffer exported;
   std::uint64_t bytes;
 };
-static_assert(sizeof(P2pKey) <= sizeof(MemoryKey), "a p2p key must fit a memory key");
 
-P2pKey p2p_key_of(const MemoryKey& key) {
-  P2pKey p2p;
-  std::memcpy(&p2p, key.bytes, sizeof(p2p));
-  return p2p;
-}
-
-ExportedBuffer exported_of(const MemoryKey& key) { return p2p_key_of(key).exported; }
+ExportedBuffer exported_of(const MemoryKey& key) { return unpack_memory_key<P2pKey>(key).exported; }
 
 }  // namespace
 
 bool P2pTransport::can_connect(const PeerView& view) const {
-  return same_machine(view.self, view.peer) && view.self.backend == view.peer.backend &&
-         view.self.backend != gpu::kNoBackendId && view.path == TransportKind::kP2p;
+  return view.one_machine_one_backend() && view.path == TransportKind::kP2p;
 }
 
 Status P2pTransport::register_memory(const void* ptr, std::size_t bytes, MemoryKey* key) {
   P2pKey p2p{};
   FERRY_CHECK(memory_.export_buffer(ptr, &p2p.exported));
   p2p.bytes = bytes;
-  *key = MemoryKey{};
-  std::memcpy(key->bytes, &p2p, sizeof(p2p));
+  *key = pack_memory_key(p2p);
   return Status::kOk;
 }
 
@@ -44,8 +33,7 @@ void P2pTransport::unmap(int, const MemoryKey& key) { memory_.unpin_buffer(expor
 
 Status P2pTransport::post_write(int peer, const void* local, const MemoryKey& key, std::size_t offset,
                                 std::size_t bytes, Completion* completion) {
-  const std::uint64_t lent = p2p_key_of(key).bytes;
-  if (offset > lent || bytes > lent - offset) return Status::kInvalidArgument;
+  if (!within_lent(unpack_memory_key<P2pKey>(key).bytes, offset, bytes)) return Status::kInvalidArgument;
   void* mapped = nullptr;
   FERRY_CHECK(map(peer, key, &mapped));
   const Status copied = gpu::copy(static_cast<char*>(mapped) + offset, local, bytes);
@@ -58,11 +46,6 @@ Status P2pTransport::post_signal(int peer, const MemoryKey& key, std::size_t off
                                  Completion* completion) {
   if (offset % sizeof(value) != 0) return Status::kInvalidArgument;
   return post_write(peer, &value, key, offset, sizeof(value), completion);
-}
-
-Status P2pTransport::test(Completion* completion, bool* done) {
-  *done = completion->done;
-  return Status::kOk;
 }
 
 }  // namespace ferry

@@ -30,7 +30,6 @@ class P2pTransport final : public Transport {
                     Completion* completion) override;
   Status post_signal(int peer, const MemoryKey& key, std::size_t offset, std::uint64_t value,
                      Completion* completion) override;
-  Status test(Completion* completion, bool* done) override;
 
   // The mappings themselves, for parts that export and pin buffers by
   // their own protocol (windows, device access).

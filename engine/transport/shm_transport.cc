@@ -1,7 +1,6 @@
 #include "engine/transport/shm_transport.h"
 
 #include <atomic>
-#include <cstring>
 
 #include "engine/bootstrap/bootstrap.h"
 
@@ -15,19 +14,13 @@ struct SegmentRange {
   std::uint64_t offset;
   std::uint64_t bytes;
 };
-static_assert(sizeof(SegmentRange) <= sizeof(MemoryKey), "a segment range must fit a memory key");
 
-SegmentRange range_of(const MemoryKey& key) {
-  SegmentRange range;
-  std::memcpy(&range, key.bytes, sizeof(range));
-  return range;
-}
+SegmentRange range_of(const MemoryKey& key) { return unpack_memory_key<SegmentRange>(key); }
 
 }  // namespace
 
 bool ShmTransport::can_connect(const PeerView& view) const {
-  return same_machine(view.self, view.peer) && view.self.backend == view.peer.backend &&
-         view.self.backend != gpu::kNoBackendId && view.path != TransportKind::kNet;
+  return view.one_machine_one_backend() && view.path != TransportKind::kNet;
 }
 
 Status ShmTransport::connect(Bootstrap& bootstrap) {
@@ -39,18 +32,15 @@ Status ShmTransport::register_memory(const void* ptr, std::size_t bytes, MemoryK
   if (!segments_) return Status::kUnavailable;
   const char* own = segments_->segment(rank_);
   const char* at = static_cast<const char*>(ptr);
-  if (at < own || at > own + segments_->bytes() || bytes > static_cast<std::size_t>(own + segments_->bytes() - at))
+  if (at < own || !within_lent(segments_->bytes(), static_cast<std::size_t>(at - own), bytes))
     return Status::kInvalidArgument;
-  const SegmentRange range{rank_, 0, static_cast<std::uint64_t>(at - own), bytes};
-  *key = MemoryKey{};
-  std::memcpy(key->bytes, &range, sizeof(range));
+  *key = pack_memory_key(SegmentRange{rank_, 0, static_cast<std::uint64_t>(at - own), bytes});
   return Status::kOk;
 }
 
 Status ShmTransport::map(int peer, const MemoryKey& key, void** mapped) {
   const SegmentRange range = range_of(key);
-  if (!segments_ || range.rank != peer || range.offset > segments_->bytes() ||
-      range.bytes > segments_->bytes() - range.offset)
+  if (!segments_ || range.rank != peer || !within_lent(segments_->bytes(), range.offset, range.bytes))
     return Status::kInvalidArgument;
   *mapped = segments_->segment(peer) + range.offset;
   return Status::kOk;
@@ -60,7 +50,7 @@ Status ShmTransport::post_write(int peer, const void* local, const MemoryKey& ke
                                 std::size_t bytes, Completion* completion) {
   void* mapped = nullptr;
   FERRY_CHECK(map(peer, key, &mapped));
-  if (offset > range_of(key).bytes || bytes > range_of(key).bytes - offset) return Status::kInvalidArgument;
+  if (!within_lent(range_of(key).bytes, offset, bytes)) return Status::kInvalidArgument;
   const Status copied = gpu::copy(static_cast<char*>(mapped) + offset, local, bytes);
   completion->done = ok(copied);
   return copied;
@@ -70,17 +60,12 @@ Status ShmTransport::post_signal(int peer, const MemoryKey& key, std::size_t off
                                  Completion* completion) {
   void* mapped = nullptr;
   FERRY_CHECK(map(peer, key, &mapped));
-  if (offset % sizeof(value) != 0 || offset > range_of(key).bytes || sizeof(value) > range_of(key).bytes - offset)
+  if (offset % sizeof(value) != 0 || !within_lent(range_of(key).bytes, offset, sizeof(value)))
     return Status::kInvalidArgument;
   // Release: a peer that sees the value sees every write before it.
   reinterpret_cast<std::atomic<std::uint64_t>*>(static_cast<char*>(mapped) + offset)
       ->store(value, std::memory_order_release);
   completion->done = true;
-  return Status::kOk;
-}
-
-Status ShmTransport::test(Completion* completion, bool* done) {
-  *done = completion->done;
   return Status::kOk;
 }
 

@@ -34,7 +34,6 @@ class ShmTransport final : public Transport {
                     Completion* completion) override;
   Status post_signal(int peer, const MemoryKey& key, std::size_t offset, std::uint64_t value,
                      Completion* completion) override;
-  Status test(Completion* completion, bool* done) override;
 
   // The segments once connected, else nullptr.
   SharedSegments* segments() const { return segments_.get(); }

@@ -14,10 +14,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "engine/common/status.h"
 #include "engine/core/ranks.h"
+#include "engine/gpu/gpu.h"
 #include "engine/topology/search.h"
 
 namespace ferry {
@@ -31,6 +34,12 @@ struct PeerView {
   // What the topology's search calls for between the two ranks' devices (p2p
   // where there is no topology to ask).
   TransportKind path;
+
+  // One machine and one device backend (not none): what every transport
+  // within a machine needs.
+  bool one_machine_one_backend() const {
+    return same_machine(self, peer) && self.backend == peer.backend && self.backend != gpu::kNoBackendId;
+  }
 };
 
 // Registered memory as a peer names it: what register_memory gives and map
@@ -40,6 +49,29 @@ struct MemoryKey {
   std::uint8_t bytes[128];
 };
 static_assert(sizeof(MemoryKey) == 128, "MemoryKey travels between processes; keep its layout fixed");
+
+// A transport's own description of registered memory, in a key and back.
+template <typename Contents>
+MemoryKey pack_memory_key(const Contents& contents) {
+  static_assert(sizeof(Contents) <= sizeof(MemoryKey) && std::is_trivially_copyable<Contents>::value,
+                "a key's contents must fit a memory key and copy as bytes");
+  MemoryKey key{};
+  std::memcpy(key.bytes, &contents, sizeof(contents));
+  return key;
+}
+template <typename Contents>
+Contents unpack_memory_key(const MemoryKey& key) {
+  static_assert(sizeof(Contents) <= sizeof(MemoryKey) && std::is_trivially_copyable<Contents>::value,
+                "a key's contents must fit a memory key and copy as bytes");
+  Contents contents;
+  std::memcpy(&contents, key.bytes, sizeof(contents));
+  return contents;
+}
+
+// Whether [offset, offset + bytes) lies within lent bytes (no overflow).
+inline bool within_lent(std::uint64_t lent, std::size_t offset, std::size_t bytes) {
+  return offset <= lent && bytes <= lent - offset;
+}
 
 // The completion of a posted operation; test() says when it is done.
 struct Completion {
@@ -80,7 +112,11 @@ class Transport {
   virtual Status post_signal(int peer, const MemoryKey& key, std::size_t offset, std::uint64_t value,
                              Completion* completion) = 0;
   // Moves posted operations on; *done tells whether completion's has ended.
-  virtual Status test(Completion* completion, bool* done) = 0;
+  // By default, for transports whose posts complete before they return.
+  virtual Status test(Completion* completion, bool* done) {
+    *done = completion->done;
+    return Status::kOk;
+  }
 };
 
 }  // namespace ferry
