@@ -11,7 +11,10 @@
 //   staged (by hand)  what a user writes without a CUDA-aware MPI: copy to host,
 //                     MPI on the host copies, copy back. Ferry reads
 //                     FERRY_ROUTE once at start-up, so its own staged route
-//                     cannot be timed in the same run as its default one.
+//                     cannot be timed in the same run as its default one;
+//   host mpi          with --host: the same call on host buffers and no
+//                     copies (the real MPI's own path, across nodes the raw
+//                     path under Ferry's net transport).
 // Only rank 0 prints: notes, then one table row per (operation, size).
 //
 // NCCL is --nccl PATH, else libnccl.so.2 on the loader's path, and runs with
@@ -127,6 +130,16 @@ int run(int argc, char** argv, int rank, int nranks) {
         std::make_unique<StagedMethod>(device, Buffers{staging_send->get(), staging_recv->get()}, copy, rank);
     notes.push_back(use_cuda ? "staged (by hand): cudaMemcpy device->pinned host, MPI on host buffers, copy back"
                              : "staged (by hand): ferry_memcpy device->host, MPI on host buffers, copy back");
+  }
+  if (options.host) {
+    if (!staging_send) {
+      staging_send = std::make_unique<HostBuffer>(max_count * sizeof(float), use_cuda);
+      staging_recv = std::make_unique<HostBuffer>(max_count * sizeof(float), use_cuda);
+    }
+    const CopyFunction copy = use_cuda ? cuda::copy : ferry.copy;
+    methods[kHost] =
+        std::make_unique<HostMethod>(device, Buffers{staging_send->get(), staging_recv->get()}, copy, rank);
+    notes.push_back("host mpi (no copies): the same MPI call on host buffers, timed without copies");
   }
 
   std::string nccl_note = use_cuda ? "" : "nccl column skipped: no GPU in use (device backend " + backend + ")";

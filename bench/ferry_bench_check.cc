@@ -67,7 +67,7 @@ void Harness::verify(Method& method, const char* method_title, const Case& c) {
     std::fill(readback_.begin(), readback_.end(), kUntouched);
     copy_or_throw(ferry_.copy, result, readback_.data(), bytes);
   }
-  method.start(c);
+  method.start_checked(c);
   method.finish();
   copy_or_throw(ferry_.copy, readback_.data(), result, bytes);
 

@@ -29,4 +29,6 @@ void StagedMethod::start(const Case& c) {
   copy_or_throw(copy_, device_.recv, host_.recv, bytes);
 }
 
+void HostMethod::start(const Case& c) { run_mpi(c, host_.send, host_.recv); }
+
 }  // namespace ferry_bench

@@ -12,8 +12,9 @@
 
 namespace ferry_bench {
 
-enum MethodId { kFerry, kNccl, kStaged, kMethodCount };
-constexpr std::array<const char*, kMethodCount> kMethodTitles{"ferry", "nccl", "staged (by hand)"};
+enum MethodId { kFerry, kNccl, kStaged, kHost, kMethodCount };
+constexpr std::array<const char*, kMethodCount> kMethodTitles{"ferry", "nccl", "staged (by hand)",
+                                                              "host mpi (no copies)"};
 
 class Method {
  public:
@@ -21,6 +22,8 @@ class Method {
   // Runs the operation on the device buffers. An MPI call has completed on
   // return; NCCL work is only queued.
   virtual void start(const Case& c) = 0;
+  // start() as the check runs it (the result must reach the device buffers).
+  virtual void start_checked(const Case& c) { start(c); }
   // Waits for what start() queued.
   virtual void finish() {}
   // The stream on which CUDA events time start(); none where only the host
@@ -53,6 +56,21 @@ class StagedMethod final : public Method {
   Buffers host_;
   CopyFunction copy_;
   int rank_;
+};
+
+// The same MPI call on host buffers, with no copies: what the real MPI does
+// with host memory (across nodes, the raw path under Ferry's net transport).
+// Checked with staging's copies around it; timed without them.
+class HostMethod final : public Method {
+ public:
+  HostMethod(Buffers device, Buffers host, CopyFunction copy, int rank)
+      : staged_(device, host, copy, rank), host_(host) {}
+  void start(const Case& c) override;
+  void start_checked(const Case& c) override { staged_.start(c); }
+
+ private:
+  StagedMethod staged_;
+  Buffers host_;
 };
 
 }  // namespace ferry_bench

@@ -26,6 +26,7 @@ const char* const kUsage =
     "                      none: no NCCL column, NCCL not loaded\n"
     "  --csv FILE          also write the results as CSV\n"
     "  --no-staged         skip the staged (by hand) column\n"
+    "  --host              add the host mpi column: the same call on host buffers, no copies\n"
     "NCCL runs with NCCL_NVLS_ENABLE=0 (NVLink multicast off), set by ferry-bench itself.\n";
 
 std::string human_bytes(std::size_t bytes) {
@@ -124,6 +125,8 @@ Options parse_options(int argc, char** argv) {
       options.csv_path = value();
     } else if (option == "--no-staged") {
       options.staged = false;
+    } else if (option == "--host") {
+      options.host = true;
     } else if (option == "--help" || option == "-h") {
       options.help = true;
     } else {

@@ -40,6 +40,7 @@ struct Options {
   std::string nccl_path;
   std::string csv_path;
   bool staged = true;
+  bool host = false;  // the host mpi column
   bool help = false;
 };
 

@@ -93,7 +93,8 @@ CsvFile::CsvFile(const std::string& path, int nranks) : file_(std::fopen(path.c_
   if (!file_) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
   std::fprintf(file_,
                "op,bytes,ranks,iterations,ferry_us,ferry_gpu_us,ferry_busbw_gbps,nccl_us,nccl_gpu_us,"
-               "nccl_busbw_gbps,staged_by_hand_us,staged_by_hand_busbw_gbps,ferry_over_nccl\n");
+               "nccl_busbw_gbps,staged_by_hand_us,staged_by_hand_busbw_gbps,host_mpi_us,host_mpi_busbw_gbps,"
+               "ferry_over_nccl\n");
 }
 
 CsvFile::~CsvFile() { std::fclose(file_); }
@@ -104,7 +105,8 @@ void CsvFile::write_row(const Row& row) {
   for (int m = 0; m < kMethodCount; ++m) {
     const std::optional<Timing>& timing = row.timings[m];
     line += "," + (timing ? format_number("%.3f", timing->blocking_us) : "");
-    if (m != kStaged) line += "," + (timing && timing->gpu_us ? format_number("%.3f", *timing->gpu_us) : "");
+    if (m != kStaged && m != kHost)
+      line += "," + (timing && timing->gpu_us ? format_number("%.3f", *timing->gpu_us) : "");
     line += "," + (timing ? format_number("%.3f", busbw_gbps(row, timing->blocking_us, nranks_)) : "");
   }
   const bool ratio = row.timings[kFerry] && row.timings[kNccl];

@@ -6,6 +6,7 @@
 #include "engine/collectives/collectives.h"
 #include "engine/collectives/tuner.h"
 #include "engine/common/params.h"
+#include "engine/core/transport_table.h"
 #include "mpi_shim/peer_pt2pt.h"
 #include "mpi_shim/staging.h"
 
@@ -85,6 +86,10 @@ void print_stats(int rank) {
                  rank, static_cast<unsigned long long>(staging.pinned_allocations),
                  static_cast<unsigned long long>(staging.pinned_peak_bytes),
                  static_cast<unsigned long long>(staging.pageable_blocks));
+  const NetTraffic net = net_traffic();
+  if (net.sent_bytes + net.received_bytes > 0)
+    std::fprintf(stderr, "ferry stats rank %d: net transport %llu bytes sent, %llu bytes received\n", rank,
+                 static_cast<unsigned long long>(net.sent_bytes), static_cast<unsigned long long>(net.received_bytes));
   for (int c = 0; c < static_cast<int>(EngineCollective::kCount); ++c) {
     const EngineCallStats engine = engine_call_stats(static_cast<EngineCollective>(c));
     if (engine.calls == 0) continue;

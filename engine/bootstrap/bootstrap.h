@@ -7,11 +7,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "engine/common/liveness.h"
 #include "engine/common/status.h"
+#include "engine/transport/net.h"
 
 namespace ferry {
 
@@ -23,6 +25,15 @@ class Bootstrap {
   // Every rank contributes bytes at mine; all receive size() * bytes, in rank order.
   virtual Status allgather(const void* mine, void* all, std::size_t bytes) = 0;
   virtual Status barrier() = 0;
+
+  // Collective: a bootstrap over the ranks that passed the same color (none
+  // for a negative color: kUnavailable there), ordered by key then rank (MPI_Comm_split's rule). kUnsupported (on
+  // every rank) where the implementation cannot divide itself.
+  virtual Status split(int color, int key, std::unique_ptr<Bootstrap>* part) { return Status::kUnsupported; }
+  // Collective: the network the bootstrap itself brings between its ranks
+  // (the MPI bootstrap: the application's MPI), for the net transport's
+  // mpi provider; nullptr (on every rank) where it brings none.
+  virtual std::unique_ptr<NetProvider> open_network() { return nullptr; }
 
   // By rank, the pids of the peers on this machine (0 for others): a wait
   // of allgather or barrier then ends in Status::kPeerEnded, soon after

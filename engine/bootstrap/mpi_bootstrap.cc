@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "engine/bootstrap/mpi_network.h"
 #include "engine/common/params.h"
 
 namespace ferry {
@@ -32,6 +33,10 @@ class MpiBootstrap final : public Bootstrap {
       return Status::kSystemError;
     return wait(&request, "allgather");
   }
+
+  Status split(int color, int key, std::unique_ptr<Bootstrap>* part) override;
+
+  std::unique_ptr<NetProvider> open_network() override { return make_mpi_network(comm_); }
 
   Status barrier() override {
     if (size_ == 1) return Status::kOk;
@@ -68,6 +73,19 @@ class MpiBootstrap final : public Bootstrap {
   int rank_;
   int size_;
 };
+
+Status MpiBootstrap::split(int color, int key, std::unique_ptr<Bootstrap>* part) {
+  MPI_Comm divided = MPI_COMM_NULL;
+  if (PMPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &divided) != MPI_SUCCESS)
+    return Status::kSystemError;
+  if (divided == MPI_COMM_NULL) return Status::kUnavailable;
+  PMPI_Comm_set_errhandler(divided, MPI_ERRORS_RETURN);
+  int rank = 0, size = 0;
+  PMPI_Comm_rank(divided, &rank);
+  PMPI_Comm_size(divided, &size);
+  *part = std::make_unique<MpiBootstrap>(divided, rank, size);
+  return Status::kOk;
+}
 
 }  // namespace
 

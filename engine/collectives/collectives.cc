@@ -12,6 +12,7 @@
 #include "engine/collectives/agreement.h"
 #include "engine/collectives/algorithms/algorithms.h"
 #include "engine/collectives/call.h"
+#include "engine/collectives/hierarchy.h"
 #include "engine/core/executor.h"
 #include "engine/collectives/schedule.h"
 #include "engine/collectives/simple_protocol.h"
@@ -109,6 +110,7 @@ Status run_allreduce(Communicator& comm, const std::vector<Handshake>& all, cons
 
 Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                  bool eligible, bool* ran) {
+  if (comm.hierarchy()) return hierarchical_allreduce(comm, *comm.hierarchy(), send, recv, count, type, op, eligible, ran);
   *ran = false;
   PhaseClock clock(EngineCollective::kAllreduce);
   const PeerReach reach = reach_of(comm);
@@ -185,6 +187,7 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
 }
 
 Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool eligible, bool* ran) {
+  if (comm.hierarchy()) return hierarchical_bcast(comm, *comm.hierarchy(), buffer, bytes, root, eligible, ran);
   *ran = false;
   PhaseClock clock(EngineCollective::kBcast);
   const PeerReach reach = reach_of(comm);

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/collectives/hierarchy.h"
 #include "engine/common/params.h"
 
 namespace ferry {
+
+Communicator::Communicator(std::unique_ptr<Bootstrap> bootstrap) : PeerGroup(std::move(bootstrap)) {}
 
 Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_ptr<Communicator>* out) {
   if (!bootstrap) return Status::kUnavailable;
@@ -18,6 +21,12 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
   if (leading == "on" || (leading != "off" && comm->no_worker_)) comm->gpu_leader_ = gpu_leaders(comm->ranks());
   if (comm->by_gpu_leaders())
     FERRY_INFO(Coll, "ranks share a GPU: rank %d does the device work of this rank", comm->gpu_leader_[comm->rank()]);
+  // Without it (kUnavailable on every rank), device calls across machines
+  // are staged.
+  if (comm->net()) {
+    const Status status = Hierarchy::create(*comm, &comm->hierarchy_);
+    if (!ok(status) && status != Status::kUnavailable) return status;
+  }
   *out = std::move(comm);
   return Status::kOk;
 }

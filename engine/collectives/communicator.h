@@ -20,6 +20,8 @@
 
 namespace ferry {
 
+class Hierarchy;
+
 class Communicator : public PeerGroup {
  public:
   // Collective over the bootstrap's ranks.
@@ -36,6 +38,11 @@ class Communicator : public PeerGroup {
   int gpu_leaders_before_me() const;
   // Every rank on one GPU (ranks_share_one_gpu).
   bool on_one_gpu() const { return on_one_gpu_; }
+
+  // Where the ranks span machines and the network reaches them: the
+  // machines' own communicators the collectives go by (hierarchy.h);
+  // nullptr otherwise.
+  Hierarchy* hierarchy() const { return hierarchy_.get(); }
 
   // The engine worker on device of backend, created on first use and kept;
   // nullptr when there is none (FERRY_WORKER=0, the backend has none, or
@@ -128,7 +135,7 @@ class Communicator : public PeerGroup {
   std::mutex& copy_push_mutex() { return copy_push_mutex_; }
 
  private:
-  explicit Communicator(std::unique_ptr<Bootstrap> bootstrap) : PeerGroup(std::move(bootstrap)) {}
+  explicit Communicator(std::unique_ptr<Bootstrap> bootstrap);
 
   // Collective: a buffer of bytes on device of this rank (its first zeroed
   // bytes zeroed; the size rounded up to whole 2 MiB pages), every rank's
@@ -154,6 +161,7 @@ class Communicator : public PeerGroup {
     void* steps = nullptr;  // device memory
   };
   std::map<std::tuple<int, int, std::size_t, std::size_t>, CachedPlan> simple_plans_;
+  std::unique_ptr<Hierarchy> hierarchy_;
 };
 
 }  // namespace ferry

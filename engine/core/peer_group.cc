@@ -34,11 +34,23 @@ const AllowedTransports& configured_transports() {
   return allowed;
 }
 
+// FERRY_NET names a provider this build has (the same on every rank).
+bool network_configured() {
+  static const bool known = [] {
+    if (params().net == "mpi") return true;
+    FERRY_WARN(Transport, "FERRY_NET=%s: unknown network provider (known: mpi); device buffers will be staged "
+               "between machines", params().net.c_str());
+    return false;
+  }();
+  return known;
+}
+
 }  // namespace
 
 PeerGroup::PeerGroup(std::unique_ptr<Bootstrap> bootstrap)
     : bootstrap_(std::move(bootstrap)),
-      transports_(configured_transports(), gpu::active_backend(), static_cast<std::size_t>(params().shm_segment_bytes)) {}
+      transports_(configured_transports(), gpu::active_backend(), static_cast<std::size_t>(params().shm_segment_bytes),
+                  static_cast<std::size_t>(params().net_chunk_bytes), static_cast<int>(params().net_chunks)) {}
 
 Status PeerGroup::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_ptr<PeerGroup>* out) {
   if (!bootstrap) return Status::kUnavailable;
@@ -67,12 +79,13 @@ Status PeerGroup::connect() {
   const SystemGraph* topology = n > 1 ? topology_for(backend) : nullptr;
   TransportTable& table = transports_;
   table.plan(rank(), ranks, topology);
-  constexpr std::int32_t kAllP2p = 1, kAllLocal = 2;
-  std::int32_t verdict = kAllP2p | kAllLocal;
+  constexpr std::int32_t kAllP2p = 1, kAllLocal = 2, kAllReached = 4;
+  std::int32_t verdict = kAllP2p | kAllLocal | kAllReached;
   for (int peer = 0; peer < n; ++peer) {
     if (peer == rank()) continue;
     if (table.to(peer) != &table.p2p()) verdict &= ~kAllP2p;
-    if (!table.to(peer)) verdict &= ~kAllLocal;
+    if (!table.to(peer) || table.to(peer) == &table.net()) verdict &= ~kAllLocal;
+    if (!table.to(peer)) verdict &= ~kAllReached;
     FERRY_TRACE(Transport, "peer %d: %s", peer, table.name_to(peer));
   }
   // Each process has its own topology (one rank's file may not load), so
@@ -92,6 +105,17 @@ Status PeerGroup::connect() {
     bootstrap_->watch_peers(local_pids);
   }
 
+  // Across machines: the network, where every peer is reached by some
+  // transport (the collectives go by machine: hierarchy.h).
+  if (table.uses_net() && (verdict & kAllReached) && network_configured()) {
+    const Status status = table.net().connect(*bootstrap_);
+    if (ok(status))
+      net_ = &table.net();
+    else
+      FERRY_WARN(Transport, "net transport unavailable (%s): device buffers will be staged between machines",
+                 status_name(status));
+  }
+
   if (n > 1 && (verdict & kAllP2p)) {
     common_ = &table.p2p();
   } else if (n > 1 && (verdict & kAllLocal)) {
@@ -105,6 +129,7 @@ Status PeerGroup::connect() {
              topology ? local_topology().source.c_str() : "none",
              all_peers_mapped() ? "every peer mapped (p2p)"
              : shm()            ? "peers through host shared memory (shm)"
+             : net_             ? "peers of other machines over the network (net)"
                                 : "no engine transport to every peer");
   return Status::kOk;
 }

@@ -42,6 +42,10 @@ class PeerGroup {
   // Host shared memory with every peer, where the common transport is shm;
   // nullptr otherwise.
   SharedSegments* shm() const { return common_ == &transports_.shm() ? transports_.shm().segments() : nullptr; }
+  // The network to the peers of other machines, where the ranks span
+  // machines and every peer is reached (the same on every rank); nullptr
+  // otherwise.
+  NetTransport* net() const { return net_; }
   // Streams, events and scratch kept between calls.
   DeviceResources& resources() { return resources_; }
 
@@ -60,6 +64,7 @@ class PeerGroup {
   std::vector<RankIdentity> ranks_;
   TransportTable transports_;
   Transport* common_ = nullptr;
+  NetTransport* net_ = nullptr;
   DeviceResources resources_;
 };
 

@@ -9,7 +9,7 @@ namespace ferry {
 
 AllowedTransports allowed_transports(const std::string& list, bool p2p_disable, bool shm_disable,
                                      std::vector<std::string>* unknown) {
-  AllowedTransports listed{false, false};
+  AllowedTransports listed{false, false, false};
   bool known_name = false;  // none and net included
   std::size_t start = 0;
   const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
@@ -27,14 +27,16 @@ AllowedTransports allowed_transports(const std::string& list, bool p2p_disable, 
       listed.p2p = true;
     } else if (name == "shm") {
       listed.shm = true;
-    } else if (name != "net" && name != "none") {
+    } else if (name == "net") {
+      listed.net = true;
+    } else if (name != "none") {
       if (unknown) unknown->push_back(word);
       continue;
     }
     known_name = true;
   }
   if (!known_name) listed = AllowedTransports{};
-  return {listed.p2p && !p2p_disable, listed.shm && !shm_disable};
+  return {listed.p2p && !p2p_disable, listed.shm && !shm_disable, listed.net};
 }
 
 std::vector<TransportKind> topology_paths(int rank, const std::vector<RankIdentity>& ranks,
@@ -61,10 +63,15 @@ std::vector<TransportKind> topology_paths(int rank, const std::vector<RankIdenti
 }
 
 TransportTable::TransportTable(const AllowedTransports& allowed, gpu::Backend* backend,
-                               std::size_t shm_segment_bytes)
-    : shm_(backend, shm_segment_bytes) {
+                               std::size_t shm_segment_bytes, std::size_t net_chunk_bytes, int net_chunks)
+    : shm_(backend, shm_segment_bytes), net_(net_chunk_bytes, net_chunks) {
   if (allowed.p2p) candidates_.push_back(&p2p_);
   if (allowed.shm) candidates_.push_back(&shm_);
+  if (allowed.net) candidates_.push_back(&net_);
+}
+
+bool TransportTable::uses_net() const {
+  return std::find(peers_.begin(), peers_.end(), &net_) != peers_.end();
 }
 
 void TransportTable::plan(int rank, const std::vector<RankIdentity>& ranks, const SystemGraph* topology) {

@@ -1,5 +1,5 @@
 // Which transport reaches each peer of an engine communicator: the
-// transports the settings allow are asked in priority order (p2p, then shm)
+// transports the settings allow are asked in priority order (p2p, shm, net)
 // whether they can connect to the peer, given both ranks' identities and
 // the path the topology's search found between them; the first that can
 // serves it.
@@ -11,6 +11,7 @@
 
 #include "engine/core/ranks.h"
 #include "engine/topology/system_graph.h"
+#include "engine/transport/net_transport.h"
 #include "engine/transport/p2p_transport.h"
 #include "engine/transport/shm_transport.h"
 
@@ -20,10 +21,11 @@ namespace ferry {
 struct AllowedTransports {
   bool p2p = true;
   bool shm = true;
+  bool net = true;
 };
 
 // FERRY_TRANSPORTS's list (comma separated, case and spaces ignored: p2p,
-// shm; net is known but has no transport yet; none allows nothing), less
+// shm, net; none allows nothing), less
 // what FERRY_P2P_DISABLE and FERRY_SHM_DISABLE turn off. A list that names
 // no known transport (empty, or only unknown names) allows all of them.
 // Unknown names are added to unknown, for the caller to report.
@@ -43,8 +45,10 @@ std::vector<TransportKind> topology_paths(int rank, const std::vector<RankIdenti
 class TransportTable {
  public:
   // shm segments of shm_segment_bytes, pinned for backend's device
-  // (nullptr: plain host memory).
-  TransportTable(const AllowedTransports& allowed, gpu::Backend* backend, std::size_t shm_segment_bytes);
+  // (nullptr: plain host memory); net messages in chunks of net_chunk_bytes,
+  // net_chunks of them in flight.
+  TransportTable(const AllowedTransports& allowed, gpu::Backend* backend, std::size_t shm_segment_bytes,
+                 std::size_t net_chunk_bytes = std::size_t{1} << 20, int net_chunks = 4);
 
   // Chooses the transport to every rank.
   void plan(int rank, const std::vector<RankIdentity>& ranks, const SystemGraph* topology);
@@ -59,10 +63,14 @@ class TransportTable {
   P2pTransport& p2p() { return p2p_; }
   ShmTransport& shm() { return shm_; }
   const ShmTransport& shm() const { return shm_; }
+  NetTransport& net() { return net_; }
+  // Whether some peer is reached over the network.
+  bool uses_net() const;
 
  private:
   P2pTransport p2p_;
   ShmTransport shm_;
+  NetTransport net_;
   std::vector<Transport*> candidates_;  // the allowed ones, best first
   int rank_ = -1;
   std::vector<Transport*> peers_;

@@ -27,6 +27,11 @@ class ShmBootstrap final : public Bootstrap {
   int size() const override { return inner_->size(); }
   Status allgather(const void* mine, void* all, std::size_t bytes) override;
   Status barrier() override { return allgather(nullptr, nullptr, 0); }
+  // The bootstrap it wraps divides and opens networks.
+  Status split(int color, int key, std::unique_ptr<Bootstrap>* part) override {
+    return inner_->split(color, key, part);
+  }
+  std::unique_ptr<NetProvider> open_network() override { return inner_->open_network(); }
   // Watched here and by the bootstrap it wraps (exchanges too large for
   // the slots go there).
   void watch_peers(std::vector<std::int32_t> pids) override {

@@ -8,8 +8,8 @@
 // itself up collectively, registers memory under a key a peer can use, maps
 // a peer's key to a pointer where it has one (the load/store path the
 // LL/Simple/copy-engine protocols are written in), and writes into a peer's
-// registered memory with a completion to test. Two-sided send and receive
-// join the interface with the network transport, the first that needs them.
+// registered memory with a completion to test. The network transport, which
+// maps nothing, sends and receives (two-sided) instead.
 #pragma once
 
 #include <cstddef>
@@ -111,6 +111,13 @@ class Transport {
   // after every write posted to peer before it has landed.
   virtual Status post_signal(int peer, const MemoryKey& key, std::size_t offset, std::uint64_t value,
                              Completion* completion) = 0;
+  // Two-sided: sends bytes of local (host or device memory of this process)
+  // to peer's post_recv of the same tag and bytes; messages of one tag
+  // between two ranks match in posting order. kUnsupported where the
+  // transport only maps and writes.
+  virtual Status post_send(int, const void*, std::size_t, int, Completion*) { return Status::kUnsupported; }
+  virtual Status post_recv(int, void*, std::size_t, int, Completion*) { return Status::kUnsupported; }
+
   // Moves posted operations on; *done tells whether completion's has ended.
   // By default, for transports whose posts complete before they return.
   virtual Status test(Completion* completion, bool* done) {

@@ -1,11 +1,13 @@
 // Ranks of one machine given different host names (FERRY_HOSTNAME, set per
 // rank by virtual_node.sh): virtual nodes. Device-buffer collectives and
-// messages are checked on the whole job (ranks on two nodes: Ferry must not
-// map memory or share host memory between them, so it stages; FERRY_STATS
-// shows it) and on each node's communicator (the engine's transports). A
-// window on device memory spanning the nodes is refused with MPI_ERR_WIN,
-// as between real nodes; one within a node carries a put.
+// messages are checked against a host reference on the whole job (ranks on
+// several nodes: Ferry must not map memory or share host memory between
+// them; collectives go by node over the net transport, messages are staged;
+// FERRY_STATS shows it) and on each node's communicator (the engine's
+// transports). A window on device memory spanning the nodes is refused with
+// MPI_ERR_WIN, as between real nodes; one within a node carries a put.
 // Argument: "world" or "node".
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -34,6 +36,18 @@ void test_calls(MPI_Comm comm, const char* scope, int count) {
     }
     expect_buffer(what, out, expected);
   }
+  {  // Allreduce in place, doubles, max.
+    const uint64_t id = next_case_id();
+    const Case what{"MPI_Allreduce", "MPI_DOUBLE max in place", scope, count, "device"};
+    Buffer inout = make_buffer(random_values<double>(count, id, rank), device, 16);
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, inout.data(), count, MPI_DOUBLE, MPI_MAX, comm), what);
+    std::vector<double> expected = random_values<double>(count, id, 0);
+    for (int r = 1; r < size; ++r) {
+      const std::vector<double> theirs = random_values<double>(count, id, r);
+      for (int i = 0; i < count; ++i) expected[i] = std::max(expected[i], theirs[i]);
+    }
+    expect_buffer(what, inout, expected);
+  }
   {  // Bcast of bytes from the last rank.
     const uint64_t id = next_case_id();
     const Case what{"MPI_Bcast", "MPI_BYTE", scope, count, "device"};
@@ -42,6 +56,15 @@ void test_calls(MPI_Comm comm, const char* scope, int count) {
                                 device, 3);
     check_mpi(MPI_Bcast(buffer.data(), count, MPI_BYTE, root, comm), what);
     expect_buffer(what, buffer, random_values<uint8_t>(count, id, root));
+  }
+  {  // Bcast of floats from rank 1, at an odd offset.
+    const uint64_t id = next_case_id();
+    const Case what{"MPI_Bcast", "MPI_FLOAT", scope, count, "device"};
+    const int root = 1 % size;
+    Buffer buffer = make_buffer(rank == root ? random_values<float>(count, id, root) : poisoned<float>(count),
+                                device, 4);
+    check_mpi(MPI_Bcast(buffer.data(), count, MPI_FLOAT, root, comm), what);
+    expect_buffer(what, buffer, random_values<float>(count, id, root));
   }
   {  // Around a ring: on the whole job, every message crosses to the other node.
     const uint64_t id = next_case_id();

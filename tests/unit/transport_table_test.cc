@@ -79,29 +79,33 @@ TEST(TopoPlan, DisableParametersOverrideTheSearch) {
             (Names{"self", "none"}));
 }
 
-bool operator==(const AllowedTransports& a, const AllowedTransports& b) { return a.p2p == b.p2p && a.shm == b.shm; }
+bool operator==(const AllowedTransports& a, const AllowedTransports& b) {
+  return a.p2p == b.p2p && a.shm == b.shm && a.net == b.net;
+}
 
 // FERRY_TRANSPORTS's list, alone and with the disable parameters.
 TEST(TopoPlan, TransportsListNamesWhatTheEngineMayUse) {
   const struct {
     const char* list;
-    bool p2p, shm;
+    bool p2p, shm, net;
   } cases[] = {
-      {"", true, true},           {"p2p,shm", true, true}, {"p2p", true, false},    {"shm", false, true},
-      {" SHM , P2p ", true, true}, {"shm,,", false, true},  {"none", false, false}, {"net", false, false},
-      {"none,p2p", true, false},  {"net,shm", false, true},
+      {"", true, true, true},          {"p2p,shm", true, true, false}, {"p2p", true, false, false},
+      {"shm", false, true, false},     {" SHM , P2p ", true, true, false}, {"shm,,", false, true, false},
+      {"none", false, false, false},   {"net", false, false, true},    {"none,p2p", true, false, false},
+      {"net,shm", false, true, true},  {" NET ", false, false, true},
   };
   for (const auto& c : cases) {
     std::vector<std::string> unknown;
     const AllowedTransports allowed = allowed_transports(c.list, false, false, &unknown);
     EXPECT_EQ(allowed.p2p, c.p2p) << "'" << c.list << "'";
     EXPECT_EQ(allowed.shm, c.shm) << "'" << c.list << "'";
+    EXPECT_EQ(allowed.net, c.net) << "'" << c.list << "'";
     EXPECT_TRUE(unknown.empty()) << "'" << c.list << "'";
   }
   // The disable parameters take away from the list; neither adds to it.
-  EXPECT_TRUE(allowed_transports("p2p,shm", true, false, nullptr) == (AllowedTransports{false, true}));
-  EXPECT_TRUE(allowed_transports("shm", false, true, nullptr) == (AllowedTransports{false, false}));
-  EXPECT_TRUE(allowed_transports("p2p", true, false, nullptr) == (AllowedTransports{false, false}));
+  EXPECT_TRUE(allowed_transports("p2p,shm", true, false, nullptr) == (AllowedTransports{false, true, false}));
+  EXPECT_TRUE(allowed_transports("shm", false, true, nullptr) == (AllowedTransports{false, false, false}));
+  EXPECT_TRUE(allowed_transports("p2p", true, false, nullptr) == (AllowedTransports{false, false, false}));
   EXPECT_TRUE(allowed_transports("", false, true, nullptr) == (AllowedTransports{true, false}));
 }
 
@@ -109,7 +113,7 @@ TEST(TopoPlan, TransportsListNamesWhatTheEngineMayUse) {
 // transport allowed (a typo must not stage everything).
 TEST(TopoPlan, UnknownTransportNamesAreReportedAndIgnored) {
   std::vector<std::string> unknown;
-  EXPECT_TRUE(allowed_transports("shm, NVLink ,ib", false, false, &unknown) == (AllowedTransports{false, true}));
+  EXPECT_TRUE(allowed_transports("shm, NVLink ,ib", false, false, &unknown) == (AllowedTransports{false, true, false}));
   EXPECT_EQ(unknown, (std::vector<std::string>{"NVLink", "ib"}));
   unknown.clear();
   EXPECT_TRUE(allowed_transports("p2pp", false, false, &unknown) == (AllowedTransports{true, true}));
@@ -142,17 +146,34 @@ TEST(TopoPlan, WithoutATopologyOneMachineMeansP2p) {
             (Names{"self", "p2p", "p2p"}));
   EXPECT_EQ(plan(0, one_machine(2, kEmulated), nullptr, disabled(true, false)),
             (Names{"self", "shm"}));
-  // No device runtime, another machine, another backend: nothing.
+  // No device runtime, another backend: nothing within the machine; the
+  // network to another machine.
   EXPECT_EQ(plan(0, one_machine(2, 0), nullptr, kAll), (Names{"self", "none"}));
   std::vector<RankIdentity> ranks = one_machine(3, kEmulated);
   ranks[1].host_hash = 7;
   ranks[2].backend = kCuda;
-  EXPECT_EQ(plan(0, ranks, nullptr, kAll), (Names{"self", "none", "none"}));
+  EXPECT_EQ(plan(0, ranks, nullptr, kAll), (Names{"self", "net", "none"}));
   // A topology file cannot join ranks of two machines.
   const SystemGraph nv18 = load("h200_nv18.xml");
   ranks = one_machine(2, kCuda);
   ranks[1].host_hash = 7;
-  EXPECT_EQ(plan(0, ranks, &nv18, kAll), (Names{"self", "none"}));
+  EXPECT_EQ(plan(0, ranks, &nv18, kAll), (Names{"self", "net"}));
+}
+
+// Ranks of other machines are reached over the network, and only those.
+TEST(TopoPlan, OtherMachinesGoOverTheNetwork) {
+  std::vector<RankIdentity> ranks = one_machine(4, kEmulated);
+  ranks[2].host_hash = ranks[3].host_hash = 7;  // two machines of two ranks
+  const auto only = [](const char* list) { return allowed_transports(list, false, false, nullptr); };
+  EXPECT_EQ(plan(0, ranks, nullptr, kAll), (Names{"self", "p2p", "net", "net"}));
+  EXPECT_EQ(plan(3, ranks, nullptr, kAll), (Names{"net", "net", "p2p", "self"}));
+  EXPECT_EQ(plan(0, ranks, nullptr, only("p2p,shm")), (Names{"self", "p2p", "none", "none"}));
+  EXPECT_EQ(plan(0, ranks, nullptr, only("net")), (Names{"self", "none", "net", "net"}));
+  EXPECT_EQ(plan(1, ranks, nullptr, disabled(true, false)), (Names{"shm", "self", "net", "net"}));
+  // Processes without a device runtime still reach other machines.
+  ranks = one_machine(2, 0);
+  ranks[1].host_hash = 7;
+  EXPECT_EQ(plan(0, ranks, nullptr, kAll), (Names{"self", "net"}));
 }
 
 // Discovered GPUs belong to no rank: CUDA ranks get what the worst pair of

@@ -92,6 +92,17 @@ Status run_ll_alltoallv(Communicator& comm, const Placement& where, const void* 
 // sharing a GPU): the call then takes another way.
 bool simple_ready(Communicator& comm, const Placement& where);
 
+// Across machines, over the net transport (algorithms/net.cc). ring lists
+// the ranks in ring order, this rank among them; buffer is this rank's
+// device memory on where. The allreduce is in place: reduce-scatter, then
+// allgather, around the ring.
+Status run_net_ring_allreduce(Communicator& comm, NetTransport& net, const std::vector<int>& ring,
+                              const Placement& where, void* buffer, std::size_t count, DataType type, ReduceOp op);
+// chain[0] holds bytes in buffer; they pass along the chain in pieces, each
+// rank forwarding a piece as soon as it has it.
+Status run_net_chain_bcast(NetTransport& net, const std::vector<int>& chain, int me, void* buffer,
+                           std::size_t bytes);
+
 // A collective over the Simple protocol (ring, tree, chain): no rank touches
 // another's buffers, so, as with LL, no closing exchange. A failure leaves
 // the FIFO counters of the ranks out of step: the channels are not used

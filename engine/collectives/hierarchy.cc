@@ -1,0 +1,175 @@
+#include "engine/collectives/hierarchy.h"
+
+#include <algorithm>
+
+#include "engine/collectives/algorithms/algorithms.h"
+#include "engine/collectives/call.h"
+
+namespace ferry {
+
+using namespace coll;  // call.h, algorithms/algorithms.h
+
+Status Hierarchy::create(Communicator& comm, std::unique_ptr<Hierarchy>* out) {
+  const std::vector<RankIdentity>& ranks = comm.ranks();
+  const int n = comm.size();
+  std::unique_ptr<Hierarchy> h(new Hierarchy());
+  h->machine_of_.assign(n, -1);
+  h->local_index_.assign(n, -1);
+  for (int r = 0; r < n; ++r) {
+    int m = 0;
+    while (m < h->machines() && !same_machine(ranks[h->members_[m][0]], ranks[r])) ++m;
+    if (m == h->machines()) h->members_.emplace_back();
+    h->machine_of_[r] = m;
+    h->local_index_[r] = static_cast<int>(h->members_[m].size());
+    h->members_[m].push_back(r);
+  }
+  h->shards_ = n;
+  for (const std::vector<int>& machine : h->members_) h->shards_ = std::min(h->shards_, static_cast<int>(machine.size()));
+
+  // Divided by machine, key = rank: node ranks are the local indices.
+  std::unique_ptr<Bootstrap> part;
+  Status status = comm.bootstrap().split(h->machine_of_[comm.rank()], comm.rank(), &part);
+  if (ok(status)) status = Communicator::create(std::move(part), &h->node_);
+  const bool usable = ok(status) && h->node_->rank() == h->local_index_[comm.rank()] &&
+                      (h->node_->size() == 1 || h->node_->all_peers_mapped() || h->node_->shm());
+  std::int32_t mine = usable ? 1 : 0;
+  std::vector<std::int32_t> all(n);
+  FERRY_CHECK(comm.bootstrap().allgather(&mine, all.data(), sizeof(mine)));
+  for (std::int32_t v : all) {
+    if (!v) {
+      FERRY_INFO(Coll, "no collectives by machine: %s", ok(status) ? "a machine's ranks have no engine transport"
+                                                                   : status_name(status));
+      return Status::kUnavailable;
+    }
+  }
+  FERRY_INFO(Coll, "collectives by machine: %d machines, this one with %d ranks, %d shards", h->machines(),
+             h->node_->size(), h->shards_);
+  *out = std::move(h);
+  return Status::kOk;
+}
+
+namespace {
+
+// A collective of the node communicator that every rank of the machine
+// enters eligible. One that did not run (a protocol's buffers could not be
+// made) is asked once more: the engine then takes another of its paths.
+template <typename Call>
+Status on_node(Call call) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    bool ran = false;
+    FERRY_CHECK(call(&ran));
+    if (ran) return Status::kOk;
+  }
+  FERRY_WARN(Coll, "a machine's engine refused a step of a collective across machines");
+  return Status::kInternal;
+}
+
+// The shard of count elements that index s of S holds (the first count % S
+// one element longer).
+ElementRange shard(int s, int shards, std::size_t count) {
+  const std::size_t base = count / shards, longer = count % shards;
+  const std::size_t begin = s * base + std::min<std::size_t>(s, longer);
+  return {begin, begin + base + (static_cast<std::size_t>(s) < longer ? 1 : 0)};
+}
+
+// Every rank of the machine gets the S shards from their holders (node
+// ranks 0 .. S-1), in place in buffer.
+Status gather_shards(Communicator& node, int shards, void* buffer, std::size_t count, std::size_t element) {
+  const int n = node.size();
+  if (n == 1) return Status::kOk;
+  const int me = node.rank();
+  std::vector<std::size_t> send_bytes(n, 0), send_offsets(n, 0), recv_bytes(n, 0), recv_offsets(n, 0);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    if (me < shards) {
+      const ElementRange mine = shard(me, shards, count);
+      send_bytes[p] = mine.size() * element;
+      send_offsets[p] = mine.begin * element;
+    }
+    if (p < shards) {
+      const ElementRange theirs = shard(p, shards, count);
+      recv_bytes[p] = theirs.size() * element;
+      recv_offsets[p] = theirs.begin * element;
+    }
+  }
+  // Blocks are disjoint: a rank reads only its own shard while the others'
+  // land around it.
+  const Status gathered = on_node([&](bool* ran) {
+    return alltoallv(node, buffer, send_bytes.data(), send_offsets.data(), buffer, recv_bytes.data(),
+                     recv_offsets.data(), true, ran);
+  });
+  if (gathered != Status::kInternal) return gathered;
+  // Without an exchange of blocks (host shared memory too small for them),
+  // a bcast from each holder.
+  for (int s = 0; s < shards; ++s) {
+    const ElementRange part = shard(s, shards, count);
+    if (part.size() == 0) continue;
+    FERRY_CHECK(on_node([&](bool* ran) {
+      return bcast(node, at(buffer, part.begin * element), part.size() * element, s, true, ran);
+    }));
+  }
+  return Status::kOk;
+}
+
+}  // namespace
+
+Status hierarchical_allreduce(Communicator& comm, Hierarchy& h, const void* send, void* recv, std::size_t count,
+                              DataType type, ReduceOp op, bool eligible, bool* ran) {
+  *ran = false;
+  PhaseClock clock(EngineCollective::kAllreduce);
+  Handshake mine{CollectiveKind::kAllreduce, 0, 0, send == nullptr, {}, {}, reduction_signature(count, type, op)};
+  const Placement where = placement_of(recv);
+  const Placement in = send ? placement_of(send) : where;
+  mine.eligible = eligible && count > 0 && reduction_defined(type, op) && where.backend &&
+                  in.backend == where.backend && in.device == where.device;
+  std::vector<Handshake> all;
+  bool everyone = false;
+  FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
+  if (!everyone) return Status::kOk;
+  *ran = true;
+  const Status local = [&] {
+    Communicator& node = h.node();
+    FERRY_CHECK(on_node([&](bool* node_ran) { return allreduce(node, send, recv, count, type, op, true, node_ran); }));
+    const int index = h.local_index(comm.rank());
+    const std::size_t element = data_type_size(type);
+    if (index < h.shards()) {
+      std::vector<int> ring;
+      for (int m = 0; m < h.machines(); ++m) ring.push_back(h.rank_at(m, index));
+      const ElementRange part = shard(index, h.shards(), count);
+      FERRY_CHECK(run_net_ring_allreduce(comm, *comm.net(), ring, where, at(recv, part.begin * element), part.size(),
+                                         type, op));
+    }
+    return gather_shards(node, h.shards(), recv, count, element);
+  }();
+  return finish_together(comm, local, clock);
+}
+
+Status hierarchical_bcast(Communicator& comm, Hierarchy& h, void* buffer, std::size_t bytes, int root,
+                          bool eligible, bool* ran) {
+  *ran = false;
+  PhaseClock clock(EngineCollective::kBcast);
+  Handshake mine{CollectiveKind::kBcast, 0, 0, 0, {}, {}, rooted_signature(bytes, root)};
+  const Placement where = placement_of(buffer);
+  mine.eligible = eligible && bytes > 0 && root >= 0 && root < comm.size() && where.backend;
+  std::vector<Handshake> all;
+  bool everyone = false;
+  FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
+  if (!everyone) return Status::kOk;
+  *ran = true;
+  const Status local = [&] {
+    // The leaders: the root for its machine, the first rank for the others,
+    // chained from the root's machine on.
+    const int root_machine = h.machine_of(root);
+    auto leader_of = [&](int m) { return m == root_machine ? root : h.rank_at(m, 0); };
+    std::vector<int> chain;
+    for (int i = 0; i < h.machines(); ++i) chain.push_back(leader_of((root_machine + i) % h.machines()));
+    const int leader = leader_of(h.machine_of(comm.rank()));
+    if (leader == comm.rank()) FERRY_CHECK(run_net_chain_bcast(*comm.net(), chain, comm.rank(), buffer, bytes));
+    return on_node([&](bool* node_ran) {
+      return bcast(h.node(), buffer, bytes, h.local_index(leader), true, node_ran);
+    });
+  }();
+  return finish_together(comm, local, clock);
+}
+
+}  // namespace ferry

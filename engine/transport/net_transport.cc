@@ -1,0 +1,298 @@
+#include "engine/transport/net_transport.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "engine/bootstrap/bootstrap.h"
+
+namespace ferry {
+namespace {
+
+std::atomic<std::uint64_t> g_sent_bytes{0};
+std::atomic<std::uint64_t> g_received_bytes{0};
+
+}  // namespace
+
+NetTraffic net_traffic() { return {g_sent_bytes.load(), g_received_bytes.load()}; }
+
+// One chunk of a message in flight, in its message's window.
+struct NetTransport::Chunk {
+  PinnedChunk pinned{nullptr, nullptr};  // staging of device memory
+  gpu::Event event = nullptr;            // its copy to or from the device
+  NetRequest request;
+};
+
+struct NetTransport::Message {
+  bool send;
+  int peer;
+  int tag;
+  char* local;
+  std::size_t bytes;
+  gpu::Backend* backend;  // device memory of backend's device; nullptr: host memory
+  int device;
+  Completion* completion;
+  std::size_t chunks;
+  // Chunks in order: staged (copied out of the device: device sends),
+  // posted to the network, landed (arrived and copying in: device
+  // receives) and finished. At most chunks_in_flight between posted (or
+  // staged) and finished.
+  std::size_t staged = 0, posted = 0, landed = 0, finished = 0;
+  std::vector<Chunk> window;
+
+  Chunk& slot(std::size_t chunk) { return window[chunk % window.size()]; }
+  std::size_t offset(std::size_t chunk, std::size_t chunk_bytes) const { return chunk * chunk_bytes; }
+  std::size_t length(std::size_t chunk, std::size_t chunk_bytes) const {
+    return std::min(chunk_bytes, bytes - chunk * chunk_bytes);
+  }
+  bool same_queue(const Message& other) const {
+    return send == other.send && peer == other.peer && tag == other.tag;
+  }
+};
+
+NetTransport::NetTransport(std::size_t chunk_bytes, int chunks_in_flight)
+    : chunk_bytes_(std::max<std::size_t>(chunk_bytes, 4096)), chunks_in_flight_(std::max(chunks_in_flight, 1)) {}
+
+NetTransport::~NetTransport() {
+  abandon(Status::kUnavailable);
+  for (const CopyStream& s : streams_) {
+    FERRY_LOG_IF_FAILED(s.backend->stream_synchronize(s.stream));
+    FERRY_LOG_IF_FAILED(s.backend->stream_destroy(s.stream));
+  }
+  for (auto& [backend, event] : idle_events_) FERRY_LOG_IF_FAILED(backend->event_destroy(event));
+  for (const PinnedChunk& c : idle_chunks_) FERRY_LOG_IF_FAILED(c.backend->pinned_free(c.host));
+  // The network may still hold abandoned chunks; closing it (below) ends that.
+  provider_.reset();
+  for (const PinnedChunk& c : lost_chunks_) FERRY_LOG_IF_FAILED(c.backend->pinned_free(c.host));
+}
+
+bool NetTransport::can_connect(const PeerView& view) const { return !same_machine(view.self, view.peer); }
+
+Status NetTransport::connect(Bootstrap& bootstrap) {
+  provider_ = bootstrap.open_network();
+  return provider_ ? Status::kOk : Status::kUnavailable;
+}
+
+Status NetTransport::post_send(int peer, const void* local, std::size_t bytes, int tag, Completion* completion) {
+  if (!ok(broken_)) return broken_;
+  if (!provider_ || peer < 0 || peer >= provider_->size() || peer == provider_->rank() || tag < 0 ||
+      (bytes > 0 && !local))
+    return Status::kInvalidArgument;
+  const gpu::PointerInfo info = gpu::classify(local);
+  gpu::Backend* backend = info.kind == gpu::MemoryKind::kDevice ? gpu::owner_backend(info) : nullptr;
+  completion->done = bytes == 0;
+  if (bytes == 0) return Status::kOk;
+  messages_.push_back(Message{true, peer, tag, const_cast<char*>(static_cast<const char*>(local)), bytes, backend,
+                              info.device, completion, (bytes + chunk_bytes_ - 1) / chunk_bytes_});
+  messages_.back().window.resize(static_cast<std::size_t>(chunks_in_flight_));
+  return progress();
+}
+
+Status NetTransport::post_recv(int peer, void* local, std::size_t bytes, int tag, Completion* completion) {
+  if (!ok(broken_)) return broken_;
+  if (!provider_ || peer < 0 || peer >= provider_->size() || peer == provider_->rank() || tag < 0 ||
+      (bytes > 0 && !local))
+    return Status::kInvalidArgument;
+  const gpu::PointerInfo info = gpu::classify(local);
+  gpu::Backend* backend = info.kind == gpu::MemoryKind::kDevice ? gpu::owner_backend(info) : nullptr;
+  completion->done = bytes == 0;
+  if (bytes == 0) return Status::kOk;
+  messages_.push_back(Message{false, peer, tag, static_cast<char*>(local), bytes, backend, info.device, completion,
+                              (bytes + chunk_bytes_ - 1) / chunk_bytes_});
+  messages_.back().window.resize(static_cast<std::size_t>(chunks_in_flight_));
+  return progress();
+}
+
+Status NetTransport::test(Completion* completion, bool* done) {
+  if (!completion->done) FERRY_CHECK(progress());
+  *done = completion->done;
+  return Status::kOk;
+}
+
+Status NetTransport::wait_all(std::initializer_list<Completion*> completions,
+                              std::chrono::steady_clock::time_point deadline) {
+  return wait_all(std::vector<Completion*>(completions), deadline);
+}
+
+Status NetTransport::wait_all(const std::vector<Completion*>& completions,
+                              std::chrono::steady_clock::time_point deadline) {
+  for (int polls = 0;; ++polls) {
+    bool all_done = true;
+    for (const Completion* c : completions) all_done = all_done && c->done;
+    if (all_done) return Status::kOk;
+    FERRY_CHECK(progress());
+    if (polls % 1024 == 1023) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        FERRY_WARN(Transport, "net: %zu messages did not complete in time (FERRY_HANDSHAKE_TIMEOUT)",
+                   messages_.size());
+        abandon(Status::kTimeout);
+        return Status::kTimeout;
+      }
+      sched_yield();
+    }
+  }
+}
+
+Status NetTransport::take_chunk(gpu::Backend* backend, Chunk* chunk) {
+  for (std::size_t i = 0; i < idle_chunks_.size(); ++i) {
+    if (idle_chunks_[i].backend != backend) continue;
+    chunk->pinned = idle_chunks_[i];
+    idle_chunks_.erase(idle_chunks_.begin() + static_cast<std::ptrdiff_t>(i));
+    break;
+  }
+  if (!chunk->pinned.host) {
+    chunk->pinned.backend = backend;
+    FERRY_CHECK(backend->pinned_alloc(chunk_bytes_, &chunk->pinned.host));
+  }
+  if (!chunk->event) {
+    for (std::size_t i = 0; i < idle_events_.size(); ++i) {
+      if (idle_events_[i].first != backend) continue;
+      chunk->event = idle_events_[i].second;
+      idle_events_.erase(idle_events_.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+    if (!chunk->event) FERRY_CHECK(backend->event_create(&chunk->event));
+  }
+  return Status::kOk;
+}
+
+void NetTransport::return_chunk(Chunk* chunk) {
+  if (chunk->pinned.host) idle_chunks_.push_back(chunk->pinned);
+  if (chunk->event) idle_events_.push_back({chunk->pinned.backend, chunk->event});
+  *chunk = Chunk{};
+}
+
+Status NetTransport::stream_for(Message& message, gpu::Stream* stream) {
+  for (const CopyStream& s : streams_) {
+    if (s.backend == message.backend && s.device == message.device) {
+      *stream = s.stream;
+      return Status::kOk;
+    }
+  }
+  FERRY_CHECK(message.backend->set_device(message.device));
+  FERRY_CHECK(message.backend->stream_create(stream));
+  streams_.push_back({message.backend, message.device, *stream});
+  return Status::kOk;
+}
+
+Status NetTransport::progress_send(Message& m, bool may_post) {
+  const std::size_t window = m.window.size();
+  if (m.backend) {
+    gpu::Stream stream = nullptr;
+    while (m.staged < m.chunks && m.staged - m.finished < window) {
+      Chunk& c = m.slot(m.staged);
+      FERRY_CHECK(take_chunk(m.backend, &c));
+      if (!stream) FERRY_CHECK(stream_for(m, &stream));
+      FERRY_CHECK(m.backend->copy_async(c.pinned.host, m.local + m.offset(m.staged, chunk_bytes_),
+                                        m.length(m.staged, chunk_bytes_), stream));
+      FERRY_CHECK(m.backend->event_record(c.event, stream));
+      ++m.staged;
+    }
+    while (may_post && m.posted < m.staged) {
+      Chunk& c = m.slot(m.posted);
+      bool copied = false;
+      FERRY_CHECK(m.backend->event_done(c.event, &copied));
+      if (!copied) break;
+      FERRY_CHECK(provider_->post_send(m.peer, m.tag, c.pinned.host, m.length(m.posted, chunk_bytes_), &c.request));
+      ++m.posted;
+    }
+  } else {
+    while (may_post && m.posted < m.chunks && m.posted - m.finished < window) {
+      Chunk& c = m.slot(m.posted);
+      FERRY_CHECK(provider_->post_send(m.peer, m.tag, m.local + m.offset(m.posted, chunk_bytes_),
+                                       m.length(m.posted, chunk_bytes_), &c.request));
+      ++m.posted;
+    }
+  }
+  while (m.finished < m.posted) {
+    Chunk& c = m.slot(m.finished);
+    bool sent = false;
+    FERRY_CHECK(provider_->test(&c.request, &sent));
+    if (!sent) break;
+    g_sent_bytes += m.length(m.finished, chunk_bytes_);
+    return_chunk(&c);
+    ++m.finished;
+  }
+  return Status::kOk;
+}
+
+Status NetTransport::progress_recv(Message& m, bool may_post) {
+  const std::size_t window = m.window.size();
+  while (may_post && m.posted < m.chunks && m.posted - m.finished < window) {
+    Chunk& c = m.slot(m.posted);
+    char* into = m.local + m.offset(m.posted, chunk_bytes_);
+    if (m.backend) {
+      FERRY_CHECK(take_chunk(m.backend, &c));
+      into = static_cast<char*>(c.pinned.host);
+    }
+    FERRY_CHECK(provider_->post_recv(m.peer, m.tag, into, m.length(m.posted, chunk_bytes_), &c.request));
+    ++m.posted;
+  }
+  gpu::Stream stream = nullptr;
+  while (m.landed < m.posted) {
+    Chunk& c = m.slot(m.landed);
+    bool arrived = false;
+    FERRY_CHECK(provider_->test(&c.request, &arrived));
+    if (!arrived) break;
+    g_received_bytes += m.length(m.landed, chunk_bytes_);
+    if (m.backend) {
+      if (!stream) FERRY_CHECK(stream_for(m, &stream));
+      FERRY_CHECK(m.backend->copy_async(m.local + m.offset(m.landed, chunk_bytes_), c.pinned.host,
+                                        m.length(m.landed, chunk_bytes_), stream));
+      FERRY_CHECK(m.backend->event_record(c.event, stream));
+    }
+    ++m.landed;
+  }
+  while (m.finished < m.landed) {
+    Chunk& c = m.slot(m.finished);
+    if (m.backend) {
+      bool copied = false;
+      FERRY_CHECK(m.backend->event_done(c.event, &copied));
+      if (!copied) break;
+    }
+    return_chunk(&c);
+    ++m.finished;
+  }
+  return Status::kOk;
+}
+
+Status NetTransport::progress() {
+  if (!ok(broken_)) return broken_;
+  // A message posts its chunks only after every earlier message of its
+  // queue (direction, peer, tag) has posted all of its own: the network
+  // matches them in that order.
+  std::vector<const Message*> unposted;
+  Status status = Status::kOk;
+  for (auto it = messages_.begin(); it != messages_.end() && ok(status);) {
+    Message& m = *it;
+    bool may_post = true;
+    for (const Message* earlier : unposted) may_post = may_post && !m.same_queue(*earlier);
+    status = m.send ? progress_send(m, may_post) : progress_recv(m, may_post);
+    if (m.posted < m.chunks) unposted.push_back(&m);
+    if (ok(status) && m.finished == m.chunks) {
+      m.completion->done = true;
+      it = messages_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (!ok(status)) abandon(status);
+  return status;
+}
+
+void NetTransport::abandon(Status why) {
+  for (Message& m : messages_) {
+    for (std::size_t chunk = m.finished; chunk < std::max(m.posted, m.staged); ++chunk) {
+      Chunk& c = m.slot(chunk);
+      if (c.request.handle && provider_) provider_->cancel(&c.request);
+      if (c.pinned.host) lost_chunks_.push_back(c.pinned);
+      if (c.event) idle_events_.push_back({c.pinned.backend, c.event});
+      c = Chunk{};
+    }
+  }
+  messages_.clear();
+  if (ok(broken_)) broken_ = why;
+}
+
+}  // namespace ferry

@@ -1,0 +1,103 @@
+// The net transport (transport.h) between ranks of different machines, over
+// a network provider (net.h). Two-sided: a send and its receive move bytes of
+// host or device memory; device memory is pipelined through pinned host
+// chunks (the copy of one chunk to or from the device overlaps the network
+// transfer of others), so the provider only ever sees host memory.
+//
+// Framing: a message of B bytes travels as ceil(B / chunk) provider messages
+// of at most chunk bytes, whatever memory either side holds, so the two
+// sides need only agree on B. Messages to one peer with one tag are matched
+// in posting order; several of them may be in flight at once.
+//
+// Driven by test() on the caller's thread (the mpi provider allows no other).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <vector>
+
+#include "engine/transport/net.h"
+#include "engine/transport/transport.h"
+
+namespace ferry {
+
+// Bytes moved by the net transport since load (FERRY_STATS).
+struct NetTraffic {
+  std::uint64_t sent_bytes;
+  std::uint64_t received_bytes;
+};
+NetTraffic net_traffic();
+
+class NetTransport final : public Transport {
+ public:
+  // chunk_bytes per provider message, chunks_in_flight per message at once.
+  NetTransport(std::size_t chunk_bytes, int chunks_in_flight);
+  ~NetTransport() override;
+
+  TransportKind type() const override { return TransportKind::kNet; }
+  // Ranks of two machines (the network reaches any other machine).
+  bool can_connect(const PeerView& view) const override;
+  bool maps_device_memory() const override { return false; }
+  // Opens the bootstrap's network (its ranks are the transport's peers);
+  // kUnavailable on every rank where it brings none.
+  Status connect(Bootstrap& bootstrap) override;
+  // Adopts a provider opened elsewhere (the engine used without MPI).
+  void attach(std::unique_ptr<NetProvider> provider) { provider_ = std::move(provider); }
+  const NetProvider* provider() const { return provider_.get(); }
+
+  // One-sided access across machines is not served yet: kUnsupported.
+  Status register_memory(const void*, std::size_t, MemoryKey*) override { return Status::kUnsupported; }
+  Status map(int, const MemoryKey&, void**) override { return Status::kUnsupported; }
+  void unmap(int, const MemoryKey&) override {}
+  Status post_write(int, const void*, const MemoryKey&, std::size_t, std::size_t, Completion*) override {
+    return Status::kUnsupported;
+  }
+  Status post_signal(int, const MemoryKey&, std::size_t, std::uint64_t, Completion*) override {
+    return Status::kUnsupported;
+  }
+
+  Status post_send(int peer, const void* local, std::size_t bytes, int tag, Completion* completion) override;
+  Status post_recv(int peer, void* local, std::size_t bytes, int tag, Completion* completion) override;
+  // Moves every posted message on; completion must stay valid until done.
+  Status test(Completion* completion, bool* done) override;
+  // test() until every completion is done, or kTimeout at deadline (then
+  // every message in flight is abandoned and the transport refuses more).
+  Status wait_all(std::initializer_list<Completion*> completions, std::chrono::steady_clock::time_point deadline);
+  Status wait_all(const std::vector<Completion*>& completions, std::chrono::steady_clock::time_point deadline);
+
+ private:
+  struct Message;
+  struct Chunk;
+  // Pinned host chunks, reused from message to message.
+  Status take_chunk(gpu::Backend* backend, Chunk* chunk);
+  void return_chunk(Chunk* chunk);
+  Status progress();
+  Status progress_send(Message& message, bool may_post);
+  Status progress_recv(Message& message, bool may_post);
+  Status stream_for(Message& message, gpu::Stream* stream);
+  void abandon(Status why);
+
+  std::size_t chunk_bytes_;
+  int chunks_in_flight_;
+  std::unique_ptr<NetProvider> provider_;
+  std::list<Message> messages_;  // in posting order
+  struct PinnedChunk {
+    gpu::Backend* backend;
+    void* host;
+  };
+  std::vector<PinnedChunk> idle_chunks_;
+  std::vector<PinnedChunk> lost_chunks_;  // a network may still touch them: freed at close
+  struct CopyStream {
+    gpu::Backend* backend;
+    int device;
+    gpu::Stream stream;
+  };
+  std::vector<CopyStream> streams_;
+  std::vector<std::pair<gpu::Backend*, gpu::Event>> idle_events_;
+  Status broken_ = Status::kOk;
+};
+
+}  // namespace ferry
