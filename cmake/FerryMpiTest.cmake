@@ -57,6 +57,10 @@ set(_FERRY_MPI_TEST_SCRIPT "${CMAKE_CURRENT_LIST_FILE}")
 
 function(ferry_add_mpi_test)
   cmake_parse_arguments(PARSE_ARGV 0 ARG "NO_PRELOAD" "NAME;NP;TIMEOUT;EXPECT" "COMMAND;ENV")
+  if(ARG_EXPECT MATCHES ";")
+    # It would reach the test's script cut at the first ';' (a list separator).
+    message(FATAL_ERROR "ferry_add_mpi_test(${ARG_NAME}): EXPECT may not hold ';' (match it with '.')")
+  endif()
   if(NOT DEFINED ARG_NAME OR NOT DEFINED ARG_NP OR NOT DEFINED ARG_COMMAND)
     message(FATAL_ERROR "ferry_add_mpi_test needs NAME, NP and COMMAND")
   endif()

@@ -18,8 +18,10 @@ namespace ferry::shim {
 
 // Host blocks by power-of-two size class, reused across calls so the staged
 // route never allocates on the steady path. Pinned blocks, in use and
-// cached, stay within FERRY_STAGING_POOL_MAX_BYTES; past it a block is
-// pageable memory, mapped for the call and unmapped after: pinning memory
+// cached, stay within FERRY_STAGING_POOL_MAX_BYTES: cached blocks of other
+// sizes are freed to make room for a new one (a job's sizes change; the
+// blocks of sizes it left must not push its current calls off pinned
+// memory), and only past what is in use is a block pageable memory, mapped for the call and unmapped after: pinning memory
 // costs more than a slower copy through it once, and most staged receives
 // of device buffers are never written (their data comes through peer
 // memory), so their pages are never touched.
@@ -31,6 +33,7 @@ class PinnedPool {
     const std::size_t size = size_class(bytes);
     *capacity = size;
     bool pin = false;
+    std::vector<std::pair<void*, std::size_t>> evicted;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = free_.find(size);
@@ -42,12 +45,26 @@ class PinnedPool {
         pinned_peak_ = std::max(pinned_peak_, pinned_in_use_ + cached_bytes_);
         return Status::kOk;
       }
-      pin = pinned_in_use_ + cached_bytes_ + size <= static_cast<std::size_t>(params().staging_pool_max_bytes);
+      const auto limit = static_cast<std::size_t>(params().staging_pool_max_bytes);
+      if (pinned_in_use_ + size <= limit) {
+        for (auto& [cached_size, blocks] : free_) {
+          while (pinned_in_use_ + cached_bytes_ + size > limit && !blocks.empty()) {
+            evicted.push_back({blocks.back(), cached_size});
+            blocks.pop_back();
+            cached_bytes_ -= cached_size;
+          }
+        }
+      }
+      pin = pinned_in_use_ + cached_bytes_ + size <= limit;
       if (pin) {
         pinned_in_use_ += size;
         pinned_peak_ = std::max(pinned_peak_, pinned_in_use_ + cached_bytes_);
         ++pinned_allocations_;
       }
+    }
+    for (const auto& [cached, cached_size] : evicted) {
+      FERRY_TRACE(Stage, "pinned staging block of %zu bytes freed to make room", cached_size);
+      FERRY_LOG_IF_FAILED(backend_->pinned_free(cached));
     }
     if (pin && ok(backend_->pinned_alloc(size, block))) {
       FERRY_TRACE(Stage, "pinned staging block of %zu bytes", size);
