@@ -4,6 +4,7 @@
 
 #include "engine/collectives/algorithms/algorithms.h"
 #include "engine/collectives/call.h"
+#include "engine/common/params.h"
 
 namespace ferry {
 
@@ -49,6 +50,14 @@ Status Hierarchy::create(Communicator& comm, std::unique_ptr<Hierarchy>* out) {
 }
 
 namespace {
+
+// Below FERRY_NET_MIN_BYTES the steps by machine (each a copy to or from
+// the device and a network message) take longer than staging the whole
+// call through the real MPI (bench/RESULTS.md): every rank declines such
+// calls, after the handshake that checks their arguments.
+bool staging_serves_sooner(std::size_t bytes) {
+  return bytes < static_cast<std::size_t>(std::max<std::int64_t>(params().net_min_bytes, 0));
+}
 
 // A collective of the node communicator that every rank of the machine
 // enters eligible. One that did not run (a protocol's buffers could not be
@@ -125,7 +134,7 @@ Status hierarchical_allreduce(Communicator& comm, Hierarchy& h, const void* send
   std::vector<Handshake> all;
   bool everyone = false;
   FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
-  if (!everyone) return Status::kOk;
+  if (!everyone || staging_serves_sooner(count * data_type_size(type))) return Status::kOk;
   *ran = true;
   const Status local = [&] {
     Communicator& node = h.node();
@@ -154,7 +163,7 @@ Status hierarchical_bcast(Communicator& comm, Hierarchy& h, void* buffer, std::s
   std::vector<Handshake> all;
   bool everyone = false;
   FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
-  if (!everyone) return Status::kOk;
+  if (!everyone || staging_serves_sooner(bytes)) return Status::kOk;
   *ran = true;
   const Status local = [&] {
     // The leaders: the root for its machine, the first rank for the others,

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   const int ranks_per_node = per_node ? std::atoi(per_node) : 2;
   MPI_Comm comm = MPI_COMM_WORLD;
   if (by_node) MPI_Comm_split(MPI_COMM_WORLD, suite::world_rank() / ranks_per_node, 0, &comm);
-  for (int count : {1, 1001, 262147}) test_calls(comm, by_node ? "one node" : "two nodes", count);
+  for (int count : {1, 3, 1001, 262147}) test_calls(comm, by_node ? "one node" : "two nodes", count);
   test_window(comm, by_node ? "one node" : "two nodes", !by_node);
   if (by_node) MPI_Comm_free(&comm);
   return suite::finish();
