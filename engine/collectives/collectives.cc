@@ -287,6 +287,9 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
 Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_bytes,
                  const std::size_t* send_offsets, void* recv, const std::size_t* recv_bytes,
                  const std::size_t* recv_offsets, bool eligible, bool* ran) {
+  if (comm.hierarchy())
+    return hierarchical_alltoallv(comm, *comm.hierarchy(), send, send_bytes, send_offsets, recv, recv_bytes,
+                                  recv_offsets, eligible, ran);
   *ran = false;
   PhaseClock clock(EngineCollective::kAlltoallv);
   const int n = comm.size();

@@ -55,6 +55,10 @@ namespace {
 // the device and a network message) take longer than staging the whole
 // call through the real MPI (bench/RESULTS.md): every rank declines such
 // calls, after the handshake that checks their arguments.
+// The net transport's tag for alltoallv blocks (algorithms/net.cc has the
+// others).
+constexpr int kNetAlltoallvTag = 3;
+
 bool staging_serves_sooner(std::size_t bytes) {
   return bytes < static_cast<std::size_t>(std::max<std::int64_t>(params().net_min_bytes, 0));
 }
@@ -177,6 +181,64 @@ Status hierarchical_bcast(Communicator& comm, Hierarchy& h, void* buffer, std::s
     return on_node([&](bool* node_ran) {
       return bcast(h.node(), buffer, bytes, h.local_index(leader), true, node_ran);
     });
+  }();
+  return finish_together(comm, local, clock);
+}
+
+Status hierarchical_alltoallv(Communicator& comm, Hierarchy& h, const void* send, const std::size_t* send_bytes,
+                              const std::size_t* send_offsets, void* recv, const std::size_t* recv_bytes,
+                              const std::size_t* recv_offsets, bool eligible, bool* ran) {
+  *ran = false;
+  PhaseClock clock(EngineCollective::kAlltoallv);
+  const int n = comm.size(), me = comm.rank();
+  Handshake mine{CollectiveKind::kAlltoallv, 0, 0, 0, {}, {}, exchange_signature(me, n, send_bytes, recv_bytes)};
+  const Placement where = placement_of(recv), from = placement_of(send);
+  std::size_t sent = 0;
+  for (int p = 0; p < n; ++p) sent += send_bytes[p];
+  mine.eligible = eligible && where.backend && from.backend == where.backend;
+  // Whether this rank's blocks are worth the steps by machine: the call goes
+  // so when any rank's are.
+  mine.algorithm = staging_serves_sooner(sent) ? 0 : 1;
+  std::vector<Handshake> all;
+  bool everyone = false;
+  FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
+  bool worth = false;
+  for (const Handshake& other : all) worth = worth || other.algorithm == 1;
+  if (!everyone || !worth) return Status::kOk;
+  *ran = true;
+  const Status local = [&] {
+    // Every block to and from another machine in flight at once over the
+    // network, while the machine's own blocks go through its engine.
+    NetTransport& net = *comm.net();
+    std::vector<Completion> done(2 * static_cast<std::size_t>(n));
+    std::vector<Completion*> waits;
+    for (int step = 1; step < n; ++step) {
+      const int to = (me + step) % n, from_rank = (me + n - step) % n;
+      if (h.machine_of(from_rank) != h.machine_of(me)) {
+        FERRY_CHECK(net.post_recv(from_rank, at(recv, recv_offsets[from_rank]), recv_bytes[from_rank], kNetAlltoallvTag,
+                                  &done[2 * from_rank]));
+        waits.push_back(&done[2 * from_rank]);
+      }
+      if (h.machine_of(to) != h.machine_of(me)) {
+        FERRY_CHECK(net.post_send(to, at(send, send_offsets[to]), send_bytes[to], kNetAlltoallvTag, &done[2 * to + 1]));
+        waits.push_back(&done[2 * to + 1]);
+      }
+    }
+    const int machine = h.machine_of(me), local_ranks = h.machine_size(machine);
+    std::vector<std::size_t> node_send(local_ranks), node_send_at(local_ranks), node_recv(local_ranks),
+        node_recv_at(local_ranks);
+    for (int i = 0; i < local_ranks; ++i) {
+      const int r = h.rank_at(machine, i);
+      node_send[i] = send_bytes[r];
+      node_send_at[i] = send_offsets[r];
+      node_recv[i] = recv_bytes[r];
+      node_recv_at[i] = recv_offsets[r];
+    }
+    FERRY_CHECK(on_node([&](bool* node_ran) {
+      return alltoallv(h.node(), send, node_send.data(), node_send_at.data(), recv, node_recv.data(),
+                       node_recv_at.data(), true, node_ran);
+    }));
+    return net.wait_all(waits, handshake_deadline());
   }();
   return finish_together(comm, local, clock);
 }

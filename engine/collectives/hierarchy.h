@@ -10,8 +10,11 @@
 //    then the machine's ranks gather the S shards;
 //  - bcast: the root's machine leader (the root) and every other machine's
 //    leader (its first rank) pass the buffer along a pipelined chain over the
-//    network; then each machine's leader broadcasts it within.
-// The calls take the place of allreduce() and bcast() (collectives.h) on
+//    network; then each machine's leader broadcasts it within;
+//  - alltoallv: every block to or from another machine in flight at once
+//    over the network, the machine's own blocks through its engine.
+// The calls take the place of allreduce(), bcast() and alltoallv()
+// (collectives.h) on
 // such communicators, with their contract; small calls, which staging
 // through the real MPI serves sooner, they decline (on every rank).
 #pragma once
@@ -57,5 +60,9 @@ Status hierarchical_allreduce(Communicator& comm, Hierarchy& hierarchy, const vo
                               std::size_t count, DataType type, ReduceOp op, bool eligible, bool* ran);
 Status hierarchical_bcast(Communicator& comm, Hierarchy& hierarchy, void* buffer, std::size_t bytes, int root,
                           bool eligible, bool* ran);
+Status hierarchical_alltoallv(Communicator& comm, Hierarchy& hierarchy, const void* send,
+                              const std::size_t* send_bytes, const std::size_t* send_offsets, void* recv,
+                              const std::size_t* recv_bytes, const std::size_t* recv_offsets, bool eligible,
+                              bool* ran);
 
 }  // namespace ferry

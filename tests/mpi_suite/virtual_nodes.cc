@@ -66,6 +66,35 @@ void test_calls(MPI_Comm comm, const char* scope, int count) {
     check_mpi(MPI_Bcast(buffer.data(), count, MPI_FLOAT, root, comm), what);
     expect_buffer(what, buffer, random_values<float>(count, id, root));
   }
+  {  // Alltoallv, blocks of different odd lengths with a gap after each.
+    const uint64_t id = next_case_id();
+    const Case what{"MPI_Alltoallv", "MPI_INT32_T", scope, count, "device"};
+    auto block = [&](int from, int to) { return count + 2 * from + to; };
+    auto layout = [&](int owner, bool sending, std::vector<int>* counts, std::vector<int>* displs) {
+      int at = 0;
+      for (int p = 0; p < size; ++p) {
+        counts->push_back(sending ? block(owner, p) : block(p, owner));
+        displs->push_back(at);
+        at += counts->back() + 1;
+      }
+      return at;
+    };
+    std::vector<int> send_counts, send_displs, recv_counts, recv_displs;
+    const int send_total = layout(rank, true, &send_counts, &send_displs);
+    const int recv_total = layout(rank, false, &recv_counts, &recv_displs);
+    Buffer out = make_buffer(random_values<int32_t>(send_total, id, rank), device, 4);
+    Buffer in = make_buffer(poisoned<int32_t>(recv_total), device, 8);
+    check_mpi(MPI_Alltoallv(out.data(), send_counts.data(), send_displs.data(), MPI_INT32_T, in.data(),
+                            recv_counts.data(), recv_displs.data(), MPI_INT32_T, comm),
+              what);
+    std::vector<int32_t> expected = poisoned<int32_t>(recv_total);
+    for (int p = 0; p < size; ++p) {
+      std::vector<int> their_counts, their_displs;
+      const std::vector<int32_t> theirs = random_values<int32_t>(layout(p, true, &their_counts, &their_displs), id, p);
+      std::copy_n(theirs.begin() + their_displs[rank], recv_counts[p], expected.begin() + recv_displs[p]);
+    }
+    expect_buffer(what, in, expected);
+  }
   {  // Around a ring: on the whole job, every message crosses to the other node.
     const uint64_t id = next_case_id();
     const Case what{"MPI_Sendrecv", "MPI_FLOAT", scope, count, "device"};
