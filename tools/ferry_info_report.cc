@@ -1,14 +1,19 @@
 // ferry-info's report of this build and process: version, device backend and
-// devices, the algorithms FERRY_TUNE can name, and every parameter's value,
+// devices, the net transport's providers, the algorithms FERRY_TUNE can name, and every parameter's value,
 // or the parameter table as Markdown.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "engine/collectives/tuner.h"
 #include "engine/common/params.h"
 #include "engine/gpu/gpu.h"
 #include "ferry/ferry.h"
 #include "tools/ferry_info.h"
+
+#ifdef FERRY_HAVE_IBVERBS
+#include "engine/transport/ib_verbs.h"
+#endif
 
 namespace ferry_info {
 
@@ -19,6 +24,26 @@ void print_markdown_table() {
                 *p.default_value ? p.default_value : "(empty)", p.description);
   }
 }
+
+namespace {
+
+// The net transport's providers, as this machine offers them.
+void print_networks() {
+  std::printf("\nnet transport providers (FERRY_NET=%s):\n  mpi    the application's MPI\n",
+              ferry::params().net.c_str());
+#ifdef FERRY_HAVE_IBVERBS
+  std::string why;
+  const std::vector<ferry::IbPort> ports = ferry::ib_ports(&why);
+  if (ports.empty()) std::printf("  ib     %s\n", why.c_str());
+  for (const ferry::IbPort& port : ports)
+    std::printf("  ib     %s:%d %s, %s, MTU %d\n", port.device.c_str(), port.port, port.active ? "active" : "down",
+                port.ethernet ? "RoCE" : "InfiniBand", port.mtu_bytes);
+#else
+  std::printf("  ib     not built (no infiniband/verbs.h at build time)\n");
+#endif
+}
+
+}  // namespace
 
 void print_report() {
   std::printf("Ferry %d.%d.%d\n\n", FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR, FERRY_VERSION_PATCH);
@@ -33,6 +58,7 @@ void print_report() {
   const std::string device_problem = ferry::gpu::device_setting_problem();
   if (!device_problem.empty()) std::printf("  %s\n", device_problem.c_str());
   if (backend) std::printf("%s\n", backend->describe_devices().c_str());
+  print_networks();
 
   std::printf("\nallreduce algorithms (FERRY_TUNE=allreduce:MIN-MAX:name,...):\n");
   for (int a = 0; a < static_cast<int>(ferry::AllreduceAlgorithm::kCount); ++a) {
