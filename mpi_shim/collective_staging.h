@@ -5,7 +5,7 @@
 // copies. request is null for a blocking call, which copies outputs back
 // before it returns; a nonblocking call leaves them to the call that
 // completes *request, and a persistent one copies inputs again at every
-// MPI_Start (requests.h). Arguments the real MPI would reject go to
+// MPI_Start (staged_requests.h). Arguments the real MPI would reject go to
 // it unchanged, so users get the real MPI's error class through their error
 // handler.
 #pragma once
@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "mpi_shim/comm_shape.h"
-#include "mpi_shim/requests.h"
+#include "mpi_shim/staged_requests.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/stats.h"

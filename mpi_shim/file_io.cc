@@ -11,7 +11,7 @@
 #include <unordered_map>
 
 #include "handlers.h"
-#include "mpi_shim/requests.h"
+#include "mpi_shim/request_registry.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/stats.h"

@@ -13,7 +13,7 @@
 #include "mpi_shim/engine_route.h"
 #include "mpi_shim/nonblocking_engine.h"
 #include "mpi_shim/peer_pt2pt.h"
-#include "mpi_shim/requests.h"
+#include "mpi_shim/request_registry.h"
 #include "mpi_shim/rma.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
@@ -104,7 +104,7 @@ int handle_Finalize() {
   release_verdict_window();
   release_engine_communicators();
   peer::stop();
-  release_staged_requests();
+  release_tracked_requests();
   release_staging_pools();
   return PMPI_Finalize();
 }

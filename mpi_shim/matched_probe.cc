@@ -8,7 +8,7 @@
 
 #include "handlers.h"
 #include "mpi_shim/point_to_point.h"
-#include "mpi_shim/requests.h"
+#include "mpi_shim/staged_requests.h"
 
 namespace ferry::shim {
 namespace {

@@ -18,6 +18,7 @@
 #include "engine/common/params.h"
 #include "mpi_shim/engine_route.h"
 #include "mpi_shim/nonblocking_state.h"
+#include "mpi_shim/request_registry.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/translate.h"
@@ -328,7 +329,10 @@ CommState* state_for(MPI_Comm comm) {
     unable().insert(comm);
     return nullptr;
   }
-  if (!g_thread) g_thread = new std::thread(progress_loop);
+  if (!g_thread) {
+    g_thread = new std::thread(progress_loop);
+    add_completion_progress(progress);
+  }
   CommState* made = state.get();
   states()[comm] = std::move(state);
   return made;
@@ -338,6 +342,47 @@ Op* find_locked(MPI_Request request) {
   auto it = by_request().find(request);
   return it == by_request().end() ? nullptr : it->second;
 }
+
+// Waits until request's work is done (wait) or looks once (!wait), and
+// completes the generalized request once it is, so that the real MPI's
+// completion call sees it complete.
+void settle_call(MPI_Request request, bool wait) {
+  for (int polls = 0;; ++polls) {
+    std::unique_lock<std::mutex> lock(g_mutex);
+    Op* op = find_locked(request);
+    if (!op || op->completed) return;
+    if (op->stage != Stage::kDone) advance_locked(true);
+    if (op->stage == Stage::kDone) {
+      op->completed = true;
+      lock.unlock();
+      PMPI_Grequest_complete(request);
+      return;
+    }
+    if (!wait) return;
+    lock.unlock();
+    if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(2));
+  }
+}
+
+// A call's generalized request: settled before every completion call.
+// MPI_Request_free of it is erroneous for a nonblocking collective, and
+// refused with MPI_ERR_REQUEST as Open MPI does.
+class EngineCollective final : public TrackedRequest {
+ public:
+  bool settles(MPI_Request) const override { return true; }
+  Settled settle(MPI_Request handle, bool wait) override {
+    settle_call(handle, wait);
+    return {};
+  }
+  int free(MPI_Request* handle) override {
+    MPI_Comm comm = MPI_COMM_WORLD;
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      if (Op* op = find_locked(*handle); op && op->state) comm = op->state->comm;
+    }
+    return raise_error(comm, MPI_ERR_REQUEST);
+  }
+};
 
 }  // namespace
 
@@ -375,6 +420,7 @@ int start_call(CommState& state, std::unique_ptr<Op> op, bool host_only, EntryFi
   made->work.call = call;
   lock.unlock();
   const int result = PMPI_Grequest_start(query_op, free_op, cancel_op, made, request);
+  if (result == MPI_SUCCESS) track(*request, std::make_unique<EngineCollective>());
   lock.lock();
   if (result != MPI_SUCCESS) {
     // Published, so it is still issued (and its outcome dropped).
@@ -400,55 +446,10 @@ CommState* taking(FunctionId id, MPI_Comm comm, std::initializer_list<const void
   return state_for(comm);
 }
 
-bool owns(MPI_Request request) {
-  if (g_live.load(std::memory_order_acquire) == 0 || request == MPI_REQUEST_NULL) return false;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return find_locked(request) != nullptr;
-}
-
-bool owns_any(int count, const MPI_Request* requests) {
-  if (g_live.load(std::memory_order_acquire) == 0 || !requests || count <= 0) return false;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  for (int i = 0; i < count; ++i)
-    if (requests[i] != MPI_REQUEST_NULL && find_locked(requests[i])) return true;
-  return false;
-}
-
-void settle(int count, const MPI_Request* requests, bool wait) {
-  if (g_live.load(std::memory_order_acquire) == 0 || !requests) return;
-  for (int i = 0; i < count; ++i) {
-    if (requests[i] == MPI_REQUEST_NULL) continue;
-    for (int polls = 0;; ++polls) {
-      std::unique_lock<std::mutex> lock(g_mutex);
-      Op* op = find_locked(requests[i]);
-      if (!op || op->completed) break;
-      if (op->stage != Stage::kDone) advance_locked(true);
-      if (op->stage == Stage::kDone) {
-        op->completed = true;
-        lock.unlock();
-        PMPI_Grequest_complete(requests[i]);
-        break;
-      }
-      if (!wait) break;
-      lock.unlock();
-      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(2));
-    }
-  }
-}
-
 void progress() {
   if (g_live.load(std::memory_order_acquire) == 0) return;
   std::lock_guard<std::mutex> lock(g_mutex);
   advance_locked(true);
-}
-
-int refuse_free(MPI_Request request) {
-  MPI_Comm comm = MPI_COMM_WORLD;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    if (Op* op = find_locked(request); op && op->state) comm = op->state->comm;
-  }
-  return raise_error(comm, MPI_ERR_REQUEST);
 }
 
 void issue_all(MPI_Comm comm) {

@@ -15,8 +15,9 @@
 // When some rank cannot (host buffers there),
 // every rank runs the call through the real MPI on a duplicate of the
 // communicator (device buffers staged), posted by the next MPI call the
-// application makes. The completion calls (requests.cc) complete the
-// generalized request once the work is done.
+// application makes. The generalized request is tracked in the request
+// registry (request_registry.h): the completion calls settle it, completing
+// it for the real MPI once the work is done.
 //
 // The first such call on a communicator sets it up, collectively, as the
 // first blocking device collective does; later calls are local.
@@ -43,23 +44,9 @@ bool start_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
                      void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm,
                      MPI_Request* request, int* result);
 
-// Whether request is one of this path's (one load while none is live).
-bool owns(MPI_Request request);
-bool owns_any(int count, const MPI_Request* requests);
-
-// Before a completion call on requests: for each of this path's among
-// them, waits until its work is done (wait) or looks once (!wait), and
-// completes the generalized request of each that is, so that the real
-// MPI's completion call sees it complete.
-void settle(int count, const MPI_Request* requests, bool wait);
-
 // Does what waits for an MPI thread (fallback calls to post, their
-// requests to test); called from completion calls.
+// requests to test); run by every completion call.
 void progress();
-
-// MPI_Request_free of one of this path's requests: erroneous for a
-// nonblocking collective, refused with MPI_ERR_REQUEST as Open MPI does.
-int refuse_free(MPI_Request request);
 
 // Before a blocking allreduce on comm runs on the engine: every earlier
 // nonblocking one of comm is queued or posted (they share the copy-engine
@@ -79,28 +66,14 @@ void finalize();
 // stands for the call's arguments. MPI_Start makes the call as the
 // nonblocking one (on the engine where it can) behind the handle, and the
 // completion calls hold the handle back from the real MPI until that call
-// is done. The handle never changes, as with MPI's own.
+// is done. The handle never changes, as with MPI's own; it is tracked in
+// the request registry until MPI_Request_free, which refuses an active one
+// (MPI_ERR_REQUEST).
 int init_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
                    MPI_Request* request);
 int init_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request* request);
 int init_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
                    void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm,
                    MPI_Request* request);
-// Whether any persistent collective of this path exists (one load).
-bool persistent_live();
-// Whether request is one of them.
-bool is_persistent(MPI_Request request);
-// MPI_Start of one: the call, then the real MPI's start of the handle.
-int start_persistent(MPI_Request* request);
-// Finishes the calls behind the started persistent handles among requests
-// (wait), or looks once (!wait): *pending says whether any is still
-// running. The first error of a finished call is returned.
-int settle_persistent(int count, const MPI_Request* requests, bool wait, bool* pending);
-// The started handles among requests whose call is still running: replaced
-// by MPI_REQUEST_NULL in requests (held back from the real MPI), their
-// indices in *held; unhold() puts them back.
-void hold_running(int count, MPI_Request* requests, std::vector<std::pair<int, MPI_Request>>* held);
-// MPI_Request_free of one: an active one is refused (MPI_ERR_REQUEST).
-int free_persistent(MPI_Request* request);
 
 }  // namespace ferry::shim::nbc

@@ -1,7 +1,8 @@
 // Persistent collectives (nonblocking_engine.h): the handle is a real
-// persistent request of the MPI's standing for the call's arguments; each
-// MPI_Start makes the nonblocking call behind it.
-#include <atomic>
+// persistent request of the MPI's standing for the call's arguments, tracked
+// in the request registry; each MPI_Start makes the nonblocking call behind
+// it.
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "handlers.h"
 #include "mpi_shim/nonblocking_engine.h"
 #include "mpi_shim/nonblocking_state.h"
+#include "mpi_shim/request_registry.h"
 #include "mpi_shim/wrapper_support.h"
 
 namespace ferry::shim::nbc {
@@ -35,17 +37,6 @@ std::unordered_map<MPI_Request, Persistent>& persistents() {
   static auto* map = new std::unordered_map<MPI_Request, Persistent>;
   return *map;
 }
-std::atomic<int> g_persistents{0};
-
-int make_persistent(Persistent call, MPI_Request* request) {
-  if (!request) return raise_error(call.comm, MPI_ERR_REQUEST);
-  const int result = PMPI_Recv_init(nullptr, 0, MPI_BYTE, MPI_PROC_NULL, 0, call.comm, request);
-  if (result != MPI_SUCCESS) return result;
-  std::lock_guard<std::mutex> lock(g_persistent_mutex);
-  persistents()[*request] = std::move(call);
-  g_persistents.store(static_cast<int>(persistents().size()), std::memory_order_release);
-  return MPI_SUCCESS;
-}
 
 // The call running behind handle; MPI_REQUEST_NULL when none is.
 MPI_Request running_call(MPI_Request handle) {
@@ -60,14 +51,83 @@ bool finish_running(MPI_Request handle, bool wait, int* error) {
   MPI_Request running = running_call(handle);
   if (running == MPI_REQUEST_NULL) return true;
   int done = 1;
-  // The completion calls of requests.cc: staged copies delivered, engine
-  // calls settled.
+  // The completion calls (request_completion.cc): staged copies delivered,
+  // engine calls settled.
   const int result = wait ? handle_Wait(&running, MPI_STATUS_IGNORE) : handle_Test(&running, &done, MPI_STATUS_IGNORE);
   if (result == MPI_SUCCESS && !done) return false;
   std::lock_guard<std::mutex> lock(g_persistent_mutex);
   persistents().at(handle).running = MPI_REQUEST_NULL;
   if (error && *error == MPI_SUCCESS) *error = result;
   return true;
+}
+
+int start_persistent(MPI_Request* request) {
+  Persistent call;
+  {
+    std::lock_guard<std::mutex> lock(g_persistent_mutex);
+    call = persistents().at(*request);
+  }
+  // The real MPI refuses to start an active handle; once it started it,
+  // the handle stays complete for it until the call behind it is done.
+  int result = PMPI_Start(request);
+  if (result != MPI_SUCCESS) return result;
+  MPI_Request running = MPI_REQUEST_NULL;
+  switch (call.kind) {
+    case Kind::kAllreduce:
+      result = handle_Iallreduce(call.send, call.recv, call.count, call.datatype, call.op, call.comm, &running);
+      break;
+    case Kind::kBcast:
+      result = handle_Ibcast(call.recv, call.count, call.datatype, call.root, call.comm, &running);
+      break;
+    case Kind::kAlltoallv:
+      result = handle_Ialltoallv(call.send, call.send_counts.data(), call.send_displs.data(), call.datatype,
+                                 call.recv, call.recv_counts.data(), call.recv_displs.data(), call.recv_type,
+                                 call.comm, &running);
+      break;
+  }
+  if (result != MPI_SUCCESS) return result;
+  std::lock_guard<std::mutex> lock(g_persistent_mutex);
+  persistents().at(*request).running = running;
+  return MPI_SUCCESS;
+}
+
+int free_persistent(MPI_Request* request) {
+  {
+    std::lock_guard<std::mutex> lock(g_persistent_mutex);
+    auto it = persistents().find(*request);
+    if (it->second.running != MPI_REQUEST_NULL) return raise_error(it->second.comm, MPI_ERR_REQUEST);
+    persistents().erase(it);
+  }
+  return PMPI_Request_free(request);
+}
+
+// A persistent collective's handle: the call behind it is finished before
+// the real MPI sees the handle, which it would report complete; each
+// MPI_Start makes the call anew.
+class PersistentCollective final : public TrackedRequest {
+ public:
+  PersistentCollective() : TrackedRequest(Lifetime::kPersistent) {}
+  bool settles(MPI_Request) const override { return true; }
+  Settled settle(MPI_Request handle, bool wait) override {
+    Settled settled;
+    settled.running = !finish_running(handle, wait, &settled.error);
+    return settled;
+  }
+  bool starts_alone() const override { return true; }
+  int start(MPI_Request* handle) override { return start_persistent(handle); }
+  int free(MPI_Request* handle) override { return free_persistent(handle); }
+};
+
+int make_persistent(Persistent call, MPI_Request* request) {
+  if (!request) return raise_error(call.comm, MPI_ERR_REQUEST);
+  const int result = PMPI_Recv_init(nullptr, 0, MPI_BYTE, MPI_PROC_NULL, 0, call.comm, request);
+  if (result != MPI_SUCCESS) return result;
+  {
+    std::lock_guard<std::mutex> lock(g_persistent_mutex);
+    persistents()[*request] = std::move(call);
+  }
+  track(*request, std::make_unique<PersistentCollective>());
+  return MPI_SUCCESS;
 }
 
 }  // namespace
@@ -121,74 +181,6 @@ int init_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispl
   call.recv_counts.assign(recvcounts, recvcounts + size);
   call.recv_displs.assign(rdispls, rdispls + size);
   return make_persistent(std::move(call), request);
-}
-
-bool persistent_live() { return g_persistents.load(std::memory_order_acquire) != 0; }
-
-bool is_persistent(MPI_Request request) {
-  if (!persistent_live() || request == MPI_REQUEST_NULL) return false;
-  std::lock_guard<std::mutex> lock(g_persistent_mutex);
-  return persistents().count(request) != 0;
-}
-
-int start_persistent(MPI_Request* request) {
-  Persistent call;
-  {
-    std::lock_guard<std::mutex> lock(g_persistent_mutex);
-    call = persistents().at(*request);
-  }
-  // The real MPI refuses to start an active handle; once it started it,
-  // the handle stays complete for it until the call behind it is done.
-  int result = PMPI_Start(request);
-  if (result != MPI_SUCCESS) return result;
-  MPI_Request running = MPI_REQUEST_NULL;
-  switch (call.kind) {
-    case Kind::kAllreduce:
-      result = handle_Iallreduce(call.send, call.recv, call.count, call.datatype, call.op, call.comm, &running);
-      break;
-    case Kind::kBcast:
-      result = handle_Ibcast(call.recv, call.count, call.datatype, call.root, call.comm, &running);
-      break;
-    case Kind::kAlltoallv:
-      result = handle_Ialltoallv(call.send, call.send_counts.data(), call.send_displs.data(), call.datatype,
-                                 call.recv, call.recv_counts.data(), call.recv_displs.data(), call.recv_type,
-                                 call.comm, &running);
-      break;
-  }
-  if (result != MPI_SUCCESS) return result;
-  std::lock_guard<std::mutex> lock(g_persistent_mutex);
-  persistents().at(*request).running = running;
-  return MPI_SUCCESS;
-}
-
-int settle_persistent(int count, const MPI_Request* requests, bool wait, bool* pending) {
-  *pending = false;
-  int error = MPI_SUCCESS;
-  if (!persistent_live() || !requests) return error;
-  for (int i = 0; i < count; ++i)
-    if (!finish_running(requests[i], wait, &error)) *pending = true;
-  return error;
-}
-
-void hold_running(int count, MPI_Request* requests, std::vector<std::pair<int, MPI_Request>>* held) {
-  held->clear();
-  if (!persistent_live() || !requests) return;
-  for (int i = 0; i < count; ++i) {
-    if (finish_running(requests[i], false, nullptr)) continue;
-    held->push_back({i, requests[i]});
-    requests[i] = MPI_REQUEST_NULL;
-  }
-}
-
-int free_persistent(MPI_Request* request) {
-  {
-    std::lock_guard<std::mutex> lock(g_persistent_mutex);
-    auto it = persistents().find(*request);
-    if (it->second.running != MPI_REQUEST_NULL) return raise_error(it->second.comm, MPI_ERR_REQUEST);
-    persistents().erase(it);
-    g_persistents.store(static_cast<int>(persistents().size()), std::memory_order_release);
-  }
-  return PMPI_Request_free(request);
 }
 
 }  // namespace ferry::shim::nbc

@@ -8,7 +8,7 @@
 
 #include "engine/common/log.h"
 #include "mpi_shim/peer_claims.h"
-#include "mpi_shim/requests.h"
+#include "mpi_shim/request_registry.h"
 #include "mpi_shim/wrapper_support.h"
 
 namespace ferry::shim::peer {
@@ -22,7 +22,6 @@ struct OfferTable {
   std::unordered_map<MPI_Request, std::shared_ptr<PendingOffer>> offers;
   std::atomic<int> live_offers{0};
   std::unordered_map<MPI_Request, std::unique_ptr<PersistentSend>> persistent_sends;
-  std::atomic<int> live_persistent_sends{0};
 };
 
 OfferTable& table() {
@@ -44,7 +43,6 @@ std::unique_ptr<PersistentSend> take_persistent_send(MPI_Request request) {
   if (it == t.persistent_sends.end()) return nullptr;
   std::unique_ptr<PersistentSend> entry = std::move(it->second);
   t.persistent_sends.erase(it);
-  t.live_persistent_sends.fetch_sub(1, std::memory_order_release);
   return entry;
 }
 
@@ -118,60 +116,29 @@ int start_persistent_send(MPI_Request request) {
   return rc;
 }
 
-}  // namespace
-
-void track_offer(MPI_Request request, const Offer& offer) {
-  std::shared_ptr<PendingOffer> n = add_offer(request, offer, false);
-  track_request(request, [request, n] { return finish_offer(request, *n); });
-}
-
-void track_persistent_offers(MPI_Request request, const PersistentSend& send) {
-  OfferTable& t = table();
-  {
-    std::lock_guard<std::mutex> lock(t.mutex);
-    t.persistent_sends[request] = std::make_unique<PersistentSend>(send);
-    t.live_persistent_sends.fetch_add(1, std::memory_order_release);
-  }
-  track_persistent_send(
-      request, [request] { return start_persistent_send(request); },
-      [request] { return finish_persistent_offer(request); });
-}
-
 bool offers_live() { return table().live_offers.load(std::memory_order_acquire) > 0; }
-
-bool any_persistent_send(int count, const MPI_Request* requests) {
-  if (table().live_persistent_sends.load(std::memory_order_acquire) == 0 || !requests) return false;
-  for (int i = 0; i < count; ++i)
-    if (find_persistent_send(requests[i])) return true;
-  return false;
-}
 
 bool is_offer(MPI_Request request) { return offers_live() && find_offer(request); }
 
-bool any_offer(int count, const MPI_Request* requests) {
-  if (!offers_live() || !requests) return false;
-  for (int i = 0; i < count; ++i)
-    if (find_offer(requests[i])) return true;
-  return false;
-}
-
-void settle_offers(int count, const MPI_Request* requests, bool wait) {
-  if (!offers_live() || !requests) return;
-  std::vector<std::shared_ptr<PendingOffer>> offers;
-  for (int i = 0; i < count; ++i)
-    if (std::shared_ptr<PendingOffer> n = find_offer(requests[i])) offers.push_back(std::move(n));
-  for (int polls = 0; !offers.empty(); ++polls) {
-    bool all_ended = true;
-    for (const std::shared_ptr<PendingOffer>& n : offers) {
-      look_at(*n, false);
-      all_ended = all_ended && n->ended;
-    }
-    if (all_ended || !wait) return;
+// Withdraws request's offer if it has waited FERRY_PT2PT_CLAIM_US
+// unclaimed (its data goes through a bounce buffer, and its request
+// completes once it is copied there). wait: returns only once the offer is
+// copied or withdrawn, so the real MPI's completion of the request follows
+// at once.
+void settle_offer(MPI_Request request, bool wait) {
+  const std::shared_ptr<PendingOffer> n = offers_live() ? find_offer(request) : nullptr;
+  if (!n) return;
+  for (int polls = 0;; ++polls) {
+    look_at(*n, false);
+    if (n->ended || !wait) return;
     claim_what_arrived();
     if (polls > 1024) std::this_thread::yield();
   }
 }
 
+// MPI_Request_free of an offer's request: withdrawn now if unclaimed (or
+// waited for if claimed), so nothing is held for it after; a persistent
+// send's request gives back what it held too.
 int free_offer(MPI_Request request) {
   const std::shared_ptr<PendingOffer> n = offers_live() ? find_offer(request) : nullptr;
   int rc = MPI_SUCCESS;
@@ -182,6 +149,68 @@ int free_offer(MPI_Request request) {
   const std::unique_ptr<PersistentSend> persistent = take_persistent_send(request);
   if (persistent && persistent->held.slot >= 0) give_claim(persistent->held.slot);
   return rc;
+}
+
+// The request of a send that offers its buffer: while its offer stands it
+// is settled before the real MPI completes it, and completes after the
+// receives of the same MPI_Waitall.
+class OfferedSend : public TrackedRequest {
+ public:
+  OfferedSend(MPI_Request request, Lifetime lifetime) : TrackedRequest(lifetime), request_(request) {}
+  bool settles(MPI_Request handle) const override { return is_offer(handle); }
+  Settled settle(MPI_Request handle, bool wait) override {
+    settle_offer(handle, wait);
+    return {};
+  }
+  bool completes_last(MPI_Request handle) const override { return is_offer(handle); }
+  int free(MPI_Request* handle) override {
+    const int withdrawn = free_offer(*handle);
+    const int result = PMPI_Request_free(handle);
+    return result != MPI_SUCCESS ? result : withdrawn;
+  }
+
+ protected:
+  MPI_Request request_;  // the handle it was made with
+};
+
+// A nonblocking send's offer: the request's completion finishes it.
+class NonblockingOffer final : public OfferedSend {
+ public:
+  NonblockingOffer(MPI_Request request, std::shared_ptr<PendingOffer> offer)
+      : OfferedSend(request, Lifetime::kOnce), offer_(std::move(offer)) {}
+
+ private:
+  int complete(MPI_Status&) override { return finish_offer(request_, *offer_); }
+  std::shared_ptr<PendingOffer> offer_;
+};
+
+// A persistent send: each MPI_Start offers anew, the completion of each
+// start finishes that offer; not cancellable.
+class PersistentOffers final : public OfferedSend {
+ public:
+  explicit PersistentOffers(MPI_Request request) : OfferedSend(request, Lifetime::kPersistent) {
+    make_uncancellable();
+  }
+  bool starts_alone() const override { return true; }
+
+ private:
+  int complete(MPI_Status&) override { return finish_persistent_offer(request_); }
+  int on_restart() override { return start_persistent_send(request_); }
+};
+
+}  // namespace
+
+void track_offer(MPI_Request request, const Offer& offer) {
+  track(request, std::make_unique<NonblockingOffer>(request, add_offer(request, offer, false)));
+}
+
+void track_persistent_offers(MPI_Request request, const PersistentSend& send) {
+  {
+    OfferTable& t = table();
+    std::lock_guard<std::mutex> lock(t.mutex);
+    t.persistent_sends[request] = std::make_unique<PersistentSend>(send);
+  }
+  track(request, std::make_unique<PersistentOffers>(request));
 }
 
 }  // namespace ferry::shim::peer

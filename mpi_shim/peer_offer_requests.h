@@ -1,7 +1,7 @@
 // Offers of nonblocking and persistent sends (peer_offers.h), by the
-// request the user holds: the calls that complete, start or free a request
-// find its offer here (settle_offers, free_offer, any_offer and the others
-// of peer_pt2pt.h), and the request's completion finishes the offer.
+// request the user holds, which is tracked in the request registry
+// (request_registry.h): the calls that complete, start or free it settle,
+// start or withdraw its offer, and its completion finishes the offer.
 #pragma once
 
 #include <mpi.h>
@@ -27,8 +27,8 @@ struct PersistentSend {
 void track_offer(MPI_Request request, const Offer& offer);
 
 // The request of a persistent send: each MPI_Start of it offers anew, the
-// completion of each start finishes the offer, MPI_Request_free
-// (free_offer) gives back what it holds.
+// completion of each start finishes the offer, MPI_Request_free gives back
+// what it holds.
 void track_persistent_offers(MPI_Request request, const PersistentSend& send);
 
 }  // namespace ferry::shim::peer

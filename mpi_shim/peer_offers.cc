@@ -11,7 +11,7 @@
 #include "engine/common/log.h"
 #include "engine/common/params.h"
 #include "mpi_shim/peer_claims.h"
-#include "mpi_shim/requests.h"
+#include "mpi_shim/request_registry.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/wrapper_support.h"
 

@@ -23,7 +23,7 @@
 #include "mpi_shim/peer_offer_requests.h"
 #include "mpi_shim/peer_offers.h"
 #include "mpi_shim/peer_receive.h"
-#include "mpi_shim/requests.h"
+#include "mpi_shim/request_registry.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/wrapper_support.h"

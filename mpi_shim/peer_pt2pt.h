@@ -64,7 +64,7 @@ enum class Mode { kNone, kStandard, kSynchronous, kReady };
 // receiver's latest claim of another of its offers, and goes on through a
 // bounce buffer, so it never waits for its receive (MPI's progress rule,
 // and programs that count on small messages being buffered). A nonblocking offer's *request is a receive of the word
-// that the copy is done (see settle_offers). Any other send copies the data to a bounce buffer of device memory first,
+// that the copy is done (peer_offer_requests.h). Any other send copies the data to a bounce buffer of device memory first,
 // and *request is the marker's.
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
          MPI_Request* request, bool* handled);
@@ -75,24 +75,9 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
 // offer. *handled false: not taken (make the request another way).
 int send_init(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
               MPI_Request* request, bool* handled);
-// Whether any of requests is such a send's (one load while none exists).
-bool any_persistent_send(int count, const MPI_Request* requests);
-
-// Nonblocking offers. Whether any is outstanding (one load), and whether
-// request is one.
-bool offers_live();
-bool is_offer(MPI_Request request);
-bool any_offer(int count, const MPI_Request* requests);
-// Before a completion call on requests: each offer among them that has
-// waited FERRY_PT2PT_CLAIM_US unclaimed is withdrawn (its data goes through
-// a bounce buffer, and its request completes once it is copied there).
-// wait: returns only once every offer among them is copied or withdrawn,
-// so the real MPI's completion of their requests follows at once.
-void settle_offers(int count, const MPI_Request* requests, bool wait);
-// MPI_Request_free of an offer's request: withdrawn now if unclaimed (or
-// waited for if claimed), so nothing is held for it after; a persistent
-// send's request gives back what it held too.
-int free_offer(MPI_Request request);
+// The requests of nonblocking and persistent offers are tracked in the
+// request registry (peer_offer_requests.h): the completion calls settle
+// them, withdrawing an offer that waited unclaimed too long.
 
 // MPI_Sendrecv whose send offers its buffer (as a blocking send()):
 // receive() makes the receive while the offer stands, so two ranks that
@@ -123,7 +108,7 @@ int before_send(int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, 
 // this machine.
 bool checks_receives(MPI_Comm comm);
 
-// A receive's place in the order receives were posted (requests.h):
+// A receive's place in the order receives were posted (staged_requests.h):
 // kPostedNow for one that is posted as it is completed (a blocking one).
 constexpr std::uint64_t kPostedNow = ~std::uint64_t{0};
 

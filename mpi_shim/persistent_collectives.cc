@@ -1,7 +1,7 @@
 // The persistent collectives of Open MPI 4.1's mpi-ext.h (MPI 4.0's, as
 // MPIX_ extensions) that have no engine route: staged on the real MPI's
 // persistent request. Every MPI_Start copies the device inputs anew and every
-// completion of a start copies the outputs back (requests.h). Allreduce,
+// completion of a start copies the outputs back (staged_requests.h). Allreduce,
 // Bcast and Alltoallv are in nonblocking_collectives.cc.
 #include "handlers.h"
 #include "mpi_shim/collective_staging.h"

@@ -5,7 +5,7 @@
 
 #include "engine/gpu/gpu.h"
 #include "handlers.h"
-#include "mpi_shim/requests.h"
+#include "mpi_shim/staged_requests.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/stats.h"

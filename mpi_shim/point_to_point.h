@@ -6,7 +6,7 @@
 #include "mpi_shim/wrapper_support.h"
 
 #include "mpi_shim/peer_pt2pt.h"
-#include "mpi_shim/requests.h"
+#include "mpi_shim/staged_requests.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/stats.h"

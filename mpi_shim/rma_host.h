@@ -9,7 +9,7 @@
 #include <memory>
 #include <mutex>
 
-#include "mpi_shim/requests.h"
+#include "mpi_shim/request_registry.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 

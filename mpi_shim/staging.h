@@ -114,8 +114,5 @@ StagingMemory staging_memory();
 
 // Frees the pinned memory cached between calls (MPI_Finalize).
 void release_staging_pools();
-// Frees the staging still held by requests: those the user freed before they
-// completed and persistent ones never freed (MPI_Finalize; requests.cc).
-void release_staged_requests();
 
 }  // namespace ferry::shim

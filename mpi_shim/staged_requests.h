@@ -1,24 +1,19 @@
 // Requests on the staged route: the host copies behind a nonblocking or
-// persistent call on device buffers stay with its MPI request until the call
-// that completes it (any Wait or Test, or MPI_Request_get_status) copies the
-// outputs back. The request itself is always the real MPI's.
+// persistent call on device buffers stay with its MPI request, in the
+// request registry (request_registry.h), until the call that completes it
+// (any Wait or Test, or MPI_Request_get_status) copies the outputs back.
+// The request itself is always the real MPI's.
 #pragma once
 
 #include <mpi.h>
 
-#include <functional>
-
 #include "mpi_shim/peer_pt2pt.h"
+#include "mpi_shim/request_registry.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/staging.h"
 #include "mpi_shim/stats.h"
 
 namespace ferry::shim {
-
-enum class Lifetime {
-  kOnce,        // finished, and released, by the call that completes it
-  kPersistent,  // made inactive; restarted by MPI_Start, released by MPI_Request_free
-};
 
 // A receive that may match a marker of a send through peer memory
 // (peer_pt2pt.h): checked when it completes. comm == MPI_COMM_NULL: none.
@@ -46,38 +41,10 @@ inline CheckedReceive checked_receive(MPI_Comm comm, void* buf, int count, MPI_D
 int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime lifetime = Lifetime::kOnce,
                bool receive = false, const CheckedReceive& checked = {});
 
-// Before a receive numbered posted (peer::kPostedNow: posted as it
-// completes) takes a marker's envelope: the tracked receives posted before
-// it that are complete take theirs, in order, as MPI_Request_get_status
-// would deliver them (they matched earlier messages). Not under
-// MPI_THREAD_MULTIPLE, where the application's threads may be completing
-// those requests at the same time.
-void deliver_receives_posted_before(std::uint64_t posted);
-
-// A request whose outputs are delivered elsewhere too: an RMA R-call on the
-// real MPI's window (rma.cc), whose results are due at the request's
-// completion or at the epoch's synchronization, whichever comes first.
-// complete() runs in the Wait or Test that completes the request (and in
-// MPI_Request_get_status when it reports completion); it must be idempotent.
-void track_request(MPI_Request request, std::function<int()> complete);
-
-// A send whose message has an envelope (peer_pt2pt.h): MPI_Cancel of it
-// does nothing.
-void track_uncancellable(MPI_Request request);
-
 // A receive into a buffer that was not staged, checked when it completes
 // (never one from MPI_PROC_NULL: Open MPI shares the request of every such
 // receive).
 void track_checked_receive(MPI_Request request, const CheckedReceive& checked, Lifetime lifetime);
-
-// A persistent send through peer memory (peer::send_init): on_start()
-// runs before every MPI_Start of it (its offer), complete() in the call
-// that completes each start; not cancellable.
-void track_persistent_send(MPI_Request request, std::function<int()> on_start, std::function<int()> complete);
-
-// A persistent send of an empty message: on_start() runs before every
-// MPI_Start of it (its envelope); not cancellable.
-void track_empty_persistent_send(MPI_Request request, std::function<int()> on_start);
 
 // A point-to-point call with one buffer that returns a request: Isend and
 // Irecv and their kin, the persistent inits, Imrecv. pmpi(buffer) makes the
