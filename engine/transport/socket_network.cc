@@ -29,6 +29,8 @@ struct Header {
 static_assert(sizeof(Header) == 24, "Header is part of the wire format");
 constexpr std::uint32_t kData = 0;
 constexpr std::uint32_t kGoodbye = 1;  // the sender closes this stream on purpose
+// Far above the net transport's chunks; a header past it is corrupt.
+constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 34;
 
 // What a NetRequest holds here.
 struct Op {
@@ -291,6 +293,8 @@ class SocketNetwork final : public NetProvider {
         if (s.header_got < sizeof(Header)) continue;
         s.header_got = 0;
         if (s.header.kind == kGoodbye) return goodbye(peer, s);
+        if (s.header.kind != kData || s.header.tag < 0 || s.header.bytes > kMaxMessageBytes)
+          return lost(peer, "a malformed message header");
         begin_message(peer, s);
       } else {
         s.got += static_cast<std::size_t>(got);
