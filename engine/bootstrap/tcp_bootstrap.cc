@@ -1,11 +1,8 @@
 #include "engine/bootstrap/tcp_bootstrap.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,11 +15,11 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "engine/common/params.h"
+#include "engine/common/socket_io.h"
 
 namespace ferry {
 namespace {
@@ -34,7 +31,6 @@ using Clock = std::chrono::steady_clock;
 // bytes; the root rejects any handshake frame whose length is not exact.
 constexpr std::uint32_t kMagic = 0x46525942;  // "FRYB"
 constexpr std::uint32_t kVersion = 1;
-constexpr std::size_t kSecretBytes = 16;
 constexpr std::size_t kNonceBytes = 16;
 
 struct Hello {  // root -> joining rank
@@ -61,7 +57,6 @@ static_assert(sizeof(Welcome) == 8, "Welcome is part of the wire format");
 
 // A silent or slow stranger must not hold up the ranks queued behind it.
 constexpr auto kHandshakeLimit = std::chrono::seconds(5);
-constexpr auto kConnectRetryPause = std::chrono::milliseconds(50);
 
 Status report(const TcpBootstrapOptions& options, Status status, const char* format, ...)
     __attribute__((format(printf, 3, 4)));
@@ -75,75 +70,6 @@ Status report(const TcpBootstrapOptions& options, Status status, const char* for
   FERRY_WARN(Bootstrap, "%s", text);
   if (options.failure) *options.failure = text;
   return status;
-}
-
-// Closes its descriptor (a socket, or /dev/urandom) when it goes out of scope.
-class OwnedFd {
- public:
-  OwnedFd() = default;
-  explicit OwnedFd(int fd) : fd_(fd) {}
-  OwnedFd(OwnedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  OwnedFd& operator=(OwnedFd&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  ~OwnedFd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int fd() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
-
-int remaining_ms(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
-}
-
-// kTimeout when the deadline passes first.
-Status wait_for(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd entry{fd, events, 0};
-    const int ready = poll(&entry, 1, remaining_ms(deadline));
-    if (ready > 0) return Status::kOk;
-    if (ready == 0) return Status::kTimeout;
-    if (errno != EINTR) return Status::kSystemError;
-  }
-}
-
-// kUnavailable when the peer closed the connection.
-Status read_exact(int fd, void* buffer, std::size_t bytes, Clock::time_point deadline) {
-  auto* at = static_cast<char*>(buffer);
-  while (bytes > 0) {
-    // A timeout is an answer here (the caller names the missing peer), not a failure to trace.
-    if (const Status status = wait_for(fd, POLLIN, deadline); !ok(status)) return status;
-    const ssize_t got = recv(fd, at, bytes, MSG_DONTWAIT);
-    if (got == 0) return Status::kUnavailable;
-    if (got < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      return errno == ECONNRESET ? Status::kUnavailable : Status::kSystemError;
-    }
-    at += got;
-    bytes -= static_cast<std::size_t>(got);
-  }
-  return Status::kOk;
-}
-
-Status write_all(int fd, const void* buffer, std::size_t bytes, Clock::time_point deadline) {
-  const auto* at = static_cast<const char*>(buffer);
-  while (bytes > 0) {
-    if (const Status status = wait_for(fd, POLLOUT, deadline); !ok(status)) return status;
-    const ssize_t sent = send(fd, at, bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (sent < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      return errno == EPIPE || errno == ECONNRESET ? Status::kUnavailable : Status::kSystemError;
-    }
-    at += sent;
-    bytes -= static_cast<std::size_t>(sent);
-  }
-  return Status::kOk;
 }
 
 Status send_frame(int fd, const void* payload, std::size_t bytes, Clock::time_point deadline) {
@@ -167,59 +93,6 @@ Status recv_message(int fd, Message* message, Clock::time_point deadline) {
   Status status = recv_frame(fd, message, sizeof(Message), deadline);
   if (ok(status) && message->magic != kMagic) return Status::kInvalidArgument;
   return status;
-}
-
-Status random_bytes(void* out, std::size_t bytes) {
-  OwnedFd urandom(open("/dev/urandom", O_RDONLY | O_CLOEXEC));
-  if (!urandom.valid()) return Status::kSystemError;
-  auto* at = static_cast<char*>(out);
-  while (bytes > 0) {
-    const ssize_t got = read(urandom.fd(), at, bytes);
-    if (got <= 0) {
-      if (got < 0 && errno == EINTR) continue;
-      return Status::kSystemError;
-    }
-    at += got;
-    bytes -= static_cast<std::size_t>(got);
-  }
-  return Status::kOk;
-}
-
-std::uint64_t rotate_left(std::uint64_t x, int bits) { return (x << bits) | (x >> (64 - bits)); }
-
-// SipHash-2-4 (Aumasson & Bernstein): a keyed hash built for short inputs, so
-// a joining rank proves it holds the secret without sending it.
-std::uint64_t siphash24(const std::uint8_t (&key)[kSecretBytes], const std::uint8_t* data, std::size_t bytes) {
-  std::uint64_t k0 = 0, k1 = 0;
-  for (int i = 7; i >= 0; --i) k0 = (k0 << 8) | key[i];
-  for (int i = 15; i >= 8; --i) k1 = (k1 << 8) | key[i];
-  std::uint64_t v0 = k0 ^ 0x736f6d6570736575ull, v1 = k1 ^ 0x646f72616e646f6dull;
-  std::uint64_t v2 = k0 ^ 0x6c7967656e657261ull, v3 = k1 ^ 0x7465646279746573ull;
-  auto rounds = [&](int count) {
-    for (int i = 0; i < count; ++i) {
-      v0 += v1; v1 = rotate_left(v1, 13); v1 ^= v0; v0 = rotate_left(v0, 32);
-      v2 += v3; v3 = rotate_left(v3, 16); v3 ^= v2;
-      v0 += v3; v3 = rotate_left(v3, 21); v3 ^= v0;
-      v2 += v1; v1 = rotate_left(v1, 17); v1 ^= v2; v2 = rotate_left(v2, 32);
-    }
-  };
-  auto absorb = [&](std::uint64_t word) {
-    v3 ^= word;
-    rounds(2);
-    v0 ^= word;
-  };
-  std::size_t at = 0;
-  for (; at + 8 <= bytes; at += 8) {
-    std::uint64_t word = 0;
-    for (int i = 7; i >= 0; --i) word = (word << 8) | data[at + i];
-    absorb(word);
-  }
-  std::uint64_t last = static_cast<std::uint64_t>(bytes) << 56;
-  for (std::size_t i = 0; at + i < bytes; ++i) last |= static_cast<std::uint64_t>(data[at + i]) << (8 * i);
-  absorb(last);
-  v2 ^= 0xff;
-  rounds(4);
-  return v0 ^ v1 ^ v2 ^ v3;
 }
 
 std::uint64_t join_proof(const std::uint8_t (&secret)[kSecretBytes], const Hello& hello, std::int32_t rank,
@@ -276,42 +149,7 @@ Status connect_with_retry(const UniqueId& id, Clock::time_point deadline, OwnedF
   sockaddr_in address{};
   std::memcpy(&address, found->ai_addr, sizeof(address));
   freeaddrinfo(found);
-  do {
-    OwnedFd socket_fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!socket_fd.valid()) return Status::kSystemError;
-    int error = 0;
-    if (connect(socket_fd.fd(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-      error = errno;
-      if (error == EINPROGRESS && ok(wait_for(socket_fd.fd(), POLLOUT, deadline))) {
-        socklen_t length = sizeof(error);
-        getsockopt(socket_fd.fd(), SOL_SOCKET, SO_ERROR, &error, &length);
-      }
-    }
-    if (error == 0) {
-      const int one = 1;
-      setsockopt(socket_fd.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      *out = std::move(socket_fd);
-      return Status::kOk;
-    }
-    std::this_thread::sleep_for(kConnectRetryPause);
-  } while (Clock::now() < deadline);
-  return Status::kTimeout;
-}
-
-Status accept_before(int listener, Clock::time_point deadline, OwnedFd* out, std::string* peer) {
-  Status status = wait_for(listener, POLLIN, deadline);
-  if (!ok(status)) return status;
-  sockaddr_in address{};
-  socklen_t length = sizeof(address);
-  OwnedFd accepted(accept4(listener, reinterpret_cast<sockaddr*>(&address), &length, SOCK_CLOEXEC));
-  if (!accepted.valid()) return errno == EINTR || errno == ECONNABORTED ? Status::kUnavailable : Status::kSystemError;
-  char text[INET_ADDRSTRLEN] = "?";
-  inet_ntop(AF_INET, &address.sin_addr, text, sizeof(text));
-  *peer = std::string(text) + ":" + std::to_string(ntohs(address.sin_port));
-  const int one = 1;
-  setsockopt(accepted.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  *out = std::move(accepted);
-  return Status::kOk;
+  return connect_ipv4(address.sin_addr.s_addr, static_cast<std::uint16_t>(id.port), deadline, out);
 }
 
 std::string missing_ranks(const std::vector<OwnedFd>& peers) {

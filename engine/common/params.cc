@@ -92,6 +92,7 @@ struct Range {
 constexpr Range kRanges[] = {
     {"channels", 1, 64},
     {"worker_blocks", 1, 64},
+    {"socket_streams", 1, 16},
 };
 
 bool equal_ignoring_case(const std::string& a, const char* b) {

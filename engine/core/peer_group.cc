@@ -37,8 +37,8 @@ const AllowedTransports& configured_transports() {
 // FERRY_NET names a provider this build has (the same on every rank).
 bool network_configured() {
   static const bool known = [] {
-    if (params().net == "mpi") return true;
-    FERRY_WARN(Transport, "FERRY_NET=%s: unknown network provider (known: mpi); device buffers will be staged "
+    if (params().net == "mpi" || params().net == "socket") return true;
+    FERRY_WARN(Transport, "FERRY_NET=%s: unknown network provider (known: mpi, socket); device buffers will be staged "
                "between machines", params().net.c_str());
     return false;
   }();

@@ -1,8 +1,8 @@
 // A network between the ranks of a group, as the net transport
 // (net_transport.h) uses it: two-sided messages of host memory, in the spirit
 // of NCCL's net plugin. Providers: the application's MPI on a private
-// communicator (engine/bootstrap/mpi_network.h, which its bootstrap opens);
-// sockets and verbs join here.
+// communicator (engine/bootstrap/mpi_network.h, which its bootstrap opens)
+// and TCP sockets (socket_network.h); verbs would join here.
 //
 // Contract: messages from one rank to another with one tag are received in
 // the order they were posted (as MPI's non-overtaking rule); a receive takes
@@ -25,7 +25,7 @@ struct NetRequest {
 class NetProvider {
  public:
   virtual ~NetProvider() = default;
-  // Lower case, as FERRY_NET names it: mpi.
+  // Lower case, as FERRY_NET names it: mpi, socket.
   virtual const char* name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;

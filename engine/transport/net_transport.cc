@@ -6,6 +6,8 @@
 #include <atomic>
 
 #include "engine/bootstrap/bootstrap.h"
+#include "engine/common/params.h"
+#include "engine/transport/socket_network.h"
 
 namespace ferry {
 namespace {
@@ -70,6 +72,7 @@ NetTransport::~NetTransport() {
 bool NetTransport::can_connect(const PeerView& view) const { return !same_machine(view.self, view.peer); }
 
 Status NetTransport::connect(Bootstrap& bootstrap) {
+  if (params().net == "socket") return make_socket_network(bootstrap, &provider_);
   provider_ = bootstrap.open_network();
   return provider_ ? Status::kOk : Status::kUnavailable;
 }

@@ -41,8 +41,9 @@ class NetTransport final : public Transport {
   // Ranks of two machines (the network reaches any other machine).
   bool can_connect(const PeerView& view) const override;
   bool maps_device_memory() const override { return false; }
-  // Opens the bootstrap's network (its ranks are the transport's peers);
-  // kUnavailable on every rank where it brings none.
+  // Opens FERRY_NET's provider between the bootstrap's ranks (its peers):
+  // socket, or mpi, the network the bootstrap brings (kUnavailable on every
+  // rank where it brings none).
   Status connect(Bootstrap& bootstrap) override;
   // Adopts a provider opened elsewhere (the engine used without MPI).
   void attach(std::unique_ptr<NetProvider> provider) { provider_ = std::move(provider); }

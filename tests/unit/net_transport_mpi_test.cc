@@ -1,15 +1,23 @@
-// The net transport over its mpi provider, between real MPI processes (no
-// libferry.so): messages of host and device memory in every pairing, odd
-// sizes around the chunk size, several in flight on one tag (matched in
-// posting order), bad arguments refused, and a receive whose sender never
-// comes ending in kTimeout, after which the transport refuses more. Every
-// byte is checked against what its sender wrote. Prints "No Errors" when
-// all passed (FerryMpiTest's convention).
+// The net transport over the provider FERRY_NET names (mpi by default, or
+// socket), between real MPI processes (no libferry.so): messages of host
+// and device memory in every pairing, odd sizes around the chunk size,
+// several in flight on one tag (matched in posting order), bad arguments
+// refused, and a receive whose sender never comes ending in kTimeout, after
+// which the transport refuses more. Every byte is checked against what its
+// sender wrote. Prints "No Errors" when all passed (FerryMpiTest's
+// convention).
+//
+// With the argument "killed" (two ranks, a launcher that keeps the job
+// running): rank 1 kills itself while rank 0 waits on a receive from it,
+// which must end in kPeerEnded within a few seconds.
 #include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <memory>
@@ -139,6 +147,31 @@ void time_out(NetTransport& net, int rank, int size) {
   expect(net.post_send(size - 1, never.data(), 1, 0, &c) == Status::kTimeout, "refused after a timeout");
 }
 
+// Rank 1 dies once rank 0 waits for it; rank 0 must hear of it soon, and
+// the transport then refuses more. The job cannot finalize with a dead
+// rank, so rank 0 ends with _exit.
+void killed_peer(NetTransport& net, int rank) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 1) {
+    sleep(1);
+    raise(SIGKILL);
+  }
+  if (rank != 0) pause();
+  std::vector<std::uint8_t> never(kChunk * 2);
+  Completion c;
+  expect(ok(net.post_recv(1, never.data(), never.size(), 5, &c)), "post_recv from the peer that dies");
+  const auto start = std::chrono::steady_clock::now();
+  const Status status = net.wait_all({&c}, start + std::chrono::seconds(60));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("rank 0: the receive from the killed rank ended in %s after %.1f s\n", status_name(status), seconds);
+  expect(status == Status::kPeerEnded, "kPeerEnded");
+  expect(seconds < 6, "within a few seconds");
+  expect(net.post_send(1, never.data(), 1, 0, &c) == Status::kPeerEnded, "refused afterwards");
+  std::printf(failures == 0 ? "No Errors\n" : "FAIL\n");
+  std::fflush(stdout);
+  _exit(failures == 0 ? 0 : 1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,7 +184,14 @@ int main(int argc, char** argv) {
     std::unique_ptr<Bootstrap> bootstrap = make_mpi_bootstrap(MPI_COMM_WORLD);
     NetTransport net(kChunk, 3);
     expect(bootstrap && ok(net.connect(*bootstrap)), "connect");
-    expect(net.provider() && std::strcmp(net.provider()->name(), "mpi") == 0, "the mpi provider");
+    const char* wanted = std::getenv("FERRY_NET");
+    const std::string provider = wanted && *wanted ? wanted : "mpi";
+    expect(net.provider() && provider == net.provider()->name(), "the " + provider + " provider");
+    const bool killed = argc > 1 && std::strcmp(argv[1], "killed") == 0;
+    if (failures == 0 && size > 1 && killed) {
+      exchange_ring(net, rank, size);
+      killed_peer(net, rank);
+    }
     if (failures == 0 && size > 1) {
       exchange_ring(net, rank, size);
       refuse_bad_arguments(net, rank, size);
