@@ -64,8 +64,9 @@ Status list_direct_pointers(gpu::Backend* backend, DeviceResources& resources, i
   void* table = nullptr;
   const std::size_t bytes = all.size() * sizeof(void*);
   FERRY_CHECK(resources.table_for(backend, device, stream, bytes, &table));
-  // CUDA takes pageable memory in at the call; emulated streams read it when
-  // they run, so those wait.
+  // CUDA is done with pageable memory when the call returns (staged, or
+  // copied once the stream drained); emulated streams read it when they run,
+  // so those wait.
   FERRY_CHECK(backend->copy_async(table, all.data(), bytes, stream));
   if (backend->execution_site() == gpu::ExecutionSite::kHost) FERRY_CHECK(backend->stream_synchronize(stream));
   args->table = static_cast<const void* const*>(table);
