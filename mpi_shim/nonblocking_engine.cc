@@ -316,7 +316,7 @@ CommState* state_for(MPI_Comm comm) {
   state->engine = engine;
   gpu::Backend* backend = gpu::active_backend();
   // Every peer's memory mapped here: the same answer on every rank.
-  const bool ready = engine && backend && engine->size() <= kMaxDirectRanks && engine->all_peers_mapped();
+  const bool ready = engine && backend && engine->all_peers_mapped();
   const Status status = [&] {
     if (!ready) return Status::kOk;
     FERRY_CHECK(CallBoard::create(*engine, backend, &state->board));

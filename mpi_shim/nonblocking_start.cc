@@ -112,8 +112,9 @@ bool start_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
   count_bytes(FunctionId::kIalltoallv, static_cast<int>(std::min<std::uint64_t>(sent, INT32_MAX)), sendtype);
   int send_size = 0, recv_size = 0;
   bool layout_ok = dense_data_type(sendtype, &send_size) && dense_data_type(recvtype, &recv_size) &&
-                   send_size == recv_size && n <= kMaxDirectRanks;
+                   send_size == recv_size;
   EntryFields entry;
+  entry.offsets.assign(n, 0);
   std::vector<std::size_t>& recv_bytes = call->work.recv_bytes;
   std::vector<std::size_t>& recv_offsets = call->work.recv_offsets;
   for (int p = 0; layout_ok && p < n; ++p) {
@@ -122,8 +123,8 @@ bool start_alltoallv(const void* sendbuf, const int* sendcounts, const int* sdis
     recv_bytes.push_back(static_cast<std::size_t>(recvcounts[p]) * recv_size);
     recv_offsets.push_back(static_cast<std::size_t>(rdispls[p]) * recv_size);
   }
-  std::copy(recv_offsets.begin(), recv_offsets.end(), entry.recv_offsets);
-  std::copy(recv_bytes.begin(), recv_bytes.end(), entry.recv_bytes);
+  entry.recv_offsets.assign(recv_offsets.begin(), recv_offsets.end());
+  entry.recv_bytes.assign(recv_bytes.begin(), recv_bytes.end());
   // Packed bytes per peer on every rank, whatever its route.
   entry.signature = exchange_signature(state->engine->rank(), n, packed_block_bytes(n, sendcounts, sendtype).data(),
                                        packed_block_bytes(n, recvcounts, recvtype).data());

@@ -22,7 +22,6 @@ Placement placement_of(const void* buffer) {
 }
 
 PeerReach reach_of(Communicator& comm) {
-  if (comm.size() > kMaxDirectRanks) return {};
   if (comm.all_peers_mapped()) return {true, true, nullptr};
   return {comm.shm() != nullptr, false, comm.shm()};
 }
@@ -78,6 +77,8 @@ Status map_all(Communicator& comm, const std::vector<Handshake>& all, const void
                bool need_outputs, MappedBuffers* mapped) {
   std::vector<ExportedBuffer> wanted;
   std::vector<std::pair<int, bool>> slots;  // (rank, is output) of each wanted buffer
+  mapped->inputs.assign(comm.size(), nullptr);
+  mapped->outputs.assign(comm.size(), nullptr);
   for (int r = 0; r < comm.size(); ++r) {
     mapped->inputs[r] = input;
     mapped->outputs[r] = output;
@@ -104,6 +105,12 @@ Status map_all(Communicator& comm, const std::vector<Handshake>& all, const void
 Worker* worker_for_call(Communicator& comm, const Placement& where, std::size_t bytes) {
   if (bytes > std::min(worker_max_bytes(), kWorkerOneBlockBytes)) return nullptr;
   return comm.worker_for(where.backend, where.device);
+}
+
+Status list_direct_pointers(Communicator& comm, const Placement& where, gpu::Stream stream,
+                            const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                            DirectReduceArgs* args) {
+  return ferry::list_direct_pointers(where.backend, comm.resources(), where.device, stream, inputs, outputs, args);
 }
 
 Status run_on_worker(Worker& worker, std::size_t bytes, WorkItem item) {

@@ -47,8 +47,7 @@ struct Placement {
 
 Placement placement_of(const void* buffer);
 
-// What the communicator's common transport gives a call: nothing past the
-// direct protocols' kMaxDirectRanks.
+// What the communicator's common transport gives a call.
 struct PeerReach {
   bool any = false;               // a transport reaches every peer,
   bool mapped = false;            // mapping their device memory here (direct, LL, Simple, copy engines),
@@ -109,8 +108,8 @@ Status finish_alone(Status local, PhaseClock& clock);
 
 // This rank's pointer to every rank's input and output, mapping the peers'.
 struct MappedBuffers {
-  const void* inputs[kMaxDirectRanks];
-  void* outputs[kMaxDirectRanks];
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
 };
 
 Status map_all(Communicator& comm, const std::vector<Handshake>& all, const void* input, void* output,
@@ -125,6 +124,12 @@ inline void* at(void* base, std::size_t offset) { return static_cast<char*>(base
 // 2x H200, with the worker's earlier hand-off between blocks); larger ones
 // launch their kernels and copies.
 Worker* worker_for_call(Communicator& comm, const Placement& where, std::size_t bytes);
+
+// A direct reduce's pointers into args, on the call's device
+// (executor.h's list_direct_pointers, with the communicator's resources).
+Status list_direct_pointers(Communicator& comm, const Placement& where, gpu::Stream stream,
+                            const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                            DirectReduceArgs* args);
 
 // Runs item (its kind and arguments filled in) on one worker block; bytes is
 // the call's size per rank.

@@ -26,12 +26,10 @@ struct BoardEntry {
   // Ibcast: the root's (with GPU leaders: every rank's); Ialltoallv: the
   // send buffer; Iallreduce with GPU leaders: the input.
   ExportedBuffer buffer;
-  std::uint64_t offsets[kMaxDirectRanks];  // Ialltoallv: where the block for each rank starts
   // With GPU leaders, what a leader writes for this rank: Ialltoallv's
-  // receive buffer and its blocks; Iallreduce's output.
+  // receive buffer; Iallreduce's output.
   ExportedBuffer received;
-  std::uint64_t recv_offsets[kMaxDirectRanks];
-  std::uint64_t recv_bytes[kMaxDirectRanks];
+  // The per-rank layouts of Ialltoallv follow the BoardPart (CallBoard::layouts).
   // Set by a GPU leader whose device work for the call failed.
   std::atomic<std::uint32_t> led_failed;
   std::uint32_t reserved;
@@ -39,13 +37,16 @@ struct BoardEntry {
   // the call with the same error (engine/collectives/agreement.h).
   CallSignature signature;
 };
-static_assert(sizeof(BoardEntry) == 664, "BoardEntry is shared between processes; keep its layout fixed");
+static_assert(sizeof(BoardEntry) == 280, "BoardEntry is shared between processes; keep its layout fixed");
 struct BoardPart {
   BoardEntry entries[kBoardEntries];
   alignas(64) std::atomic<std::uint64_t> read_through;
   alignas(64) std::atomic<std::uint64_t> pulled_through;
   alignas(64) std::atomic<std::uint64_t> led_through;
+  // Then, per entry, 3 x nranks words: EntryFields' offsets, recv_offsets
+  // and recv_bytes.
 };
+static_assert(sizeof(BoardPart) % alignof(std::uint64_t) == 0, "the layouts follow the part");
 
 namespace {
 
@@ -72,7 +73,8 @@ Status CallBoard::create(Communicator& comm, gpu::Backend* backend, std::unique_
   FERRY_CHECK(backend->current_device(&board->device_));
   board->by_leaders_ = comm.by_gpu_leaders();
   FERRY_CHECK(prepare_nonblocking_allreduce(comm, backend, board->device_, &board->allreduce_ready_));
-  FERRY_CHECK(SharedSegments::create(comm.bootstrap(), nullptr, sizeof(BoardPart), &board->board_));
+  const std::size_t layout_bytes = kBoardEntries * 3 * static_cast<std::size_t>(comm.size()) * sizeof(std::uint64_t);
+  FERRY_CHECK(SharedSegments::create(comm.bootstrap(), nullptr, sizeof(BoardPart) + layout_bytes, &board->board_));
   FERRY_CHECK(backend->stream_create(&board->pull_stream_));
   *out = std::move(board);
   return Status::kOk;
@@ -81,6 +83,11 @@ Status CallBoard::create(Communicator& comm, gpu::Backend* backend, std::unique_
 CallBoard::~CallBoard() = default;
 
 BoardPart& CallBoard::part(int rank) const { return *reinterpret_cast<BoardPart*>(board_->segment(rank)); }
+
+std::uint64_t* CallBoard::layouts(int rank, std::uint64_t call) const {
+  const std::size_t n = static_cast<std::size_t>(comm_.size());
+  return reinterpret_cast<std::uint64_t*>(board_->segment(rank) + sizeof(BoardPart)) + call % kBoardEntries * 3 * n;
+}
 
 bool CallBoard::leads() const { return by_leaders_ && comm_.gpu_leader(comm_.rank()) == comm_.rank(); }
 
@@ -102,10 +109,11 @@ Status CallBoard::publish(std::uint64_t call, const EntryFields& fields,
   entry.eligible = fields.eligible ? 1 : 0;
   entry.kind = fields.kind;
   entry.buffer = fields.buffer;
-  std::copy(fields.offsets, fields.offsets + kMaxDirectRanks, entry.offsets);
   entry.received = fields.received;
-  std::copy(fields.recv_offsets, fields.recv_offsets + kMaxDirectRanks, entry.recv_offsets);
-  std::copy(fields.recv_bytes, fields.recv_bytes + kMaxDirectRanks, entry.recv_bytes);
+  std::uint64_t* layout = layouts(comm_.rank(), call);
+  int at = 0;
+  for (const std::vector<std::uint64_t>* words : {&fields.offsets, &fields.recv_offsets, &fields.recv_bytes})
+    for (int r = 0; r < n; ++r, ++at) layout[at] = r < static_cast<int>(words->size()) ? (*words)[r] : 0;
   entry.signature = fields.signature;
   entry.led_failed.store(0, std::memory_order_relaxed);
   entry.call.store(call, std::memory_order_release);
@@ -181,7 +189,8 @@ Status CallBoard::queue_pulls(NonblockingCall& op) {
         source = mapped;
       }
       FERRY_CHECK(backend_->copy_async(static_cast<char*>(op.recv) + op.recv_offsets[peer],
-                                       static_cast<const char*>(source) + entry.offsets[me], op.recv_bytes[peer],
+                                       static_cast<const char*>(source) + layouts(peer, op.call)[me],
+                                       op.recv_bytes[peer],
                                        pull_stream_));
     }
   }
@@ -214,18 +223,21 @@ Status CallBoard::queue_led_work(NonblockingCall& op) {
         direct_part(engine.gpu_leaders_before_me(), engine.gpu_leader_count(), op.count, op.type);
     const std::size_t offset = slice.begin * data_type_size(op.type);
     void* own_input = const_cast<void*>(op.send ? op.send : op.recv);
+    std::vector<const void*> inputs(n);
+    std::vector<void*> outputs(n);
     for (int r = 0; r < n; ++r) {
       void* input = nullptr;
       void* output = nullptr;
       FERRY_CHECK(buffer_of(r, entry(r).buffer, own_input, &input));
       FERRY_CHECK(buffer_of(r, entry(r).received, op.recv, &output));
-      args.inputs[r] = static_cast<char*>(input) + offset;
-      args.outputs[r] = static_cast<char*>(output) + offset;
+      inputs[r] = static_cast<char*>(input) + offset;
+      outputs[r] = static_cast<char*>(output) + offset;
     }
-    args.ninputs = args.noutputs = n;
     args.count = slice.size();
     args.type = op.type;
     args.op = op.reduce;
+    // A table past kInlineRanks goes on the pull stream, ahead of the kernel.
+    FERRY_CHECK(list_direct_pointers(backend_, engine.resources(), device_, pull_stream_, inputs, outputs, &args));
     FERRY_CHECK(launch_direct_reduce(backend_, args, pull_stream_));
   } else if (op.kind == NonblockingKind::kBcast) {
     CopyListLauncher copies(backend_, pull_stream_);
@@ -247,12 +259,12 @@ Status CallBoard::queue_led_work(NonblockingCall& op) {
       void* received = nullptr;
       FERRY_CHECK(buffer_of(receiver, entry(receiver).received, op.recv, &received));
       for (int sender = 0; sender < n; ++sender) {
-        const std::uint64_t bytes = entry(receiver).recv_bytes[sender];
+        const std::uint64_t bytes = layouts(receiver, op.call)[2 * n + sender];
         if (bytes == 0) continue;
         if (!sent[sender])
           FERRY_CHECK(buffer_of(sender, entry(sender).buffer, const_cast<void*>(op.send), &sent[sender]));
-        FERRY_CHECK(blocks.add(static_cast<char*>(received) + entry(receiver).recv_offsets[sender],
-                               static_cast<const char*>(sent[sender]) + entry(sender).offsets[receiver], bytes));
+        FERRY_CHECK(blocks.add(static_cast<char*>(received) + layouts(receiver, op.call)[n + sender],
+                               static_cast<const char*>(sent[sender]) + layouts(sender, op.call)[receiver], bytes));
       }
     }
     FERRY_CHECK(blocks.finish());

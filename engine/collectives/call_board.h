@@ -43,12 +43,14 @@ struct EntryFields {
   // Ibcast: the root's (with GPU leaders: every rank's); Ialltoallv: the
   // send buffer; Iallreduce with GPU leaders: the input.
   ExportedBuffer buffer{};
-  std::uint64_t offsets[kMaxDirectRanks] = {};  // Ialltoallv: where the block for each rank starts
+  // Ialltoallv, one per rank (empty: zeros): where the block for each rank
+  // starts; with GPU leaders, where each sender's block lands and its bytes.
+  std::vector<std::uint64_t> offsets;
   // With GPU leaders, what a leader writes for this rank: Ialltoallv's
   // receive buffer and its blocks; Iallreduce's output.
   ExportedBuffer received{};
-  std::uint64_t recv_offsets[kMaxDirectRanks] = {};
-  std::uint64_t recv_bytes[kMaxDirectRanks] = {};
+  std::vector<std::uint64_t> recv_offsets;
+  std::vector<std::uint64_t> recv_bytes;
   // What the rank called with (engine/collectives/agreement.h).
   CallSignature signature;
 };
@@ -73,8 +75,7 @@ struct NonblockingCall {
 class CallBoard {
  public:
   // Collective over comm's ranks, which must have every peer's memory
-  // mapped (Communicator::all_peers_mapped) and be at most kMaxDirectRanks:
-  // the board's segments, the copy-engine push's landing slots where ranks
+  // mapped (Communicator::all_peers_mapped): the board's segments, the copy-engine push's landing slots where ranks
   // do not share a GPU, and the stream of the pulls, on backend's current
   // device.
   static Status create(Communicator& comm, gpu::Backend* backend, std::unique_ptr<CallBoard>* out);
@@ -144,6 +145,8 @@ class CallBoard {
  private:
   CallBoard(Communicator& comm, gpu::Backend* backend) : comm_(comm), backend_(backend) {}
   BoardPart& part(int rank) const;
+  // rank's layouts for call: offsets, recv_offsets, recv_bytes, n each.
+  std::uint64_t* layouts(int rank, std::uint64_t call) const;
   Status queue_pulls(NonblockingCall& op);
   Status queue_led_work(NonblockingCall& op);
 

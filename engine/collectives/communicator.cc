@@ -34,6 +34,9 @@ Status Communicator::create(std::unique_ptr<Bootstrap> bootstrap, std::unique_pt
 Communicator::~Communicator() {
   workers_.clear();  // they may still use the streams' device and the LL buffers
   if (ll_own_) FERRY_LOG_IF_FAILED(ll_.backend->device_free(ll_own_));
+  for (void* table : {ll_.buffer_table, ll_.block_table})
+    if (table) FERRY_LOG_IF_FAILED(ll_.backend->device_free(table));
+  if (simple_.peer_table) FERRY_LOG_IF_FAILED(simple_.backend->device_free(simple_.peer_table));
   for (auto& [key, cached] : simple_plans_) FERRY_LOG_IF_FAILED(simple_.backend->device_free(cached.steps));
   if (simple_own_) FERRY_LOG_IF_FAILED(simple_.backend->device_free(simple_own_));
   if (simple_.failed) FERRY_LOG_IF_FAILED(simple_.backend->pinned_free(simple_.failed));
@@ -61,13 +64,13 @@ Worker* Communicator::worker_for(gpu::Backend* backend, int device) {
 }
 
 bool Communicator::ll_possible(gpu::Backend* backend, int device) {
-  if (size() > kMaxDirectRanks || !all_peers_mapped()) return false;
+  if (!all_peers_mapped()) return false;
   if (ll_.backend && (ll_.backend != backend || ll_.device != device)) return false;
   return worker_for(backend, device) != nullptr;
 }
 
 Status Communicator::map_on_every_rank(gpu::Backend* backend, int device, std::size_t bytes, std::size_t zeroed,
-                                       bool ready_here, void** own, void* (&everyone)[kMaxDirectRanks]) {
+                                       bool ready_here, void** own, std::vector<void*>* everyone) {
   const std::vector<char> zeros(zeroed, 0);
   // Peers' copies into an allocation that is not a whole number of 2 MiB
   // pages ran markedly slower (2x H200, copy engines both ways;
@@ -81,10 +84,11 @@ Status Communicator::map_on_every_rank(gpu::Backend* backend, int device, std::s
                        ok(backend->copy(*own, zeros.data(), zeroed)) && ok(p2p.register_memory(*own, bytes, &mine));
   std::vector<MemoryKey> all(size());
   FERRY_CHECK(bootstrap().allgather(&mine, all.data(), sizeof(mine)));
+  everyone->assign(size(), nullptr);
   for (int r = 0; r < size() && ready; ++r) {
-    everyone[r] = *own;
+    (*everyone)[r] = *own;
     // Pinned: the LRU of peer mappings must never close these.
-    if (r != rank()) ready = ok(p2p.map(r, all[r], &everyone[r]));
+    if (r != rank()) ready = ok(p2p.map(r, all[r], &(*everyone)[r]));
   }
   std::vector<std::int32_t> readiness(size());
   FERRY_CHECK(bootstrap().allgather(&ready, readiness.data(), sizeof(ready)));
@@ -98,6 +102,11 @@ Status Communicator::map_on_every_rank(gpu::Backend* backend, int device, std::s
   return Status::kOk;
 }
 
+Status Communicator::table_past_inline(gpu::Backend* backend, std::size_t bytes, void** table) {
+  *table = nullptr;
+  return size() <= kInlineRanks ? Status::kOk : backend->device_alloc(bytes, table);
+}
+
 Status Communicator::ll_channel(gpu::Backend* backend, int device, LlChannel** channel) {
   if (ll_.backend) {
     *channel = &ll_;
@@ -107,10 +116,16 @@ Status Communicator::ll_channel(gpu::Backend* backend, int device, LlChannel** c
   LlChannel made;
   made.backend = backend;
   made.device = device;
-  if (!ok(map_on_every_rank(backend, device, kLlBufferBytes, kLlBufferBytes, true, &ll_own_, made.buffers))) {
+  const bool tables_made = ok(backend->set_device(device)) &&
+                           ok(table_past_inline(backend, size() * sizeof(LlBlocks), &made.block_table)) &&
+                           ok(table_past_inline(backend, size() * sizeof(void*), &made.buffer_table));
+  if (!ok(map_on_every_rank(backend, device, kLlBufferBytes, kLlBufferBytes, tables_made, &ll_own_, &made.buffers))) {
     FERRY_WARN(Coll, "LL buffers could not be set up on every rank");
+    for (void* table : {made.block_table, made.buffer_table})
+      if (table) FERRY_LOG_IF_FAILED(backend->device_free(table));
     return Status::kUnavailable;
   }
+  if (made.buffer_table) FERRY_CHECK(backend->copy(made.buffer_table, made.buffers.data(), size() * sizeof(void*)));
   FERRY_INFO(Coll, "LL receive buffers: %zu bytes per rank on device %d", kLlBufferBytes, device);
   ll_ = made;
   *channel = &ll_;
@@ -118,7 +133,7 @@ Status Communicator::ll_channel(gpu::Backend* backend, int device, LlChannel** c
 }
 
 bool Communicator::simple_possible(gpu::Backend* backend, int device) const {
-  if (size() > kMaxDirectRanks || !all_peers_mapped() || simple_.broken) return false;
+  if (!all_peers_mapped() || simple_.broken) return false;
   return !simple_.backend || (simple_.backend == backend && simple_.device == device);
 }
 
@@ -164,26 +179,34 @@ Status Communicator::simple_channels(gpu::Backend* backend, int device, SimpleCh
     return Status::kUnavailable;
   }
   const std::vector<int> mine = simple_senders(me, n);
+  made.peers.assign(n, SimplePeer{});
   for (int r = 0; r < n; ++r) {
     const std::vector<int> senders = r == me ? mine : simple_senders(r, n);
-    made.nsenders[r] = static_cast<std::int32_t>(senders.size());
+    made.peers[r].nsenders = static_cast<std::int32_t>(senders.size());
     const auto at = std::find(senders.begin(), senders.end(), me);
-    made.fifo_at[r] = at == senders.end() ? -1 : static_cast<std::int32_t>(at - senders.begin());
+    made.peers[r].fifo_at = at == senders.end() ? -1 : static_cast<std::int32_t>(at - senders.begin());
     const auto own = std::find(mine.begin(), mine.end(), r);
-    made.own_fifo[r] = own == mine.end() ? -1 : static_cast<std::int32_t>(own - mine.begin());
+    made.peers[r].own_fifo = own == mine.end() ? -1 : static_cast<std::int32_t>(own - mine.begin());
   }
-  const std::size_t bytes = simple_buffer_bytes(made.channels, made.nsenders[me]);
+  const std::size_t bytes = simple_buffer_bytes(n, made.channels, made.peers[me].nsenders);
   const bool flag_made = ok(backend->pinned_alloc(sizeof(std::int32_t), reinterpret_cast<void**>(&made.failed)));
   if (made.failed) *made.failed = 0;
+  const bool table_made = ok(backend->set_device(device)) &&
+                          ok(table_past_inline(backend, n * sizeof(SimplePeer), &made.peer_table));
   // Counters start at zero; slots need no initial value.
-  if (!ok(map_on_every_rank(backend, device, bytes, kSimpleControlBytes, flag_made, &simple_own_, made.buffers))) {
+  std::vector<void*> buffers;
+  if (!ok(map_on_every_rank(backend, device, bytes, simple_control_bytes(n), flag_made && table_made, &simple_own_,
+                            &buffers))) {
     FERRY_WARN(Coll, "Simple protocol FIFOs could not be set up on every rank");
     if (made.failed) FERRY_LOG_IF_FAILED(backend->pinned_free(made.failed));
+    if (made.peer_table) FERRY_LOG_IF_FAILED(backend->device_free(made.peer_table));
     simple_.broken = true;
     return Status::kUnavailable;
   }
+  for (int r = 0; r < n; ++r) made.peers[r].buffer = buffers[r];
+  if (made.peer_table) FERRY_CHECK(backend->copy(made.peer_table, made.peers.data(), n * sizeof(SimplePeer)));
   FERRY_INFO(Coll, "Simple protocol FIFOs: %zu bytes per rank on device %d (%d channels, %d senders)", bytes, device,
-             made.channels, made.nsenders[me]);
+             made.channels, made.peers[me].nsenders);
   simple_ = made;
   *channels = &simple_;
   return Status::kOk;
@@ -197,7 +220,7 @@ void* Communicator::copy_push_slot(int receiver, int sender, int k) const {
 }
 
 bool Communicator::copy_push_possible(gpu::Backend* backend, int device) const {
-  if (size() > kMaxDirectRanks || !all_peers_mapped() || copy_push_.broken || !backend->stream_memory_ops())
+  if (!all_peers_mapped() || copy_push_.broken || !backend->stream_memory_ops())
     return false;
   return !copy_push_.backend || (copy_push_.backend == backend && copy_push_.device == device);
 }
@@ -239,8 +262,8 @@ Status Communicator::copy_push_slots(gpu::Backend* backend, int device, CopyPush
   }
   const std::size_t bytes = kCopyPushControlBytes + 2 * static_cast<std::size_t>(std::max(1, n - 1)) * made.slot_bytes;
   // Flags start at zero; slots need no initial value.
-  const std::size_t flag_bytes = 2 * kMaxDirectRanks * sizeof(std::uint32_t);
-  if (!ok(map_on_every_rank(backend, device, bytes, flag_bytes, true, &copy_push_own_, made.buffers))) {
+  const std::size_t flag_bytes = 2 * static_cast<std::size_t>(n) * sizeof(std::uint32_t);
+  if (!ok(map_on_every_rank(backend, device, bytes, flag_bytes, true, &copy_push_own_, &made.buffers))) {
     FERRY_WARN(Coll, "copy-engine push slots could not be set up on every rank");
     copy_push_.broken = true;
     return Status::kUnavailable;

@@ -54,9 +54,23 @@ class Communicator : public PeerGroup {
   struct LlChannel {
     gpu::Backend* backend = nullptr;
     int device = -1;
-    void* buffers[kMaxDirectRanks] = {};  // every rank's, mapped here
-    std::uint64_t calls = 0;              // LL calls so far: the same on every rank
+    std::vector<void*> buffers;  // every rank's, mapped here
+    std::uint64_t calls = 0;     // LL calls so far: the same on every rank
+    // Device memory, past kInlineRanks ranks: buffers, for the worker
+    // (LlAllreduceArgs::buffer_table), and an alltoallv's blocks, written
+    // for each call (LlAlltoallvArgs::block_table).
+    void* buffer_table = nullptr;
+    void* block_table = nullptr;
   };
+  // Fills what every LL call's arguments share about the ranks: their
+  // receive buffers (inline and table) and who is who.
+  template <typename LlArgs>
+  void list_ll_buffers(const LlChannel& channel, LlArgs* args) const {
+    for (int r = 0; r < size() && r < kInlineRanks; ++r) args->buffers[r] = channel.buffers[r];
+    args->buffer_table = static_cast<void* const*>(channel.buffer_table);
+    args->rank = rank();
+    args->nranks = size();
+  }
   // Whether an LL call with buffers on device of backend may run here: a
   // worker exists there, and the channel (if made) is on that device.
   bool ll_possible(gpu::Backend* backend, int device);
@@ -70,10 +84,8 @@ class Communicator : public PeerGroup {
     gpu::Backend* backend = nullptr;
     int device = -1;
     int channels = 0;
-    void* buffers[kMaxDirectRanks] = {};  // every rank's, mapped here
-    std::int32_t nsenders[kMaxDirectRanks] = {};
-    std::int32_t fifo_at[kMaxDirectRanks] = {};
-    std::int32_t own_fifo[kMaxDirectRanks] = {};
+    std::vector<SimplePeer> peers;  // every rank's buffer, mapped here, and FIFO indices
+    void* peer_table = nullptr;     // peers in device memory, past kInlineRanks ranks
     std::int32_t* failed = nullptr;  // host word the kernel sets on a timeout
     // A call failed (ranks may disagree on the FIFO counters), or the
     // channels could not be made or must not be (ranks sharing a GPU): no
@@ -97,25 +109,26 @@ class Communicator : public PeerGroup {
   // such call. It begins with the flags, 32-bit words that peers write from
   // their streams: copy_push_arrived(buffer, s), raised by sender s once a
   // chunk landed, and copy_push_consumed(buffer, r), raised by receiver r
-  // once it reduced a chunk this rank pushed (so the slot may be refilled).
-  // Two slots per peer follow.
+  // once it reduced a chunk this rank pushed (so the slot may be refilled):
+  // a word per rank each. Two slots per peer follow.
   struct CopyPushSlots {
     gpu::Backend* backend = nullptr;
     int device = -1;
     std::size_t slot_bytes = 0;
-    void* buffers[kMaxDirectRanks] = {};  // every rank's, mapped here
-    std::uint32_t sequence = 0;           // chunks so far: the same on every rank
+    std::vector<void*> buffers;  // every rank's, mapped here
+    std::uint32_t sequence = 0;  // chunks so far: the same on every rank
     // A call failed (the ranks' flags may be out of step): no later call
     // uses the slots.
     bool broken = false;
   };
   // A whole large page, so the slots start on one (map_on_every_rank).
   static constexpr std::size_t kCopyPushControlBytes = std::size_t{2} << 20;
-  static std::uint32_t* copy_push_arrived(void* buffer, int sender) {
+  static_assert(kCopyPushControlBytes % sizeof(std::uint32_t) == 0, "flags are whole words");
+  std::uint32_t* copy_push_arrived(void* buffer, int sender) const {
     return static_cast<std::uint32_t*>(buffer) + sender;
   }
-  static std::uint32_t* copy_push_consumed(void* buffer, int receiver) {
-    return static_cast<std::uint32_t*>(buffer) + kMaxDirectRanks + receiver;
+  std::uint32_t* copy_push_consumed(void* buffer, int receiver) const {
+    return static_cast<std::uint32_t*>(buffer) + size() + receiver;
   }
   // Slot k (0 or 1) in receiver's buffer for what sender pushes.
   void* copy_push_slot(int receiver, int sender, int k) const;
@@ -143,7 +156,10 @@ class Communicator : public PeerGroup {
   // any rank failed, or passed ready_here false, kUnavailable on every rank
   // and nothing of this rank's kept.
   Status map_on_every_rank(gpu::Backend* backend, int device, std::size_t bytes, std::size_t zeroed,
-                           bool ready_here, void** own, void* (&everyone)[kMaxDirectRanks]);
+                           bool ready_here, void** own, std::vector<void*>* everyone);
+  // Device memory of bytes for a table kernels read, or nullptr (kOk) up to
+  // kInlineRanks ranks, where arguments carry it inline.
+  Status table_past_inline(gpu::Backend* backend, std::size_t bytes, void** table);
 
   bool no_worker_ = false;       // ranks_take_turns_on_a_gpu
   bool on_one_gpu_ = false;      // ranks_share_one_gpu

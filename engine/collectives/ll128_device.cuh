@@ -114,7 +114,8 @@ __device__ __forceinline__ void send_share(const LlAllreduceArgs& a, std::size_t
     }
     for (int p = 0; p < a.nranks; ++p) {
       if (p == a.rank) continue;
-      char* slot = static_cast<char*>(a.buffers[p]) + ll128_line_offset(a.parity, a.rank, 0, a.nranks) + lane_offset;
+      char* slot =
+          static_cast<char*>(ll::peer_buffer(a, p)) + ll128_line_offset(a.parity, a.rank, 0, a.nranks) + lane_offset;
       __syncwarp();
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
@@ -137,6 +138,7 @@ __device__ __forceinline__ bool allreduce_share(const LlAllreduceArgs& a, unsign
   const std::size_t lane_offset = walk.lane_in_line * 16;
   ll::WaitLimit limit(a.timeout_ms);
   bool ok = true;
+  const void* own_buffer = ll::peer_buffer(a, a.rank);
   for (std::size_t base = walk.first; base < lines && ok; base += walk.stride) {
     bool active[kUnroll];
     Part part[kUnroll];
@@ -154,7 +156,7 @@ __device__ __forceinline__ bool allreduce_share(const LlAllreduceArgs& a, unsign
           data[u] = active[u] ? ll::load_bytes(input + part[u].offset, part[u].valid) : make_uint4(0, 0, 0, 0);
       } else {
         const char* slot =
-            static_cast<const char*>(a.buffers[a.rank]) + ll128_line_offset(a.parity, r, 0, a.nranks) + lane_offset;
+            static_cast<const char*>(own_buffer) + ll128_line_offset(a.parity, r, 0, a.nranks) + lane_offset;
         const char* at[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) at[u] = slot + (active[u] ? walk.line(base, u) : 0) * kLl128LineBytes;

@@ -202,6 +202,20 @@ struct ElementBytes {
   }
 };
 
+// Rank p's receive buffer: inline, or past kInlineRanks from the table.
+template <typename LlArgs>
+__device__ __forceinline__ void* peer_buffer(const LlArgs& a, int p) {
+  return p < kInlineRanks ? a.buffers[p] : load_cg(a.buffer_table + p);
+}
+
+// An alltoallv's blocks with peer p: inline, or past kInlineRanks from the
+// call's table (read past L1: the next call rewrites it).
+__device__ __forceinline__ LlBlocks blocks_with(const LlAlltoallvArgs& a, int p) {
+  if (p < kInlineRanks) return {a.send[p], a.send_bytes[p], a.recv[p], a.recv_bytes[p]};
+  const LlBlocks* b = a.block_table + p;
+  return {load_cg(&b->send), load_cg(&b->send_bytes), load_cg(&b->recv), load_cg(&b->recv_bytes)};
+}
+
 // Every thread sends its chunks to every peer first, then reduces, in rank
 // order (the same result on every rank), what arrives for them. Its own
 // chunk is read again for the reduction: no other thread writes it, even
@@ -217,13 +231,14 @@ __device__ __forceinline__ bool allreduce_share(const LlAllreduceArgs& a, std::s
     const uint4 own = load_chunk(input, c, bytes);
     for (int p = 0; p < a.nranks; ++p) {
       if (p == a.rank) continue;
-      char* line = static_cast<char*>(a.buffers[p]) + ll_chunk_offset(a.parity, a.rank, c, a.nranks);
+      char* line = static_cast<char*>(peer_buffer(a, p)) + ll_chunk_offset(a.parity, a.rank, c, a.nranks);
       store_line(line, own.x, own.y, a.flag);
       store_line(line + sizeof(LlLine), own.z, own.w, a.flag);
     }
   }
   WaitLimit limit(a.timeout_ms);
   bool ok = true;
+  const char* own_buffer = static_cast<const char*>(peer_buffer(a, a.rank));
   for (std::size_t c = walk.first; c < chunks && ok; c += walk.stride) {
     uint4 acc;
     const uint4 own = load_chunk(input, c, bytes);  // in flight while the peers' lines are polled
@@ -232,8 +247,7 @@ __device__ __forceinline__ bool allreduce_share(const LlAllreduceArgs& a, std::s
       if (r == a.rank) {
         data = own;
       } else {
-        ok = wait_chunk(static_cast<const char*>(a.buffers[a.rank]) + ll_chunk_offset(a.parity, r, c, a.nranks),
-                        a.flag, limit, &data);
+        ok = wait_chunk(own_buffer + ll_chunk_offset(a.parity, r, c, a.nranks), a.flag, limit, &data);
       }
       if (r == 0)
         acc = data;
@@ -284,11 +298,11 @@ static __device__ bool bcast_share(const LlBcastArgs& b, unsigned block, unsigne
   const ChunkWalk walk(block, blocks);
   if (b.rank == b.root) {
     for (int p = 0; p < b.nranks; ++p)
-      if (p != b.root) send_chunks(b.buffers[p], route, b.root, b.buffer, b.bytes, walk);
+      if (p != b.root) send_chunks(peer_buffer(b, p), route, b.root, b.buffer, b.bytes, walk);
     return true;
   }
   WaitLimit limit(b.timeout_ms);
-  return receive_chunks(b.buffers[b.rank], route, b.root, b.buffer, b.bytes, limit, walk);
+  return receive_chunks(peer_buffer(b, b.rank), route, b.root, b.buffer, b.bytes, limit, walk);
 }
 
 // Every block goes to its peer first, this rank's own block is copied, then
@@ -296,17 +310,24 @@ static __device__ bool bcast_share(const LlBcastArgs& b, unsigned block, unsigne
 static __device__ bool alltoallv_share(const LlAlltoallvArgs& a, unsigned block, unsigned blocks) {
   const Route route{a.parity, a.nranks, a.flag};
   const ChunkWalk walk(block, blocks);
-  for (int p = 0; p < a.nranks; ++p)
-    if (p != a.rank && a.send_bytes[p] > 0) send_chunks(a.buffers[p], route, a.rank, a.send[p], a.send_bytes[p], walk);
-  const std::size_t own = a.recv_bytes[a.rank];
+  for (int p = 0; p < a.nranks; ++p) {
+    if (p == a.rank) continue;
+    const LlBlocks blocks = blocks_with(a, p);
+    if (blocks.send_bytes > 0) send_chunks(peer_buffer(a, p), route, a.rank, blocks.send, blocks.send_bytes, walk);
+  }
+  const LlBlocks mine = blocks_with(a, a.rank);
+  const std::size_t own = mine.recv_bytes;
   for (std::size_t c = walk.first; c < chunks_of(own); c += walk.stride)
-    store_chunk(static_cast<unsigned char*>(a.recv[a.rank]), c, own,
-                load_chunk(static_cast<const unsigned char*>(a.send[a.rank]), c, own));
+    store_chunk(static_cast<unsigned char*>(mine.recv), c, own,
+                load_chunk(static_cast<const unsigned char*>(mine.send), c, own));
   WaitLimit limit(a.timeout_ms);
   bool ok = true;
-  for (int p = 0; p < a.nranks && ok; ++p)
-    if (p != a.rank && a.recv_bytes[p] > 0)
-      ok = receive_chunks(a.buffers[a.rank], route, p, a.recv[p], a.recv_bytes[p], limit, walk);
+  const void* own_buffer = peer_buffer(a, a.rank);
+  for (int p = 0; p < a.nranks && ok; ++p) {
+    if (p == a.rank) continue;
+    const LlBlocks blocks = blocks_with(a, p);
+    if (blocks.recv_bytes > 0) ok = receive_chunks(own_buffer, route, p, blocks.recv, blocks.recv_bytes, limit, walk);
+  }
   return ok;
 }
 

@@ -147,8 +147,8 @@ std::vector<SimpleStepRef> simple_step_order(std::uint64_t regions, std::uint32_
   return order;
 }
 
-std::size_t simple_buffer_bytes(int channels, int nsenders) {
-  return simple_slot_offset(channels, nsenders, 0, 0);
+std::size_t simple_buffer_bytes(int nranks, int channels, int nsenders) {
+  return simple_slot_offset(nranks, channels, nsenders, 0, 0);
 }
 
 std::size_t simple_piece_bytes(std::size_t bytes, int parts, int channels) {
@@ -206,7 +206,11 @@ class HostSimple {
  public:
   HostSimple(gpu::Backend* backend, const SimpleArgs& args)
       : args_(args), timeout_(std::chrono::milliseconds(args.timeout_ms)) {
-    for (int r = 0; r < args.nranks; ++r) buffers_[r] = static_cast<char*>(backend->host_view(args.buffers[r]));
+    const auto* table = args.peer_table ? static_cast<const SimplePeer*>(backend->host_view(args.peer_table)) : nullptr;
+    for (int r = 0; r < args.nranks; ++r) {
+      peers_[r] = r < kInlineRanks ? args.peers[r] : table[r];
+      buffers_[r] = static_cast<char*>(backend->host_view(peers_[r].buffer));
+    }
     steps_ = static_cast<const SimpleStep*>(backend->host_view(args.steps));
     input_ = static_cast<const char*>(backend->host_view(args.input));
     output_ = static_cast<char*>(backend->host_view(args.output));
@@ -215,8 +219,9 @@ class HostSimple {
   template <typename T, ReduceOp Op>
   void run() {
     const std::size_t element = sizeof(T);
+    const int me = args_.rank;
     for (int channel = 0; channel < args_.channels && ok(status_); ++channel) {
-      SimpleControl& own = control(args_.rank, channel);
+      const SimpleControl own = control(me, channel);
       for (const SimpleStepRef& ref : simple_step_order(args_.regions, args_.full_steps, args_.last_steps, channel,
                                                         args_.channels, args_.group)) {
         const bool last = ref.region + 1 == args_.regions;
@@ -226,9 +231,9 @@ class HostSimple {
         if (step.recv_peer >= 0) {
           if (!wait_until(&own.tail[step.recv_peer], own.taken[step.recv_peer] + 1)) return;
           received = reinterpret_cast<const T*>(
-              buffers_[args_.rank] + simple_slot_offset(channel, args_.nsenders[args_.rank],
-                                                        args_.own_fifo[step.recv_peer],
-                                                        own.taken[step.recv_peer] % kSimpleSlots));
+              buffers_[me] + simple_slot_offset(args_.nranks, channel, peers_[me].nsenders,
+                                                peers_[step.recv_peer].own_fifo,
+                                                own.taken[step.recv_peer] % kSimpleSlots));
         }
         T* destinations[kSimpleMaxSends];
         for (int d = 0; d < step.nsends; ++d) {
@@ -236,8 +241,8 @@ class HostSimple {
           if (!wait_until(&own.head[peer], own.sent[peer] + 1 > kSimpleSlots ? own.sent[peer] + 1 - kSimpleSlots : 0))
             return;
           destinations[d] = reinterpret_cast<T*>(
-              buffers_[peer] +
-              simple_slot_offset(channel, args_.nsenders[peer], args_.fifo_at[peer], own.sent[peer] % kSimpleSlots));
+              buffers_[peer] + simple_slot_offset(args_.nranks, channel, peers_[peer].nsenders, peers_[peer].fifo_at,
+                                                  own.sent[peer] % kSimpleSlots));
         }
         const T* local = reinterpret_cast<const T*>((step.local_from_output ? output_ : input_) + offset);
         T* out = reinterpret_cast<T*>(output_ + offset);
@@ -258,9 +263,7 @@ class HostSimple {
   Status status() const { return status_; }
 
  private:
-  SimpleControl& control(int rank, int channel) {
-    return reinterpret_cast<SimpleControl*>(buffers_[rank])[channel];
-  }
+  SimpleControl control(int rank, int channel) { return simple_control(buffers_[rank], channel, args_.nranks); }
 
   // Waits until *word >= target; false (and the status set) on timeout.
   bool wait_until(const std::uint64_t* word, std::uint64_t target) {
@@ -277,7 +280,8 @@ class HostSimple {
   }
 
   const SimpleArgs& args_;
-  char* buffers_[kMaxDirectRanks] = {};
+  std::vector<SimplePeer> peers_ = std::vector<SimplePeer>(args_.nranks);
+  std::vector<char*> buffers_ = std::vector<char*>(args_.nranks);
   const SimpleStep* steps_ = nullptr;
   const char* input_ = nullptr;
   char* output_ = nullptr;
@@ -295,7 +299,8 @@ Status run_simple_on_host(gpu::Backend* backend, const SimpleArgs& args) {
 }
 
 Status launch_simple(gpu::Backend* backend, const SimpleArgs& args, gpu::Stream stream) {
-  if (args.nranks < 1 || args.nranks > kMaxDirectRanks || args.channels < 1 || args.channels > kSimpleMaxChannels ||
+  if (args.nranks < 1 || (args.nranks > kInlineRanks && !args.peer_table) || args.channels < 1 ||
+      args.channels > kSimpleMaxChannels ||
       args.group < 1 || args.group >= kSimpleSlots)
     return Status::kInvalidArgument;
   if (args.regions == 0 || args.nranks == 1) return Status::kOk;

@@ -54,22 +54,31 @@ __device__ __forceinline__ void move(std::size_t n, const E* local, const E* rec
   }
 }
 
+// Rank r's buffer and FIFO indices: inline, or past kInlineRanks from the table.
+__device__ __forceinline__ SimplePeer peer_of(const SimpleArgs& args, int r) {
+  return r < kInlineRanks ? args.peers[r] : args.peer_table[r];
+}
+
+// sent and taken, a word per rank each, live in dynamic shared memory.
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads) simple_kernel(SimpleArgs args) {
   const int channel = blockIdx.x;
   const int me = args.rank;
-  auto control = [&](int rank) { return reinterpret_cast<SimpleControl*>(args.buffers[rank]) + channel; };
-  SimpleControl* own = control(me);
-  __shared__ std::uint64_t sent[kMaxDirectRanks], taken[kMaxDirectRanks];
+  auto control = [&](int rank) { return simple_control(peer_of(args, rank).buffer, channel, args.nranks); };
+  const SimpleControl own = control(me);
+  extern __shared__ std::uint64_t counters[];
+  std::uint64_t* sent = counters;
+  std::uint64_t* taken = counters + args.nranks;
   __shared__ int failed;
-  if (threadIdx.x < kMaxDirectRanks) {
-    sent[threadIdx.x] = own->sent[threadIdx.x];
-    taken[threadIdx.x] = own->taken[threadIdx.x];
+  for (int r = threadIdx.x; r < args.nranks; r += kThreads) {
+    sent[r] = own.sent[r];
+    taken[r] = own.taken[r];
   }
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
   const std::uint64_t deadline = args.timeout_ms ? now_ns() + args.timeout_ms * 1000000ull : ~0ull;
-  char* own_buffer = static_cast<char*>(args.buffers[me]);
+  char* own_buffer = static_cast<char*>(peer_of(args, me).buffer);
+  const int own_senders = peer_of(args, me).nsenders;
 
   // simple_step_order's order: regions group at a time, steps interleaved.
   const std::uint64_t stride = static_cast<std::uint64_t>(args.channels);
@@ -91,11 +100,11 @@ __global__ void __launch_bounds__(kThreads) simple_kernel(SimpleArgs args) {
         if (threadIdx.x == 0) {
           bool waited = true;
           if (step.recv_peer >= 0)
-            while (load_acquire_sys(&own->tail[step.recv_peer]) < taken[step.recv_peer] + 1)
+            while (load_acquire_sys(&own.tail[step.recv_peer]) < taken[step.recv_peer] + 1)
               if (now_ns() > deadline) { waited = false; break; }
           for (int d = 0; d < step.nsends && waited; ++d) {
             const int peer = step.send_peers[d];
-            while (sent[peer] - load_acquire_sys(&own->head[peer]) >= kSimpleSlots)
+            while (sent[peer] - load_acquire_sys(&own.head[peer]) >= kSimpleSlots)
               if (now_ns() > deadline) { waited = false; break; }
           }
           if (!waited) failed = 1;
@@ -109,14 +118,15 @@ __global__ void __launch_bounds__(kThreads) simple_kernel(SimpleArgs args) {
         const T* received = nullptr;
         if (step.recv_peer >= 0)
           received = reinterpret_cast<const T*>(
-              own_buffer + simple_slot_offset(channel, args.nsenders[me], args.own_fifo[step.recv_peer],
+              own_buffer + simple_slot_offset(args.nranks, channel, own_senders, peer_of(args, step.recv_peer).own_fifo,
                                               taken[step.recv_peer] % kSimpleSlots));
         T* destinations[kSimpleMaxSends];
         for (int d = 0; d < step.nsends; ++d) {
           const int peer = step.send_peers[d];
-          destinations[d] = reinterpret_cast<T*>(static_cast<char*>(args.buffers[peer]) +
-                                                 simple_slot_offset(channel, args.nsenders[peer], args.fifo_at[peer],
-                                                                    sent[peer] % kSimpleSlots));
+          const SimplePeer to = peer_of(args, peer);
+          destinations[d] = reinterpret_cast<T*>(
+              static_cast<char*>(to.buffer) +
+              simple_slot_offset(args.nranks, channel, to.nsenders, to.fifo_at, sent[peer] % kSimpleSlots));
         }
         const std::size_t offset = (base + step.begin) * sizeof(T);
         const T* local = reinterpret_cast<const T*>(
@@ -148,18 +158,18 @@ __global__ void __launch_bounds__(kThreads) simple_kernel(SimpleArgs args) {
         if (threadIdx.x == 0) {
           for (int d = 0; d < step.nsends; ++d) {
             const int peer = step.send_peers[d];
-            store_release_sys(&control(peer)->tail[me], ++sent[peer]);
+            store_release_sys(&control(peer).tail[me], ++sent[peer]);
           }
-          if (step.recv_peer >= 0) store_release_sys(&control(step.recv_peer)->head[me], ++taken[step.recv_peer]);
+          if (step.recv_peer >= 0) store_release_sys(&control(step.recv_peer).head[me], ++taken[step.recv_peer]);
         }
         __syncthreads();
       }
     }
     first += members * stride;
   }
-  if (threadIdx.x < kMaxDirectRanks) {
-    own->sent[threadIdx.x] = sent[threadIdx.x];
-    own->taken[threadIdx.x] = taken[threadIdx.x];
+  for (int r = threadIdx.x; r < args.nranks; r += kThreads) {
+    own.sent[r] = sent[r];
+    own.taken[r] = taken[r];
   }
   if (threadIdx.x == 0 && failed) {
     *reinterpret_cast<volatile std::int32_t*>(args.failed) = static_cast<std::int32_t>(Status::kTimeout);
@@ -174,7 +184,8 @@ struct CudaSimple {
 
   template <typename T, ReduceOp Op>
   void run() {
-    simple_kernel<T, Op><<<args.channels, kThreads, 0, stream>>>(args);
+    const std::size_t shared = 2 * static_cast<std::size_t>(args.nranks) * sizeof(std::uint64_t);
+    simple_kernel<T, Op><<<args.channels, kThreads, shared, stream>>>(args);
     error = cudaGetLastError();
   }
 };

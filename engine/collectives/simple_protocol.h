@@ -90,22 +90,47 @@ Status plan_simple(SimpleCollective collective, int rank, int nranks, int root, 
 // one FIFO per channel in rank's buffer.
 std::vector<int> simple_senders(int rank, int nranks);
 
-// Counters of one channel in a rank's buffer. tail and head are written by
-// peers; sent and taken only by the rank itself, and all of them carry over
-// from call to call.
+// Counters of one channel in a rank's buffer, one of each per rank. tail
+// and head are written by peers; sent and taken only by the rank itself,
+// and all of them carry over from call to call.
 struct SimpleControl {
-  std::uint64_t tail[kMaxDirectRanks];   // by sender: pieces it stored here
-  std::uint64_t head[kMaxDirectRanks];   // by receiver: pieces of this rank's it took
-  std::uint64_t sent[kMaxDirectRanks];   // by receiver: pieces this rank stored there
-  std::uint64_t taken[kMaxDirectRanks];  // by sender: pieces this rank took
-  std::uint64_t reserved[8];
+  std::uint64_t* tail;   // by sender: pieces it stored here
+  std::uint64_t* head;   // by receiver: pieces of this rank's it took
+  std::uint64_t* sent;   // by receiver: pieces this rank stored there
+  std::uint64_t* taken;  // by sender: pieces this rank took
 };
-static_assert(sizeof(SimpleControl) == 576, "the control block layout is shared by every rank's kernel");
 
-constexpr std::size_t kSimpleControlBytes = kSimpleMaxChannels * sizeof(SimpleControl);
+// A channel's counters are laid out for at least this many ranks, so that
+// channels' blocks stay apart (576 bytes), then 8 words unused.
+constexpr int kSimpleControlRanks = 16;
+FERRY_HOST_DEVICE std::size_t simple_control_stride(int nranks) {
+  return (4 * static_cast<std::size_t>(nranks > kSimpleControlRanks ? nranks : kSimpleControlRanks) + 8) *
+         sizeof(std::uint64_t);
+}
+static_assert((4 * kSimpleControlRanks + 8) * sizeof(std::uint64_t) == 576, "the control block layout");
+// The counters of every channel, at the start of a rank's buffer.
+FERRY_HOST_DEVICE std::size_t simple_control_bytes(int nranks) {
+  return kSimpleMaxChannels * simple_control_stride(nranks);
+}
+// Channel's counters in a rank's buffer (the same layout on every rank).
+FERRY_HOST_DEVICE SimpleControl simple_control(void* buffer, int channel, int nranks) {
+  auto* words = reinterpret_cast<std::uint64_t*>(static_cast<char*>(buffer) + channel * simple_control_stride(nranks));
+  const int n = nranks > kSimpleControlRanks ? nranks : kSimpleControlRanks;
+  return {words, words + n, words + 2 * n, words + 3 * n};
+}
 
-// Bytes of a rank's buffer with nsenders FIFOs per channel.
-std::size_t simple_buffer_bytes(int channels, int nsenders);
+// Bytes of a rank's buffer among nranks with nsenders FIFOs per channel.
+std::size_t simple_buffer_bytes(int nranks, int channels, int nsenders);
+
+// What each rank's buffer is to a rank's kernel: the buffer, mapped here,
+// and the FIFO indices between the two.
+struct SimplePeer {
+  void* buffer;
+  std::int32_t nsenders;  // FIFOs per channel in the buffer
+  std::int32_t fifo_at;   // this rank's FIFO index there (-1: none)
+  std::int32_t own_fifo;  // that rank's FIFO index in this rank's buffer (-1: none)
+  std::int32_t reserved;
+};
 
 // What the executor gets (one kernel, a block per channel).
 struct SimpleArgs {
@@ -124,10 +149,10 @@ struct SimpleArgs {
   std::int32_t group;  // regions in flight per channel (below kSimpleSlots)
   std::uint32_t timeout_ms;
   std::int32_t* failed;  // host memory the device writes: a Status, when a wait timed out
-  void* buffers[kMaxDirectRanks];            // every rank's buffer, mapped here
-  std::int32_t nsenders[kMaxDirectRanks];    // FIFOs per channel in each rank's buffer
-  std::int32_t fifo_at[kMaxDirectRanks];     // this rank's FIFO index in each receiver's buffer
-  std::int32_t own_fifo[kMaxDirectRanks];    // each sender's FIFO index in this rank's buffer
+  // Every rank's: the first kInlineRanks inline, past them from peer_table
+  // (device memory the communicator keeps: Communicator::SimpleChannels).
+  SimplePeer peers[kInlineRanks];
+  const SimplePeer* peer_table;
 };
 
 // The (region, step) pairs a channel runs, in order: its regions (channel,
@@ -153,8 +178,8 @@ std::vector<SimpleStepRef> simple_step_order(std::uint64_t regions, std::uint32_
                                              std::uint32_t last_steps, int channel, int channels, int group);
 
 // Where FIFO slot `slot` of sender index fifo on channel lives in a buffer.
-FERRY_HOST_DEVICE std::size_t simple_slot_offset(int channel, int nsenders, int fifo, int slot) {
-  return kSimpleControlBytes +
+FERRY_HOST_DEVICE std::size_t simple_slot_offset(int nranks, int channel, int nsenders, int fifo, int slot) {
+  return simple_control_bytes(nranks) +
          ((static_cast<std::size_t>(channel) * nsenders + fifo) * kSimpleSlots + slot) * kSimpleSlotBytes;
 }
 

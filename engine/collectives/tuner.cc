@@ -220,9 +220,9 @@ double tree_us(std::size_t bytes, int n, const MachineModel& m) {
   return m.launch_us + latency + fill + transfer_us(2.0 * bytes, bw);
 }
 
-// Direct algorithms address every peer's buffer: at most kMaxDirectRanks
-// (executor.h) peers, all mapped (one node, NVLink or PCIe peer access).
-constexpr int kDirectMaxRanks = 16;
+// Direct algorithms address every peer's buffer: any number of peers, all
+// mapped (one node, NVLink or PCIe peer access: one_node_only).
+constexpr int kDirectMaxRanks = 0;
 
 constexpr AlgorithmInfo kAllreduceAlgorithms[] = {
     {AllreduceAlgorithm::kOneShot, "oneshot",
@@ -399,8 +399,7 @@ std::vector<TuneRule> parse_tune(const std::string& text, std::vector<std::strin
 }
 
 AllreduceAlgorithm model_allreduce(int nranks, std::size_t bytes, bool any_in_place, const MachineModel& machine) {
-  // Past kMaxDirectRanks nothing implemented applies; the engine does not
-  // take such communicators (collectives.cc), so two-shot only answers queries.
+  // Where nothing implemented applies, two-shot only answers queries.
   AllreduceAlgorithm best = AllreduceAlgorithm::kTwoShot;
   double best_us = -1;
   for (const AlgorithmInfo& info : kAllreduceAlgorithms) {

@@ -59,7 +59,7 @@ struct AlgorithmInfo {
   const char* description;
   bool in_place_safe;  // may run when outputs alias inputs
   bool implemented;    // false: model only, never chosen at run time
-  int max_ranks;       // 0: any; direct algorithms are limited by kMaxDirectRanks
+  int max_ranks;       // 0: any
   bool one_node_only;  // needs every peer's memory mapped
   std::size_t (*max_bytes)(int nranks);  // largest call it runs on nranks; nullptr: any size
   // Predicted time of one blocking call in microseconds.

@@ -159,6 +159,18 @@ unsigned char* view(gpu::Backend* backend, const void* device_ptr) {
   return static_cast<unsigned char*>(backend->host_view(device_ptr));
 }
 
+// Rank p's receive buffer: inline, or past kInlineRanks from the table.
+template <typename LlArgs>
+void* peer_buffer(gpu::Backend* backend, const LlArgs& a, int p) {
+  return p < kInlineRanks ? a.buffers[p] : static_cast<void* const*>(backend->host_view(a.buffer_table))[p];
+}
+
+// An alltoallv's blocks with peer p: inline, or past kInlineRanks from the table.
+LlBlocks blocks_with(gpu::Backend* backend, const LlAlltoallvArgs& a, int p) {
+  if (p < kInlineRanks) return {a.send[p], a.send_bytes[p], a.recv[p], a.recv_bytes[p]};
+  return static_cast<const LlBlocks*>(backend->host_view(a.block_table))[p];
+}
+
 struct HostLlAllreduce {
   const LlAllreduceArgs& args;
   gpu::Backend* backend;
@@ -172,7 +184,7 @@ struct HostLlAllreduce {
     std::vector<unsigned char> own(chunks * kLlChunkBytes, 0), result(chunks * kLlChunkBytes);
     std::memcpy(own.data(), view(backend, args.input), bytes);
     for (int p = 0; p < args.nranks; ++p)
-      if (p != args.rank) ll.send(args.buffers[p], args.rank, own.data(), bytes);
+      if (p != args.rank) ll.send(peer_buffer(backend, args, p), args.rank, own.data(), bytes);
     constexpr int kPerChunk = static_cast<int>(kLlChunkBytes / sizeof(T));
     for (std::size_t c = 0; c < chunks; ++c) {
       T acc[kPerChunk];
@@ -180,7 +192,7 @@ struct HostLlAllreduce {
         unsigned char data[kLlChunkBytes];
         if (r == args.rank) {
           std::memcpy(data, &own[c * kLlChunkBytes], kLlChunkBytes);
-        } else if (!ok(status = ll.chunk(args.buffers[args.rank], r, c, data))) {
+        } else if (!ok(status = ll.chunk(peer_buffer(backend, args, args.rank), r, c, data))) {
           return;
         }
         T values[kPerChunk];
@@ -220,7 +232,7 @@ struct HostLl128Allreduce {
     for (int p = 0; p < args.nranks; ++p) {
       if (p == args.rank) continue;
       for (std::size_t l = 0; l < lines; ++l) {
-        char* line = line_at(args.buffers[p], args.rank, l);
+        char* line = line_at(peer_buffer(backend, args, p), args.rank, l);
         std::memcpy(line, &own[l * kLl128LineData], kLl128LineData);
         store_release(flag_of(line), flag_word);
       }
@@ -233,7 +245,7 @@ struct HostLl128Allreduce {
       for (int r = 0; r < args.nranks; ++r) {
         const unsigned char* data = &own[l * kLl128LineData];
         if (r != args.rank) {
-          char* line = line_at(args.buffers[args.rank], r, l);
+          char* line = line_at(peer_buffer(backend, args, args.rank), r, l);
           for (unsigned spins = 0; load_acquire(flag_of(line)) != flag_word; ++spins) {
             if (spins < 64) continue;
             sched_yield();  // the sender may be waiting for this core
@@ -256,20 +268,27 @@ struct HostLl128Allreduce {
 
 Status run_ll_bcast_on_host(gpu::Backend* backend, const LlBcastArgs& b) {
   HostLl ll(backend, b);
-  if (b.rank != b.root) return ll.receive(b.buffers[b.rank], b.root, view(backend, b.buffer), b.bytes);
+  if (b.rank != b.root)
+    return ll.receive(peer_buffer(backend, b, b.rank), b.root, view(backend, b.buffer), b.bytes);
   for (int p = 0; p < b.nranks; ++p)
-    if (p != b.root) ll.send(b.buffers[p], b.root, view(backend, b.buffer), b.bytes);
+    if (p != b.root) ll.send(peer_buffer(backend, b, p), b.root, view(backend, b.buffer), b.bytes);
   return Status::kOk;
 }
 
 Status run_ll_alltoallv_on_host(gpu::Backend* backend, const LlAlltoallvArgs& a) {
   HostLl ll(backend, a);
-  for (int p = 0; p < a.nranks; ++p)
-    if (p != a.rank && a.send_bytes[p] > 0) ll.send(a.buffers[p], a.rank, view(backend, a.send[p]), a.send_bytes[p]);
-  std::memmove(view(backend, a.recv[a.rank]), view(backend, a.send[a.rank]), a.recv_bytes[a.rank]);
-  for (int p = 0; p < a.nranks; ++p)
-    if (p != a.rank && a.recv_bytes[p] > 0)
-      FERRY_CHECK(ll.receive(a.buffers[a.rank], p, view(backend, a.recv[p]), a.recv_bytes[p]));
+  for (int p = 0; p < a.nranks; ++p) {
+    const LlBlocks blocks = blocks_with(backend, a, p);
+    if (p != a.rank && blocks.send_bytes > 0)
+      ll.send(peer_buffer(backend, a, p), a.rank, view(backend, blocks.send), blocks.send_bytes);
+  }
+  const LlBlocks mine = blocks_with(backend, a, a.rank);
+  std::memmove(view(backend, mine.recv), view(backend, mine.send), mine.recv_bytes);
+  for (int p = 0; p < a.nranks; ++p) {
+    const LlBlocks blocks = blocks_with(backend, a, p);
+    if (p != a.rank && blocks.recv_bytes > 0)
+      FERRY_CHECK(ll.receive(peer_buffer(backend, a, a.rank), p, view(backend, blocks.recv), blocks.recv_bytes));
+  }
   return Status::kOk;
 }
 
@@ -299,10 +318,11 @@ Status run_work_item_on_host(gpu::Backend* backend, const WorkItem& item) {
       if (item.ll_bcast.bytes > ll_max_bytes(item.ll_bcast.nranks)) return Status::kInvalidArgument;
       return run_ll_bcast_on_host(backend, item.ll_bcast);
     case WorkKind::kLlAlltoallv:
-      for (int p = 0; p < item.ll_alltoallv.nranks; ++p)
-        if (std::max(item.ll_alltoallv.send_bytes[p], item.ll_alltoallv.recv_bytes[p]) >
-            ll_max_bytes(item.ll_alltoallv.nranks))
+      for (int p = 0; p < item.ll_alltoallv.nranks; ++p) {
+        const LlBlocks blocks = blocks_with(backend, item.ll_alltoallv, p);
+        if (std::max(blocks.send_bytes, blocks.recv_bytes) > ll_max_bytes(item.ll_alltoallv.nranks))
           return Status::kInvalidArgument;
+      }
       return run_ll_alltoallv_on_host(backend, item.ll_alltoallv);
   }
   return Status::kInvalidArgument;

@@ -79,12 +79,17 @@ int worker_blocks();
 std::size_t ll_call_max_bytes(int nranks);
 std::size_t ll128_call_max_bytes(int nranks);
 
+// In every LL call's arguments: every rank's receive buffer, mapped here,
+// the first kInlineRanks inline and, past them, from buffer_table (device
+// memory the communicator keeps: Communicator::LlChannel).
+
 // One-shot allreduce over LL: every rank sends its input into every peer's
 // receive buffer and reduces, in rank order, what arrives in its own.
 struct LlAllreduceArgs {
   const void* input;
   void* output;
-  void* buffers[kMaxDirectRanks];  // every rank's receive buffer, mapped here
+  void* buffers[kInlineRanks];
+  void* const* buffer_table;
   std::uint64_t count;
   DataType type;
   ReduceOp op;
@@ -100,7 +105,8 @@ struct LlAllreduceArgs {
 // buffer; every other rank copies what arrives into its own buffer.
 struct LlBcastArgs {
   void* buffer;  // the root's source, or this rank's destination
-  void* buffers[kMaxDirectRanks];
+  void* buffers[kInlineRanks];
+  void* const* buffer_table;
   std::uint64_t bytes;
   std::int32_t rank;
   std::int32_t nranks;
@@ -110,15 +116,26 @@ struct LlBcastArgs {
   std::uint32_t timeout_ms;
 };
 
+// An alltoallv's blocks with one peer.
+struct LlBlocks {
+  const void* send;
+  std::uint64_t send_bytes;
+  void* recv;
+  std::uint64_t recv_bytes;
+};
+
 // Alltoallv over LL: every rank stores its block for peer p into p's
 // receive buffer and copies each peer's arriving block into place; its own
-// block is a local copy.
+// block is a local copy. Blocks past kInlineRanks are in block_table
+// (device memory, written for the call: Communicator::LlChannel).
 struct LlAlltoallvArgs {
-  const void* send[kMaxDirectRanks];
-  std::uint64_t send_bytes[kMaxDirectRanks];
-  void* recv[kMaxDirectRanks];
-  std::uint64_t recv_bytes[kMaxDirectRanks];
-  void* buffers[kMaxDirectRanks];
+  const void* send[kInlineRanks];
+  std::uint64_t send_bytes[kInlineRanks];
+  void* recv[kInlineRanks];
+  std::uint64_t recv_bytes[kInlineRanks];
+  void* buffers[kInlineRanks];
+  void* const* buffer_table;
+  const LlBlocks* block_table;
   std::int32_t rank;
   std::int32_t nranks;
   std::uint32_t flag;

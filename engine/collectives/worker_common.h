@@ -36,8 +36,9 @@ FERRY_HOST_DEVICE std::uint32_t doorbell_flag(std::uint64_t sequence) {
 //   1: blocks (0-15), inputs or copies (16-23), outputs (24-31)
 //   reduce: 2-3 count, then 2 words per input pointer and per output pointer
 //   copies: 2 words each for source, destination and bytes, per copy
-// An item that does not fit says kind kInMailbox; the worker then reads
-// Mailbox::item (one more round trip).
+// An item that does not fit, or lists more than kInlineRanks ranks (its
+// tables), says kind kInMailbox; the worker then reads Mailbox::item (one
+// more round trip).
 constexpr std::uint32_t kInMailbox = 0xff;
 
 namespace doorbell_detail {
@@ -58,7 +59,7 @@ inline int encode_doorbell(const WorkItem& item, std::uint32_t* words) {
   std::uint32_t kind = static_cast<std::uint32_t>(item.kind), type = 0, op = 0, first = 0, second = 0;
   if (item.kind == WorkKind::kDirectReduce) {
     const DirectReduceArgs& r = item.reduce;
-    if (2 + 2 + 2 * (r.ninputs + r.noutputs) > kDoorbellWords) {
+    if (r.table || 2 + 2 + 2 * (r.ninputs + r.noutputs) > kDoorbellWords) {
       kind = kInMailbox;
     } else {
       type = static_cast<std::uint32_t>(r.type);
@@ -69,6 +70,9 @@ inline int encode_doorbell(const WorkItem& item, std::uint32_t* words) {
       for (int i = 0; i < r.ninputs; ++i) put64(words, &at, reinterpret_cast<std::uintptr_t>(r.inputs[i]));
       for (int k = 0; k < r.noutputs; ++k) put64(words, &at, reinterpret_cast<std::uintptr_t>(r.outputs[k]));
     }
+  } else if ((item.kind == WorkKind::kLlAllreduce || item.kind == WorkKind::kLl128Allreduce) &&
+             item.ll.nranks > kInlineRanks) {
+    kind = kInMailbox;
   } else if (item.kind == WorkKind::kLlAllreduce || item.kind == WorkKind::kLl128Allreduce) {
     const LlAllreduceArgs& l = item.ll;
     type = static_cast<std::uint32_t>(l.type);
@@ -81,6 +85,8 @@ inline int encode_doorbell(const WorkItem& item, std::uint32_t* words) {
     put64(words, &at, reinterpret_cast<std::uintptr_t>(l.input));
     put64(words, &at, reinterpret_cast<std::uintptr_t>(l.output));
     for (int r = 0; r < l.nranks; ++r) put64(words, &at, reinterpret_cast<std::uintptr_t>(l.buffers[r]));
+  } else if (item.kind == WorkKind::kLlBcast && item.ll_bcast.nranks > kInlineRanks) {
+    kind = kInMailbox;
   } else if (item.kind == WorkKind::kLlBcast) {
     const LlBcastArgs& b = item.ll_bcast;
     first = static_cast<std::uint32_t>(b.rank);
@@ -93,7 +99,7 @@ inline int encode_doorbell(const WorkItem& item, std::uint32_t* words) {
     for (int r = 0; r < b.nranks; ++r) put64(words, &at, reinterpret_cast<std::uintptr_t>(b.buffers[r]));
   } else if (item.kind == WorkKind::kLlAlltoallv) {
     const LlAlltoallvArgs& a = item.ll_alltoallv;
-    if (2 + 2 + 8 * a.nranks > kDoorbellWords) {
+    if (a.nranks > kInlineRanks || 2 + 2 + 8 * a.nranks > kDoorbellWords) {
       kind = kInMailbox;
     } else {
       first = static_cast<std::uint32_t>(a.rank);

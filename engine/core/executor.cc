@@ -1,8 +1,10 @@
 #include "engine/core/executor.h"
 
 #include <cstring>
+#include <vector>
 
 #include "engine/core/reduce_common.h"
+#include "engine/core/resources.h"
 
 namespace ferry {
 namespace {
@@ -14,10 +16,18 @@ struct HostDirectReduce {
 
   template <typename T, ReduceOp Op>
   void run() {
-    const T* in[kMaxDirectRanks];
-    T* out[kMaxDirectRanks];
-    for (int r = 0; r < args.ninputs; ++r) in[r] = static_cast<const T*>(backend->host_view(args.inputs[r]));
-    for (int k = 0; k < args.noutputs; ++k) out[k] = static_cast<T*>(backend->host_view(args.outputs[k]));
+    const void* const* table =
+        args.table ? static_cast<const void* const*>(backend->host_view(args.table)) : nullptr;
+    const auto pointer = [&](const void* const* listed, int i, int at) {
+      return i < kInlineRanks ? listed[i] : table[at];
+    };
+    std::vector<const T*> in(args.ninputs);
+    std::vector<T*> out(args.noutputs);
+    for (int r = 0; r < args.ninputs; ++r)
+      in[r] = static_cast<const T*>(backend->host_view(pointer(args.inputs, r, r)));
+    for (int k = 0; k < args.noutputs; ++k)
+      out[k] = static_cast<T*>(backend->host_view(
+          pointer(const_cast<const void* const*>(args.outputs), k, args.ninputs + k)));
     for (std::size_t i = 0; i < args.count; ++i) {
       T acc = in[0][i];
       for (int r = 1; r < args.ninputs; ++r) acc = reduce<T, Op>(acc, in[r][i]);
@@ -39,9 +49,35 @@ Status run_copies_on_host(gpu::Backend* backend, const CopyListArgs& args) {
   return Status::kOk;
 }
 
+Status list_direct_pointers(gpu::Backend* backend, DeviceResources& resources, int device, gpu::Stream stream,
+                            const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                            DirectReduceArgs* args) {
+  args->ninputs = static_cast<int>(inputs.size());
+  args->noutputs = static_cast<int>(outputs.size());
+  args->table = nullptr;
+  args->table_aligned = false;
+  for (int r = 0; r < args->ninputs && r < kInlineRanks; ++r) args->inputs[r] = inputs[r];
+  for (int k = 0; k < args->noutputs && k < kInlineRanks; ++k) args->outputs[k] = outputs[k];
+  if (args->ninputs <= kInlineRanks && args->noutputs <= kInlineRanks) return Status::kOk;
+  std::vector<const void*> all(inputs);
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  void* table = nullptr;
+  const std::size_t bytes = all.size() * sizeof(void*);
+  FERRY_CHECK(resources.table_for(backend, device, stream, bytes, &table));
+  // CUDA is done with pageable memory when the call returns (staged, or
+  // copied once the stream drained); emulated streams read it when they run,
+  // so those wait.
+  FERRY_CHECK(backend->copy_async(table, all.data(), bytes, stream));
+  if (backend->execution_site() == gpu::ExecutionSite::kHost) FERRY_CHECK(backend->stream_synchronize(stream));
+  args->table = static_cast<const void* const*>(table);
+  args->table_aligned = true;
+  for (const void* p : all) args->table_aligned = args->table_aligned && reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+  return Status::kOk;
+}
+
 Status launch_direct_reduce(gpu::Backend* backend, const DirectReduceArgs& args, gpu::Stream stream) {
-  if (args.ninputs < 1 || args.ninputs > kMaxDirectRanks || args.noutputs < 1 || args.noutputs > kMaxDirectRanks)
-    return Status::kInvalidArgument;
+  const bool listed = args.table || (args.ninputs <= kInlineRanks && args.noutputs <= kInlineRanks);
+  if (args.ninputs < 1 || args.noutputs < 1 || !listed) return Status::kInvalidArgument;
   if (args.count == 0) return Status::kOk;
   if (backend->execution_site() == gpu::ExecutionSite::kHost) {
     FERRY_CHECK(backend->stream_synchronize(stream));

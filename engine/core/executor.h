@@ -4,19 +4,28 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "engine/common/types.h"
 #include "engine/gpu/gpu.h"
 
 namespace ferry {
 
-constexpr int kMaxDirectRanks = 16;
+class DeviceResources;
+
+// Per-rank pointers that kernel arguments and worker items carry inline;
+// past this many, they also point to a table in device memory.
+constexpr int kInlineRanks = 16;
 
 // out[k][i] = in[0][i] op ... op in[n-1][i] for every output k, i < count.
-// Pointers are already mapped into this process.
+// Pointers are already mapped into this process. The first kInlineRanks
+// inputs and outputs are inline; with more of either, table holds all of
+// them (inputs, then outputs) and entries past kInlineRanks are read there.
 struct DirectReduceArgs {
-  const void* inputs[kMaxDirectRanks];
-  void* outputs[kMaxDirectRanks];
+  const void* inputs[kInlineRanks];
+  void* outputs[kInlineRanks];
+  const void* const* table;  // device memory; nullptr up to kInlineRanks
+  bool table_aligned;        // every pointer in table is 16-byte aligned
   int ninputs;
   int noutputs;
   std::size_t count;
@@ -24,9 +33,18 @@ struct DirectReduceArgs {
   ReduceOp op;
 };
 
+// Fills args' pointers, any number of them: inline, and past kInlineRanks
+// also into a table of resources' for stream (DeviceResources::table_for),
+// copied there on stream, so only work queued on stream after it reads it.
+Status list_direct_pointers(gpu::Backend* backend, DeviceResources& resources, int device, gpu::Stream stream,
+                            const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                            DirectReduceArgs* args);
+
 Status launch_direct_reduce(gpu::Backend* backend, const DirectReduceArgs& args, gpu::Stream stream);
 
-constexpr int kMaxListedCopies = kMaxDirectRanks;
+// A list's length, not a limit on ranks: CopyListLauncher launches longer
+// lists in parts.
+constexpr int kMaxListedCopies = 16;
 
 // Up to kMaxListedCopies independent copies (a bcast's pull, an alltoallv's
 // blocks), by SMs in one kernel. Pointers are already mapped into this process.

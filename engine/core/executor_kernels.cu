@@ -13,6 +13,14 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread and rank
 
+// Input r and output k: inline, or past kInlineRanks from the table.
+__device__ __forceinline__ const void* input_of(const DirectReduceArgs& a, int r) {
+  return r < kInlineRanks ? a.inputs[r] : a.table[r];
+}
+__device__ __forceinline__ void* output_of(const DirectReduceArgs& a, int k) {
+  return k < kInlineRanks ? a.outputs[k] : const_cast<void*>(a.table[a.ninputs + k]);
+}
+
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads) direct_reduce_packed(DirectReduceArgs args, std::size_t packs) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * kThreads * kUnroll;
@@ -22,14 +30,14 @@ __global__ void __launch_bounds__(kThreads) direct_reduce_packed(DirectReduceArg
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const std::size_t p = base + u * kThreads;
-      if (p < packs) acc[u] = static_cast<const Pack<T>*>(args.inputs[0])[p];
+      if (p < packs) acc[u] = static_cast<const Pack<T>*>(input_of(args, 0))[p];
     }
     for (int r = 1; r < args.ninputs; ++r) {
       Pack<T> in[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const std::size_t p = base + u * kThreads;
-        if (p < packs) in[u] = static_cast<const Pack<T>*>(args.inputs[r])[p];
+        if (p < packs) in[u] = static_cast<const Pack<T>*>(input_of(args, r))[p];
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) acc[u] = reduce_pack<T, Op>(acc[u], in[u]);
@@ -38,7 +46,7 @@ __global__ void __launch_bounds__(kThreads) direct_reduce_packed(DirectReduceArg
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const std::size_t p = base + u * kThreads;
-        if (p < packs) static_cast<Pack<T>*>(args.outputs[k])[p] = acc[u];
+        if (p < packs) static_cast<Pack<T>*>(output_of(args, k))[p] = acc[u];
       }
     }
   }
@@ -50,9 +58,9 @@ template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads) direct_reduce_scalar(DirectReduceArgs args, std::size_t first) {
   for (std::size_t i = first + static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x; i < args.count;
        i += static_cast<std::size_t>(gridDim.x) * kThreads) {
-    T acc = static_cast<const T*>(args.inputs[0])[i];
-    for (int r = 1; r < args.ninputs; ++r) acc = reduce<T, Op>(acc, static_cast<const T*>(args.inputs[r])[i]);
-    for (int k = 0; k < args.noutputs; ++k) static_cast<T*>(args.outputs[k])[i] = acc;
+    T acc = static_cast<const T*>(input_of(args, 0))[i];
+    for (int r = 1; r < args.ninputs; ++r) acc = reduce<T, Op>(acc, static_cast<const T*>(input_of(args, r))[i]);
+    for (int k = 0; k < args.noutputs; ++k) static_cast<T*>(output_of(args, k))[i] = acc;
   }
 }
 
@@ -82,9 +90,11 @@ struct CudaDirectReduce {
 
   template <typename T, ReduceOp Op>
   void run() {
-    bool aligned = true;
-    for (int r = 0; r < args.ninputs; ++r) aligned = aligned && reinterpret_cast<std::uintptr_t>(args.inputs[r]) % 16 == 0;
-    for (int k = 0; k < args.noutputs; ++k)
+    // Past kInlineRanks the table, in device memory, answers for itself.
+    bool aligned = !args.table || args.table_aligned;
+    for (int r = 0; r < args.ninputs && r < kInlineRanks; ++r)
+      aligned = aligned && reinterpret_cast<std::uintptr_t>(args.inputs[r]) % 16 == 0;
+    for (int k = 0; k < args.noutputs && k < kInlineRanks; ++k)
       aligned = aligned && reinterpret_cast<std::uintptr_t>(args.outputs[k]) % 16 == 0;
     const std::size_t packs = aligned ? args.count / Pack<T>::kCount : 0;
     if (packs > 0) {

@@ -25,6 +25,7 @@ DeviceResources::~DeviceResources() {
   for (auto& [key, stream] : streams_) FERRY_LOG_IF_FAILED(key.backend->stream_destroy(stream));
   for (auto& [key, event] : events_) FERRY_LOG_IF_FAILED(key.backend->event_destroy(event));
   for (auto& [key, scratch] : scratch_) FERRY_LOG_IF_FAILED(key.first->device_free(scratch.buffer));
+  for (auto& [key, table] : tables_) FERRY_LOG_IF_FAILED(key.first->device_free(table.buffer));
 }
 
 Status DeviceResources::stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index, bool urgent) {
@@ -53,6 +54,24 @@ Status DeviceResources::scratch_for(gpu::Backend* backend, int device, std::size
     FERRY_INFO(Coll, "engine scratch of %zu bytes on device %d", bytes, device);
   }
   *scratch = s.buffer;
+  return Status::kOk;
+}
+
+Status DeviceResources::table_for(gpu::Backend* backend, int device, gpu::Stream stream, std::size_t bytes,
+                                  void** table) {
+  std::lock_guard<std::mutex> lock(tables_mutex_);
+  Scratch& t = tables_[{backend, stream}];
+  if (t.bytes < bytes) {
+    if (t.buffer) {
+      FERRY_CHECK(backend->stream_synchronize(stream));  // a kernel queued there may still read it
+      FERRY_CHECK(backend->device_free(t.buffer));
+    }
+    t = Scratch{nullptr, 0};
+    FERRY_CHECK(backend->set_device(device));
+    FERRY_CHECK(backend->device_alloc(bytes, &t.buffer));
+    t.bytes = bytes;
+  }
+  *table = t.buffer;
   return Status::kOk;
 }
 

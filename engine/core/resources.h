@@ -29,6 +29,11 @@ class DeviceResources {
   // Device scratch of at least bytes on device, grown when a call needs
   // more; one thread at a time.
   Status scratch_for(gpu::Backend* backend, int device, std::size_t bytes, void** scratch);
+  // Device memory of at least bytes for the pointer tables of kernels
+  // queued on stream (executor.h), one per stream, so that writes ordered on
+  // stream never overtake a kernel that reads it; kept while the streams
+  // live, grown (after the stream drained) when a call needs more.
+  Status table_for(gpu::Backend* backend, int device, gpu::Stream stream, std::size_t bytes, void** table);
 
  private:
   struct HandleKey {
@@ -47,6 +52,8 @@ class DeviceResources {
   std::map<HandleKey, gpu::Stream> streams_;
   std::map<HandleKey, gpu::Event> events_;
   std::map<std::pair<gpu::Backend*, int>, Scratch> scratch_;
+  std::mutex tables_mutex_;
+  std::map<std::pair<gpu::Backend*, gpu::Stream>, Scratch> tables_;
 };
 
 }  // namespace ferry

@@ -152,6 +152,20 @@ TEST(EngineAllreduce, RankCountsSizesOffsetsAndInPlace) {
   }
 }
 
+// Past 16 ranks the per-rank pointers travel in tables: the engine still
+// takes the call (under FERRY_TUNE, with the forced algorithm) and every
+// rank gets the reference.
+TEST(EngineAllreduce, PastSixteenRanks) {
+  for (int nranks : {17, 20}) {
+    for (std::size_t count : {3, 5001}) {
+      for (bool in_place : {false, true}) {
+        AllreduceCase c{nranks, count, count % 2, in_place, DataType::kInt64, ReduceOp::kSum};
+        dispatch_reduction(c.type, c.op, c);
+      }
+    }
+  }
+}
+
 // Calls of several sizes, one after another, on one communicator: what the
 // algorithms keep from call to call (LL's flags and halves, the ring and
 // tree FIFOs' counters) stays in step on every rank.
@@ -344,6 +358,11 @@ void bcast_random_bytes(int nranks, std::size_t bytes, int root, unsigned seed,
   });
 }
 
+TEST(EngineBcast, PastSixteenRanks) {
+  for (std::size_t bytes : {std::size_t{5}, std::size_t{100001}, (std::size_t{1} << 20) + 3})
+    for (int root : {0, 19}) bcast_random_bytes(20, bytes, root, static_cast<unsigned>(bytes + root));
+}
+
 // Under FERRY_TUNE forcing one bcast algorithm for every size (the
 // engine_bcast.tune.* tests, with FERRY_STATS=1), that algorithm ran.
 TEST(EngineBcast, TheForcedAlgorithmRuns) {
@@ -390,8 +409,10 @@ TEST(EngineBcast, OneRankMovesNothing) {
   EXPECT_EQ(after, before) << "a one-rank bcast ran an algorithm";
 }
 
-TEST(EngineAlltoallv, UnevenBlocksWithGaps) {
-  for (int nranks : {1, 2, 3, 4, 6}) {
+// Every rank of nranks exchanges uneven blocks, a byte apart, with every
+// other; the gaps stay as they were.
+void exchange_uneven_blocks(int nranks) {
+  {
     run_ranks(nranks, [&](int rank, std::unique_ptr<Bootstrap> bootstrap) {
       std::unique_ptr<Communicator> comm;
       ASSERT_EQ(Communicator::create(std::move(bootstrap), &comm), Status::kOk);
@@ -429,6 +450,14 @@ TEST(EngineAlltoallv, UnevenBlocksWithGaps) {
       EXPECT_TRUE(ferry::ok(device()->device_free(recv)));
     });
   }
+}
+
+TEST(EngineAlltoallv, UnevenBlocksWithGaps) {
+  for (int nranks : {1, 2, 3, 4, 6}) exchange_uneven_blocks(nranks);
+}
+
+TEST(EngineAlltoallv, PastSixteenRanks) {
+  for (int nranks : {17, 20}) exchange_uneven_blocks(nranks);
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ WorkItem sum_of(const std::vector<DeviceBuffer*>& inputs, DeviceBuffer& output, 
 }
 
 TEST(EngineWorkerDoorbell, EncodesWhatFitsAndDefersTheRest) {
-  for (int inputs = 1; inputs <= kMaxDirectRanks; ++inputs) {
+  for (int inputs = 1; inputs <= kInlineRanks; ++inputs) {
     for (int outputs : {1, inputs}) {
       WorkItem item{};
       item.kind = WorkKind::kDirectReduce;
@@ -114,7 +114,7 @@ TEST(EngineWorkerDoorbell, EncodesWhatFitsAndDefersTheRest) {
       EXPECT_EQ(back.copies.bytes[c], item.copies.bytes[c]);
     }
   }
-  for (int nranks = 2; nranks <= kMaxDirectRanks; ++nranks) {
+  for (int nranks = 2; nranks <= kInlineRanks; ++nranks) {
     WorkItem item{};
     item.kind = WorkKind::kLlAlltoallv;
     item.blocks = 1;
@@ -157,13 +157,13 @@ TEST(EngineWorkerDoorbell, EncodesWhatFitsAndDefersTheRest) {
     item.blocks = 1;
     LlBcastArgs& a = item.ll_bcast;
     a.buffer = reinterpret_cast<void*>(0x7f0000000123ull);
-    a.bytes = ll_max_bytes(kMaxDirectRanks);
+    a.bytes = ll_max_bytes(kInlineRanks);
     a.rank = 3;
-    a.nranks = kMaxDirectRanks;
+    a.nranks = kInlineRanks;
     a.root = 15;
     a.flag = 7;
     a.timeout_ms = 1;
-    for (int r = 0; r < kMaxDirectRanks; ++r) a.buffers[r] = reinterpret_cast<void*>(0x7d0000000000ull + r);
+    for (int r = 0; r < kInlineRanks; ++r) a.buffers[r] = reinterpret_cast<void*>(0x7d0000000000ull + r);
     std::uint32_t words[kDoorbellWords];
     encode_doorbell(item, words);
     WorkItem back{};
@@ -176,7 +176,22 @@ TEST(EngineWorkerDoorbell, EncodesWhatFitsAndDefersTheRest) {
     EXPECT_EQ(back.ll_bcast.flag, a.flag);
     EXPECT_EQ(back.ll_bcast.parity, 0u);
     EXPECT_EQ(back.ll_bcast.timeout_ms, a.timeout_ms);
-    for (int r = 0; r < kMaxDirectRanks; ++r) EXPECT_EQ(back.ll_bcast.buffers[r], a.buffers[r]);
+    for (int r = 0; r < kInlineRanks; ++r) EXPECT_EQ(back.ll_bcast.buffers[r], a.buffers[r]);
+  }
+  // Past kInlineRanks the pointers are in tables: the item waits in the mailbox.
+  {
+    WorkItem item{};
+    item.kind = WorkKind::kLlAllreduce;
+    item.ll.nranks = kInlineRanks + 1;
+    std::uint32_t words[kDoorbellWords];
+    encode_doorbell(item, words);
+    EXPECT_TRUE(doorbell_in_mailbox(words[0]));
+    item.kind = WorkKind::kDirectReduce;
+    item.reduce.ninputs = kInlineRanks + 1;
+    item.reduce.noutputs = 1;
+    item.reduce.table = reinterpret_cast<const void* const*>(0x7f0000000000ull);
+    encode_doorbell(item, words);
+    EXPECT_TRUE(doorbell_in_mailbox(words[0]));
   }
   EXPECT_NE(doorbell_flag(0xffffffffull), 0u);
   EXPECT_NE(doorbell_flag(0xfffffffeull), doorbell_flag(0xffffffffull));
@@ -187,16 +202,16 @@ TEST(EngineWorker, RunsItemsTooLargeForTheDoorbell) {
   ASSERT_NE(worker, nullptr);
   DeviceBuffer a(8), sum(8);
   a.fill(std::vector<std::int64_t>{3});
-  std::vector<DeviceBuffer*> inputs(kMaxDirectRanks, &a);
+  std::vector<DeviceBuffer*> inputs(kInlineRanks, &a);
   std::vector<std::unique_ptr<DeviceBuffer>> outputs;
   WorkItem item = sum_of(inputs, sum, 1);
-  item.reduce.noutputs = kMaxDirectRanks;  // two-shot at 16 ranks: 32 pointers
-  for (int k = 0; k < kMaxDirectRanks; ++k) {
+  item.reduce.noutputs = kInlineRanks;  // two-shot at 16 ranks: 32 pointers
+  for (int k = 0; k < kInlineRanks; ++k) {
     outputs.push_back(std::make_unique<DeviceBuffer>(8));
     item.reduce.outputs[k] = outputs.back()->ptr;
   }
   ASSERT_EQ(worker->run(item), Status::kOk);
-  for (const auto& out : outputs) EXPECT_EQ(out->read<std::int64_t>()[0], 3 * kMaxDirectRanks);
+  for (const auto& out : outputs) EXPECT_EQ(out->read<std::int64_t>()[0], 3 * kInlineRanks);
 }
 
 WorkItem ll_sum(DeviceBuffer& input, DeviceBuffer& output, std::size_t count, const std::vector<DeviceBuffer*>& ll,
@@ -398,7 +413,7 @@ TEST(EngineWorkerLl, CallsTakeABlockPerFourKiBAboveEightKiB) {
 // emulated device share.
 TEST(EngineWorkerLl128, LinesFitTheSlotsAndFlagsDifferFromLlWords) {
   EXPECT_EQ(ll128_max_bytes(2), std::size_t{960} << 10);
-  for (int nranks = 1; nranks <= kMaxDirectRanks; ++nranks) {
+  for (int nranks = 1; nranks <= kInlineRanks; ++nranks) {
     const std::size_t lines = ll128_max_bytes(nranks) / kLl128LineData;
     EXPECT_EQ(lines * kLl128LineBytes, ll_slot_bytes(nranks)) << nranks << " ranks";
     EXPECT_EQ(ll128_line_offset(1, nranks - 1, lines - 1, nranks) + kLl128LineBytes, 2 * nranks * ll_slot_bytes(nranks));
@@ -415,8 +430,8 @@ TEST(EngineWorkerLl128, LinesFitTheSlotsAndFlagsDifferFromLlWords) {
 // every other, and holds ll_max_bytes of data as lines.
 TEST(EngineWorkerLl, SlotsFitTheBufferForEveryRankCount) {
   EXPECT_EQ(ll_max_bytes(2), std::size_t{512} << 10);
-  EXPECT_EQ(ll_max_bytes(kMaxDirectRanks), std::size_t{64} << 10);
-  for (int nranks = 1; nranks <= kMaxDirectRanks; ++nranks) {
+  EXPECT_EQ(ll_max_bytes(kInlineRanks), std::size_t{64} << 10);
+  for (int nranks = 1; nranks <= kInlineRanks; ++nranks) {
     const std::size_t chunks = ll_max_bytes(nranks) / kLlChunkBytes;
     std::size_t end = 0;
     for (std::uint32_t parity = 0; parity < 2; ++parity) {

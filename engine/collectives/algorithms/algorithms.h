@@ -23,8 +23,8 @@ namespace ferry::coll {
 Status run_direct_reduce(Communicator& comm, const MappedBuffers& buffers, const Placement& where,
                          std::size_t count, DataType type, ReduceOp op, ElementRange slice, bool one_shot);
 
-// A reduce of ninputs inputs (the caller fills them in) into output.
-DirectReduceArgs reduce_into_one(int ninputs, std::size_t count, DataType type, ReduceOp op, void* output);
+// A direct reduce of count elements; its pointers come from list_direct_pointers.
+DirectReduceArgs reduce_of(std::size_t count, DataType type, ReduceOp op);
 
 Status run_copy_push(Communicator& comm, const Placement& where, const void* input, void* output,
                      std::size_t count, DataType type, ReduceOp op);

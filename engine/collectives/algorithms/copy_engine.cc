@@ -2,6 +2,7 @@
 #include "engine/collectives/algorithms/algorithms.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "engine/core/executor.h"
 
@@ -32,6 +33,7 @@ Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, 
   void* scratch = nullptr;
   FERRY_CHECK(comm.resources().scratch_for(backend, where.device, kSlots * (n - 1) * chunk_bytes, &scratch));
 
+  std::vector<const void*> inputs(n);
   std::size_t c = 0;
   for (std::size_t begin = slice.begin; begin < slice.end; begin += chunk, ++c) {
     const std::size_t elements = std::min(chunk, slice.end - begin);
@@ -42,17 +44,18 @@ Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, 
 
     // The slot is free once the reduce of chunk c - kSlots has read it.
     if (c >= kSlots) FERRY_CHECK(backend->stream_wait_event(streams[kPull], reduced[slot]));
-    DirectReduceArgs args = reduce_into_one(n, elements, type, op, at(buffers.outputs[me], offset));
-    args.inputs[0] = at(buffers.inputs[me], offset);
+    DirectReduceArgs args = reduce_of(elements, type, op);
+    inputs[0] = at(buffers.inputs[me], offset);
     for (int step = 1; step < n; ++step) {
       const int peer = (me + step) % n;
       void* landing = at(slot_base, (step - 1) * chunk_bytes);
       FERRY_CHECK(backend->copy_async(landing, at(buffers.inputs[peer], offset), bytes, streams[kPull]));
-      args.inputs[step] = landing;
+      inputs[step] = landing;
     }
     FERRY_CHECK(backend->event_record(pulled[slot], streams[kPull]));
 
     FERRY_CHECK(backend->stream_wait_event(streams[kReduce], pulled[slot]));
+    FERRY_CHECK(list_direct_pointers(comm, where, streams[kReduce], inputs, {at(buffers.outputs[me], offset)}, &args));
     FERRY_CHECK(launch_direct_reduce(backend, args, streams[kReduce]));
     FERRY_CHECK(backend->event_record(reduced[slot], streams[kReduce]));
 

@@ -2,6 +2,7 @@
 #include "engine/collectives/algorithms/algorithms.h"
 
 #include <mutex>
+#include <vector>
 
 #include "engine/core/executor.h"
 #include "engine/collectives/tuner.h"
@@ -44,31 +45,32 @@ Status queue_copy_push(Communicator& comm, const Placement& where, const void* i
   for (int k = 0; k < 2; ++k) FERRY_CHECK(comm.resources().event_for(backend, where.device, &pushed[k], kPushedEvent + k));
   void* own = slots->buffers[me];
 
+  std::vector<const void*> inputs(n);
   std::size_t begin = 0;
   for (const std::size_t elements : copy_push_chunks(count, element, slots->slot_bytes)) {
     const std::uint32_t sequence = ++slots->sequence;
     const int k = static_cast<int>(sequence % 2);
     const std::size_t offset = begin * element;
-    DirectReduceArgs args = reduce_into_one(n, elements, type, op, at(output, offset));
-    args.inputs[me] = at(input, offset);
+    DirectReduceArgs args = reduce_of(elements, type, op);
+    inputs[me] = at(input, offset);
     for (int r = 0; r < n; ++r) {
       if (r == me) continue;
       // The slot last held chunk sequence - 2: r must have reduced it.
-      FERRY_CHECK(backend->stream_wait_value(push, Communicator::copy_push_consumed(own, r), sequence - 2));
+      FERRY_CHECK(backend->stream_wait_value(push, comm.copy_push_consumed(own, r), sequence - 2));
       FERRY_CHECK(backend->copy_async(comm.copy_push_slot(r, me, k), at(input, offset), elements * element, push));
-      FERRY_CHECK(backend->stream_write_value(push, Communicator::copy_push_arrived(slots->buffers[r], me), sequence));
-      args.inputs[r] = comm.copy_push_slot(me, r, k);
+      FERRY_CHECK(backend->stream_write_value(push, comm.copy_push_arrived(slots->buffers[r], me), sequence));
+      inputs[r] = comm.copy_push_slot(me, r, k);
     }
     FERRY_CHECK(backend->event_record(pushed[k], push));
     for (int r = 0; r < n; ++r)
-      if (r != me) FERRY_CHECK(backend->stream_wait_value(reduce, Communicator::copy_push_arrived(own, r), sequence));
+      if (r != me) FERRY_CHECK(backend->stream_wait_value(reduce, comm.copy_push_arrived(own, r), sequence));
     // In place, the reduce overwrites what the push reads.
     FERRY_CHECK(backend->stream_wait_event(reduce, pushed[k]));
+    FERRY_CHECK(list_direct_pointers(comm, where, reduce, inputs, {at(output, offset)}, &args));
     FERRY_CHECK(launch_direct_reduce(backend, args, reduce));
     for (int r = 0; r < n; ++r)
       if (r != me)
-        FERRY_CHECK(backend->stream_write_value(reduce, Communicator::copy_push_consumed(slots->buffers[r], me),
-                                                sequence));
+        FERRY_CHECK(backend->stream_write_value(reduce, comm.copy_push_consumed(slots->buffers[r], me), sequence));
     begin += elements;
   }
   return Status::kOk;
@@ -85,8 +87,8 @@ void abandon_copy_push(Communicator& comm, gpu::Backend* backend, int device, St
   void* own = slots->buffers[comm.rank()];
   for (int r = 0; r < comm.size(); ++r) {
     if (r == comm.rank()) continue;
-    FERRY_LOG_IF_FAILED(backend->write_value_now(Communicator::copy_push_arrived(own, r), release));
-    FERRY_LOG_IF_FAILED(backend->write_value_now(Communicator::copy_push_consumed(own, r), release));
+    FERRY_LOG_IF_FAILED(backend->write_value_now(comm.copy_push_arrived(own, r), release));
+    FERRY_LOG_IF_FAILED(backend->write_value_now(comm.copy_push_consumed(own, r), release));
   }
   for (const int index : {kPushStream, kReduceStream}) {
     gpu::Stream stream = nullptr;

@@ -3,6 +3,7 @@
 #include "engine/collectives/algorithms/algorithms.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "engine/collectives/worker.h"
 #include "engine/collectives/worker_common.h"
@@ -28,9 +29,7 @@ Status prepare_ll_call(Communicator& comm, const Placement& where, LlArgs* args)
   args->flag = doorbell_flag(call);
   args->parity = static_cast<std::uint32_t>(call % 2);
   args->timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(params().handshake_timeout, 1 << 20) * 1000);
-  for (int r = 0; r < comm.size(); ++r) args->buffers[r] = channel->buffers[r];
-  args->rank = comm.rank();
-  args->nranks = comm.size();
+  comm.list_ll_buffers(*channel, args);
   t_ran_on_worker = true;
   return Status::kOk;
 }
@@ -74,13 +73,26 @@ Status run_ll_alltoallv(Communicator& comm, const Placement& where, const void* 
   item.kind = WorkKind::kLlAlltoallv;
   LlAlltoallvArgs& a = item.ll_alltoallv;
   FERRY_CHECK(prepare_ll_call(comm, where, &a));
+  const int n = comm.size();
+  std::vector<LlBlocks> blocks(n);
   std::size_t sent = 0;
-  for (int r = 0; r < comm.size(); ++r) {
-    a.send[r] = at(send, send_offsets[r]);
-    a.send_bytes[r] = send_bytes[r];
-    a.recv[r] = at(recv, recv_offsets[r]);
-    a.recv_bytes[r] = recv_bytes[r];
+  for (int r = 0; r < n; ++r) {
+    blocks[r] = {at(send, send_offsets[r]), send_bytes[r], at(recv, recv_offsets[r]), recv_bytes[r]};
+    if (r < kInlineRanks) {
+      a.send[r] = blocks[r].send;
+      a.send_bytes[r] = blocks[r].send_bytes;
+      a.recv[r] = blocks[r].recv;
+      a.recv_bytes[r] = blocks[r].recv_bytes;
+    }
     sent += send_bytes[r];
+  }
+  // Past kInlineRanks, the channel's block table: the worker is done with
+  // the previous call's (Worker::run returns once it ran).
+  if (n > kInlineRanks) {
+    Communicator::LlChannel* channel = nullptr;
+    FERRY_CHECK(comm.ll_channel(where.backend, where.device, &channel));
+    FERRY_CHECK(where.backend->copy(channel->block_table, blocks.data(), n * sizeof(LlBlocks)));
+    a.block_table = static_cast<const LlBlocks*>(channel->block_table);
   }
   item.blocks = ll_blocks(comm, where, sent);
   return comm.worker_for(where.backend, where.device)->run(item);

@@ -21,21 +21,19 @@ Status run_shm_allreduce(Communicator& comm, const Placement& where, const void*
   gpu::Stream stream = nullptr;
   FERRY_CHECK(where.backend->set_device(where.device));
   FERRY_CHECK(comm.resources().stream_for(where.backend, where.device, &stream));
+  std::vector<const void*> inputs(n);
+  std::vector<void*> outputs(n);
   for (std::size_t begin = 0; begin < count; begin += chunk) {
     const std::size_t elements = std::min(chunk, count - begin);
     FERRY_CHECK(where.backend->copy(shm.segment(me), at(input, begin * element), elements * element));
     FERRY_CHECK(comm.bootstrap().barrier());
     const ElementRange slice = direct_slice(me, n, elements, align);
-    DirectReduceArgs args{};
-    args.ninputs = n;
-    args.noutputs = n;
-    args.count = slice.size();
-    args.type = type;
-    args.op = op;
+    DirectReduceArgs args = reduce_of(slice.size(), type, op);
     for (int r = 0; r < n; ++r) {
-      args.inputs[r] = shm.segment(r) + slice.begin * element;
-      args.outputs[r] = shm.segment(r) + area + slice.begin * element;
+      inputs[r] = shm.segment(r) + slice.begin * element;
+      outputs[r] = shm.segment(r) + area + slice.begin * element;
     }
+    FERRY_CHECK(list_direct_pointers(comm, where, stream, inputs, outputs, &args));
     FERRY_CHECK(launch_direct_reduce(where.backend, args, stream));
     FERRY_CHECK(where.backend->stream_synchronize(stream));
     FERRY_CHECK(comm.bootstrap().barrier());

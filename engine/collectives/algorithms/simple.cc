@@ -39,12 +39,8 @@ Status run_simple(Communicator& comm, const Placement& where, SimpleCollective c
     args.group = kSimpleRegionsInFlight;
     args.timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(params().handshake_timeout, 1 << 20) * 1000);
     args.failed = channels->failed;
-    for (int r = 0; r < comm.size(); ++r) {
-      args.buffers[r] = channels->buffers[r];
-      args.nsenders[r] = channels->nsenders[r];
-      args.fifo_at[r] = channels->fifo_at[r];
-      args.own_fifo[r] = channels->own_fifo[r];
-    }
+    for (int r = 0; r < comm.size() && r < kInlineRanks; ++r) args.peers[r] = channels->peers[r];
+    args.peer_table = static_cast<const SimplePeer*>(channels->peer_table);
     gpu::Stream stream = nullptr;
     FERRY_CHECK(comm.resources().stream_for(backend, where.device, &stream));
     if (comm.size() == 1 && input != output)
