@@ -52,9 +52,9 @@ Status run_net_ring_allreduce(Communicator& comm, NetTransport& net, const std::
     FERRY_CHECK(net.post_recv(prev, incoming, bytes_of(in), kRingTag, &received));
     FERRY_CHECK(net.wait_all({&sent, &received}, deadline));
     if (in.size() == 0) continue;
-    DirectReduceArgs args = reduce_into_one(2, in.size(), type, op, start_of(in));
-    args.inputs[0] = incoming;
-    args.inputs[1] = start_of(in);
+    DirectReduceArgs args = reduce_of(in.size(), type, op);
+    FERRY_CHECK(list_direct_pointers(where.backend, comm.resources(), where.device, stream,
+                                     {incoming, start_of(in)}, {start_of(in)}, &args));
     FERRY_CHECK(launch_direct_reduce(where.backend, args, stream));
     FERRY_CHECK(where.backend->stream_synchronize(stream));
   }
