@@ -78,21 +78,14 @@ Status NetTransport::connect(Bootstrap& bootstrap) {
 }
 
 Status NetTransport::post_send(int peer, const void* local, std::size_t bytes, int tag, Completion* completion) {
-  if (!ok(broken_)) return broken_;
-  if (!provider_ || peer < 0 || peer >= provider_->size() || peer == provider_->rank() || tag < 0 ||
-      (bytes > 0 && !local))
-    return Status::kInvalidArgument;
-  const gpu::PointerInfo info = gpu::classify(local);
-  gpu::Backend* backend = info.kind == gpu::MemoryKind::kDevice ? gpu::owner_backend(info) : nullptr;
-  completion->done = bytes == 0;
-  if (bytes == 0) return Status::kOk;
-  messages_.push_back(Message{true, peer, tag, const_cast<char*>(static_cast<const char*>(local)), bytes, backend,
-                              info.device, completion, (bytes + chunk_bytes_ - 1) / chunk_bytes_});
-  messages_.back().window.resize(static_cast<std::size_t>(chunks_in_flight_));
-  return progress();
+  return post(true, peer, const_cast<void*>(local), bytes, tag, completion);
 }
 
 Status NetTransport::post_recv(int peer, void* local, std::size_t bytes, int tag, Completion* completion) {
+  return post(false, peer, local, bytes, tag, completion);
+}
+
+Status NetTransport::post(bool send, int peer, void* local, std::size_t bytes, int tag, Completion* completion) {
   if (!ok(broken_)) return broken_;
   if (!provider_ || peer < 0 || peer >= provider_->size() || peer == provider_->rank() || tag < 0 ||
       (bytes > 0 && !local))
@@ -101,7 +94,7 @@ Status NetTransport::post_recv(int peer, void* local, std::size_t bytes, int tag
   gpu::Backend* backend = info.kind == gpu::MemoryKind::kDevice ? gpu::owner_backend(info) : nullptr;
   completion->done = bytes == 0;
   if (bytes == 0) return Status::kOk;
-  messages_.push_back(Message{false, peer, tag, static_cast<char*>(local), bytes, backend, info.device, completion,
+  messages_.push_back(Message{send, peer, tag, static_cast<char*>(local), bytes, backend, info.device, completion,
                               (bytes + chunk_bytes_ - 1) / chunk_bytes_});
   messages_.back().window.resize(static_cast<std::size_t>(chunks_in_flight_));
   return progress();

@@ -75,6 +75,8 @@ class NetTransport final : public Transport {
   // Pinned host chunks, reused from message to message.
   Status take_chunk(gpu::Backend* backend, Chunk* chunk);
   void return_chunk(Chunk* chunk);
+  // A message in (send: out of) local, queued and moved on as far as it goes.
+  Status post(bool send, int peer, void* local, std::size_t bytes, int tag, Completion* completion);
   Status progress();
   Status progress_send(Message& message, bool may_post);
   Status progress_recv(Message& message, bool may_post);
