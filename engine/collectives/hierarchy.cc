@@ -25,7 +25,8 @@ Status Hierarchy::create(Communicator& comm, std::unique_ptr<Hierarchy>* out) {
     h->members_[m].push_back(r);
   }
   h->shards_ = n;
-  for (const std::vector<int>& machine : h->members_) h->shards_ = std::min(h->shards_, static_cast<int>(machine.size()));
+  for (const std::vector<int>& machine : h->members_)
+    h->shards_ = std::min(h->shards_, static_cast<int>(machine.size()));
 
   // Divided by machine, key = rank: node ranks are the local indices.
   std::unique_ptr<Bootstrap> part;
@@ -51,14 +52,14 @@ Status Hierarchy::create(Communicator& comm, std::unique_ptr<Hierarchy>* out) {
 
 namespace {
 
-// Below FERRY_NET_MIN_BYTES the steps by machine (each a copy to or from
-// the device and a network message) take longer than staging the whole
-// call through the real MPI (bench/RESULTS.md): every rank declines such
-// calls, after the handshake that checks their arguments.
 // The net transport's tag for alltoallv blocks (algorithms/net.cc has the
 // others).
 constexpr int kNetAlltoallvTag = 3;
 
+// Below FERRY_NET_MIN_BYTES the steps by machine (each a copy to or from
+// the device and a network message) take longer than staging the whole
+// call through the real MPI (bench/RESULTS.md): every rank declines such
+// calls, after the handshake that checks their arguments.
 bool staging_serves_sooner(std::size_t bytes) {
   return bytes < static_cast<std::size_t>(std::max<std::int64_t>(params().net_min_bytes, 0));
 }
