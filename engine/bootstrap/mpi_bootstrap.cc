@@ -12,11 +12,7 @@ namespace {
 class MpiBootstrap final : public Bootstrap {
  public:
   MpiBootstrap(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
-  ~MpiBootstrap() override {
-    int finalized = 0;
-    PMPI_Finalized(&finalized);
-    if (!finalized) PMPI_Comm_free(&comm_);
-  }
+  ~MpiBootstrap() override { free_private_comm(&comm_); }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -79,11 +75,8 @@ Status MpiBootstrap::split(int color, int key, std::unique_ptr<Bootstrap>* part)
   if (PMPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &divided) != MPI_SUCCESS)
     return Status::kSystemError;
   if (divided == MPI_COMM_NULL) return Status::kUnavailable;
-  PMPI_Comm_set_errhandler(divided, MPI_ERRORS_RETURN);
-  int rank = 0, size = 0;
-  PMPI_Comm_rank(divided, &rank);
-  PMPI_Comm_size(divided, &size);
-  *part = std::make_unique<MpiBootstrap>(divided, rank, size);
+  const PrivateComm own = adopt_private_comm(divided);
+  *part = std::make_unique<MpiBootstrap>(own.comm, own.rank, own.size);
   return Status::kOk;
 }
 
@@ -92,12 +85,22 @@ Status MpiBootstrap::split(int color, int key, std::unique_ptr<Bootstrap>* part)
 std::unique_ptr<Bootstrap> make_mpi_bootstrap(MPI_Comm comm) {
   MPI_Comm dup = MPI_COMM_NULL;
   if (PMPI_Comm_dup(comm, &dup) != MPI_SUCCESS) return nullptr;
-  // Ferry's internal exchanges report failures as statuses, never abort.
-  PMPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-  int rank = 0, size = 0;
-  PMPI_Comm_rank(dup, &rank);
-  PMPI_Comm_size(dup, &size);
-  return std::make_unique<MpiBootstrap>(dup, rank, size);
+  const PrivateComm own = adopt_private_comm(dup);
+  return std::make_unique<MpiBootstrap>(own.comm, own.rank, own.size);
+}
+
+PrivateComm adopt_private_comm(MPI_Comm comm) {
+  PMPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  PrivateComm own{comm, 0, 0};
+  PMPI_Comm_rank(comm, &own.rank);
+  PMPI_Comm_size(comm, &own.size);
+  return own;
+}
+
+void free_private_comm(MPI_Comm* comm) {
+  int finalized = 0;
+  PMPI_Finalized(&finalized);
+  if (!finalized) PMPI_Comm_free(comm);
 }
 
 }  // namespace ferry

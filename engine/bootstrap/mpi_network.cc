@@ -2,6 +2,8 @@
 
 #include <climits>
 
+#include "engine/bootstrap/mpi_bootstrap.h"
+
 namespace ferry {
 namespace {
 
@@ -14,11 +16,7 @@ struct Posted {
 class MpiNetwork final : public NetProvider {
  public:
   MpiNetwork(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
-  ~MpiNetwork() override {
-    int finalized = 0;
-    PMPI_Finalized(&finalized);
-    if (!finalized) PMPI_Comm_free(&comm_);
-  }
+  ~MpiNetwork() override { free_private_comm(&comm_); }
 
   const char* name() const override { return "mpi"; }
   int rank() const override { return rank_; }
@@ -88,11 +86,8 @@ class MpiNetwork final : public NetProvider {
 std::unique_ptr<NetProvider> make_mpi_network(MPI_Comm comm) {
   MPI_Comm dup = MPI_COMM_NULL;
   if (PMPI_Comm_dup(comm, &dup) != MPI_SUCCESS) return nullptr;
-  PMPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-  int rank = 0, size = 0;
-  PMPI_Comm_rank(dup, &rank);
-  PMPI_Comm_size(dup, &size);
-  return std::make_unique<MpiNetwork>(dup, rank, size);
+  const PrivateComm own = adopt_private_comm(dup);
+  return std::make_unique<MpiNetwork>(own.comm, own.rank, own.size);
 }
 
 }  // namespace ferry
