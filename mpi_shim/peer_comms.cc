@@ -16,7 +16,9 @@ struct CommEntry {
   std::uint64_t id = 0;
   std::vector<int> world;     // by rank in the communicator
   std::vector<char> on_host;  // another process of this machine
+  std::vector<char> remote;   // a process of another machine
   bool any_on_host = false;
+  bool any_remote = false;
   std::uint64_t constructions = 0;
   std::map<std::pair<std::uint64_t, int>, std::uint64_t> group_constructions;  // (group, tag)
 };
@@ -28,6 +30,7 @@ struct Comms {
   std::atomic<std::uint64_t> generation{0};
   std::vector<std::uint64_t> host_of;  // by world rank
   int world_rank = 0;
+  bool reach_remote = false;
 };
 
 Comms& comms() {
@@ -50,12 +53,15 @@ void register_locked(Comms& c, MPI_Comm comm, std::uint64_t id) {
   PMPI_Group_free(&group);
   PMPI_Group_free(&world_group);
   entry.on_host.assign(size, 0);
+  entry.remote.assign(size, 0);
   for (int r = 0; r < size; ++r) {
     const int w = entry.world[r];
     // A rank outside MPI_COMM_WORLD (a spawned process) is never a peer.
     if (w == MPI_UNDEFINED || w == c.world_rank) continue;
     entry.on_host[r] = c.host_of[w] == c.host_of[c.world_rank];
+    entry.remote[r] = c.reach_remote && !entry.on_host[r];
     entry.any_on_host = entry.any_on_host || entry.on_host[r];
+    entry.any_remote = entry.any_remote || entry.remote[r];
   }
   c.entries[comm] = std::move(entry);
   c.generation.fetch_add(1, std::memory_order_release);
@@ -70,10 +76,11 @@ std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
   return z ^ (z >> 31);
 }
 
-void start_comms(int world_rank, std::vector<std::uint64_t> host_of) {
+void start_comms(int world_rank, std::vector<std::uint64_t> host_of, bool reach_remote) {
   Comms& c = comms();
   std::lock_guard<std::mutex> lock(c.mutex);
   c.world_rank = world_rank;
+  c.reach_remote = reach_remote;
   c.host_of = std::move(host_of);
   register_locked(c, MPI_COMM_WORLD, mix(0x46657272795f5750ULL, 1));
 }
@@ -90,10 +97,10 @@ bool peer_rank(MPI_Comm comm, int rank, PeerRank* out) {
   Comms& c = comms();
   std::lock_guard<std::mutex> lock(c.mutex);
   auto it = c.entries.find(comm);
-  if (it == c.entries.end() || rank < 0 || rank >= static_cast<int>(it->second.world.size()) ||
-      !it->second.on_host[rank])
-    return false;
-  *out = PeerRank{it->second.id, it->second.world[rank]};
+  if (it == c.entries.end() || rank < 0 || rank >= static_cast<int>(it->second.world.size())) return false;
+  const CommEntry& entry = it->second;
+  if (!entry.on_host[rank] && !entry.remote[rank]) return false;
+  *out = PeerRank{entry.id, entry.world[rank], entry.remote[rank] != 0};
   return true;
 }
 
@@ -155,7 +162,7 @@ bool checks_receives(MPI_Comm comm) {
   if (last.comm == comm && last.generation == generation) return last.checks;
   std::lock_guard<std::mutex> lock(c.mutex);
   auto it = c.entries.find(comm);
-  last = LastAnswer{comm, generation, it != c.entries.end() && it->second.any_on_host};
+  last = LastAnswer{comm, generation, it != c.entries.end() && (it->second.any_on_host || it->second.any_remote)};
   return last.checks;
 }
 

@@ -2,7 +2,8 @@
 // known one has an identity every member computes alike without
 // communicating (from its parent's identity and how many communicators
 // were made from the parent), and knows which of its ranks are other
-// processes of this machine. MPI_COMM_WORLD is known from start_comms;
+// processes of this machine and, where the net transport carries messages
+// between machines (peer_net.h), which are processes of other machines. MPI_COMM_WORLD is known from start_comms;
 // derived() and derived_from_group() add the ones made from a known one,
 // forget() drops one (peer_pt2pt.h).
 #pragma once
@@ -18,6 +19,7 @@ namespace ferry::shim::peer {
 struct PeerRank {
   std::uint64_t comm_id;
   int world;
+  bool remote;  // on another machine: reached through the net transport
 };
 
 // A well-spread 64-bit value of a and b: the identities of communicators
@@ -25,9 +27,10 @@ struct PeerRank {
 std::uint64_t mix(std::uint64_t a, std::uint64_t b);
 
 // Once every rank agreed at MPI_Init: this process's rank in
-// MPI_COMM_WORLD and the machine of every world rank; registers
+// MPI_COMM_WORLD, the machine of every world rank, and whether ranks of
+// other machines are reached too (the net channel is open); registers
 // MPI_COMM_WORLD.
-void start_comms(int world_rank, std::vector<std::uint64_t> host_of);
+void start_comms(int world_rank, std::vector<std::uint64_t> host_of, bool reach_remote);
 // At MPI_Finalize: every communicator is forgotten.
 void stop_comms();
 
@@ -35,7 +38,7 @@ void stop_comms();
 int world_rank();
 
 // rank of comm when it is a known communicator and rank another process of
-// this machine.
+// this machine, or of another machine that is reached.
 bool peer_rank(MPI_Comm comm, int rank, PeerRank* out);
 
 }  // namespace ferry::shim::peer

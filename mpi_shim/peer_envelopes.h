@@ -22,8 +22,9 @@ constexpr int kFirstReplyTag = 2;
 
 // kHostBounce: a withdrawn offer's data in a host bounce buffer of the
 // sender's (host_bounce.h), named by buffer.pid, claim_nonce and
-// buffer.allocation_id.
-enum class EnvelopeKind : std::int32_t { kEmpty = 1, kPeerMemory = 2, kHostBounce = 3 };
+// buffer.allocation_id. kNet: a message of the net channel from a rank of
+// another machine (peer_net.h), of `bytes` under the net tag reply_tag.
+enum class EnvelopeKind : std::int32_t { kEmpty = 1, kPeerMemory = 2, kHostBounce = 3, kNet = 4 };
 enum Reply : std::int32_t { kCopied = 1, kFailed = 2 };
 
 struct Envelope {

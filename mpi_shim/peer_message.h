@@ -44,7 +44,8 @@ int send_marker(Mode mode, int dest, int tag, MPI_Comm comm, MPI_Request* reques
 
 // The counts behind send_counts() (peer_pt2pt.h).
 struct Counters {
-  std::atomic<std::uint64_t> straight_blocking{0}, straight_nonblocking{0}, bounced{0}, host_bounced{0}, pushed{0};
+  std::atomic<std::uint64_t> straight_blocking{0}, straight_nonblocking{0}, bounced{0}, host_bounced{0}, pushed{0},
+      net{0};
 };
 Counters& counters();
 

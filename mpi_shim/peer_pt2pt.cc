@@ -20,6 +20,7 @@
 #include "mpi_shim/peer_comms.h"
 #include "mpi_shim/peer_envelopes.h"
 #include "mpi_shim/peer_message.h"
+#include "mpi_shim/peer_net.h"
 #include "mpi_shim/peer_offer_requests.h"
 #include "mpi_shim/peer_offers.h"
 #include "mpi_shim/peer_receive.h"
@@ -66,8 +67,10 @@ bool eligible(const void* buf, int count, MPI_Datatype type, int dest, int tag, 
   out->data = static_cast<const char*>(buf) + extent.lb;
   out->info = extent.lb == 0 ? info : gpu::classify(out->data);
   out->backend = gpu::owner_backend(out->info);
-  if (out->info.kind != gpu::MemoryKind::kDevice || !out->backend) return false;
-  return peer_rank(comm, dest, &out->to);
+  if (out->info.kind != gpu::MemoryKind::kDevice || !out->backend || !peer_rank(comm, dest, &out->to)) return false;
+  // Between machines small messages are staged: the real MPI carries them
+  // sooner than a marker, an envelope and a message of the channel.
+  return !out->to.remote || bytes >= params().net_min_bytes;
 }
 
 }  // namespace
@@ -77,14 +80,21 @@ void start() {
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
   if (!wanted_here()) return;
-  const std::uint64_t mine[2] = {machine_identity(), 1};
+  const std::uint64_t mine[2] = {machine_identity(), net_wanted_here() ? 1u : 0u};
   std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(size));
   if (PMPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD) != MPI_SUCCESS) return;
   std::vector<std::uint64_t> host_of(size);
-  for (int r = 0; r < size; ++r) host_of[r] = all[2 * r];
+  bool spans_machines = false, all_want_net = true;
+  for (int r = 0; r < size; ++r) {
+    host_of[r] = all[2 * r];
+    spans_machines = spans_machines || host_of[r] != host_of[0];
+    all_want_net = all_want_net && all[2 * r + 1] == 1;
+  }
   start_offers(size);
   if (!open_channels()) return;
-  start_comms(rank, std::move(host_of));
+  // Every rank makes the same choice, so the channel's set-up is collective.
+  const bool reach_remote = open_net(spans_machines && all_want_net);
+  start_comms(rank, std::move(host_of), reach_remote);
   g_active.store(true, std::memory_order_release);
   FERRY_INFO(Init, "point-to-point on device buffers through peer memory (from %lld bytes)",
              static_cast<long long>(params().pt2pt_min_bytes));
@@ -95,6 +105,7 @@ void stop() {
   drain_bounces();
   unmap_claims();
   g_active.store(false, std::memory_order_release);
+  close_net();
   close_channels();
   stop_comms();
 }
@@ -120,7 +131,7 @@ bool takes(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI
 SendCounts send_counts() {
   const Counters& c = counters();
   return SendCounts{c.straight_blocking.load(), c.straight_nonblocking.load(), c.bounced.load(), c.host_bounced.load(),
-                    c.pushed.load()};
+                    c.pushed.load(), c.net.load()};
 }
 
 int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
@@ -128,6 +139,7 @@ int send(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype type
   *handled = false;
   Eligible e;
   if (mode == Mode::kNone || !eligible(buf, count, type, dest, tag, comm, &e)) return MPI_SUCCESS;
+  if (e.to.remote) return net_send(id, mode, e, dest, tag, comm, request, handled);
   // A nonblocking synchronous send completes once its receive matched, which
   // its offer's request would not wait for when withdrawn: a bounce buffer.
   if (params().pt2pt_claim_us > 0 && (!request || mode != Mode::kSynchronous)) {
@@ -189,9 +201,10 @@ int send_init(FunctionId id, Mode mode, const void* buf, int count, MPI_Datatype
               MPI_Request* request, bool* handled) {
   *handled = false;
   Eligible e;
-  if (params().pt2pt_claim_us <= 0 || (mode != Mode::kStandard && mode != Mode::kReady) ||
-      !eligible(buf, count, type, dest, tag, comm, &e))
+  if ((mode != Mode::kStandard && mode != Mode::kReady) || !eligible(buf, count, type, dest, tag, comm, &e))
     return MPI_SUCCESS;
+  if (e.to.remote) return net_send_init(id, mode, e, dest, tag, comm, request, handled);
+  if (params().pt2pt_claim_us <= 0) return MPI_SUCCESS;
   std::uint64_t ticket = 0;
   const int slot = take_claim(&ticket);
   if (slot < 0) return MPI_SUCCESS;
@@ -210,8 +223,13 @@ int sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest
              const std::function<int()>& receive, MPI_Comm comm, bool* handled) {
   *handled = false;
   Eligible e;
-  if (params().pt2pt_claim_us <= 0 || !eligible(sendbuf, sendcount, sendtype, dest, sendtag, comm, &e))
-    return MPI_SUCCESS;
+  if (!eligible(sendbuf, sendcount, sendtype, dest, sendtag, comm, &e)) return MPI_SUCCESS;
+  if (e.to.remote) {
+    const int rc = net_sendrecv(e, dest, sendtag, receive, comm, handled);
+    if (*handled) count_bytes(FunctionId::kSendrecv, sendcount, sendtype);
+    return rc;
+  }
+  if (params().pt2pt_claim_us <= 0) return MPI_SUCCESS;
   Offer offer;
   int rc = offer_start(FunctionId::kSendrecv, Mode::kStandard, e, dest, sendtag, comm, nullptr, &offer, handled);
   if (!*handled) return MPI_SUCCESS;
@@ -236,7 +254,7 @@ int marker_envelope(MPI_Comm comm, const MPI_Status* status, bool peek, std::uin
   deliver_receives_posted_before(posted);
   const int rc = find_envelope(from.world, from.comm_id, status->MPI_TAG, peek, env);
   *world = from.world;
-  *marker = rc == MPI_SUCCESS && env->kind == EnvelopeKind::kPeerMemory;
+  *marker = rc == MPI_SUCCESS && (env->kind == EnvelopeKind::kPeerMemory || env->kind == EnvelopeKind::kNet);
   return rc;
 }
 

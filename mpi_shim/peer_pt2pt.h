@@ -1,5 +1,6 @@
 // Point-to-point messages between device buffers of one machine, through
-// mapped peer memory. The real MPI still matches every message: a device
+// mapped peer memory (and to other machines through the net transport, in
+// the same scheme: peer_net.h). The real MPI still matches every message: a device
 // send of FERRY_PT2PT_MIN_BYTES or more to a rank of this machine goes to
 // the real MPI as an empty "marker" message with the user's tag, on the
 // user's communicator, so MPI's matching and ordering rules hold unchanged
@@ -90,9 +91,10 @@ int sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest
 // buffer (blocking and nonblocking), sends through device bounce buffers
 // and through host ones.
 // pushed: receives of this rank whose sender copied the data (ranks
-// sharing a GPU that takes turns, FERRY_GPU_LEADER).
+// sharing a GPU that takes turns, FERRY_GPU_LEADER). net: sends to other
+// machines through the net channel (peer_net.h).
 struct SendCounts {
-  std::uint64_t straight_blocking, straight_nonblocking, bounced, host_bounced, pushed;
+  std::uint64_t straight_blocking, straight_nonblocking, bounced, host_bounced, pushed, net;
 };
 SendCounts send_counts();
 

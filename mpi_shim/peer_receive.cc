@@ -15,6 +15,7 @@
 #include "mpi_shim/peer_claims.h"
 #include "mpi_shim/peer_comms.h"
 #include "mpi_shim/peer_message.h"
+#include "mpi_shim/peer_net.h"
 #include "mpi_shim/staging.h"
 
 namespace ferry::shim::peer {
@@ -79,10 +80,32 @@ Status ask_sender_to_copy(const Envelope& env, int world, std::atomic<std::uint6
 
 }  // namespace
 
+int unpack_message(MPI_Comm comm, void* buf, int count, MPI_Datatype type, const Extent& extent,
+                   std::int64_t capacity, std::int64_t delivered,
+                   const std::function<Status(void*, std::size_t)>& fetch, Status* copied) {
+  // The packed form starts as buf's own contents, so a last element that
+  // arrived in part keeps the rest of its bytes.
+  Staging staging(FunctionId::kRecv, comm);
+  void* image = staging.receive(buf, extent, type);
+  std::vector<char> packed(static_cast<std::size_t>(capacity));
+  int position = 0;
+  if (staging.failed()) return staging.raise();
+  int error = PMPI_Pack(image, count, type, packed.data(), static_cast<int>(capacity), &position, MPI_COMM_SELF);
+  if (error == MPI_SUCCESS) *copied = fetch(packed.data(), static_cast<std::size_t>(delivered));
+  position = 0;
+  if (error == MPI_SUCCESS && ok(*copied))
+    error = PMPI_Unpack(packed.data(), static_cast<int>(capacity), &position, image, count, type, MPI_COMM_SELF);
+  MPI_Status unpacked{};
+  PMPI_Status_set_elements_x(&unpacked, MPI_BYTE, delivered);
+  if (error == MPI_SUCCESS && ok(*copied)) staging.received(unpacked);
+  return staging.finish(error);
+}
+
 // Straight into buf when buf is one range in packed order, else through
 // host memory and MPI_Pack/MPI_Unpack.
 int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, int count, MPI_Datatype type,
                     MPI_Status* status) {
+  if (env.kind == EnvelopeKind::kNet) return receive_net_message(comm, env, world, buf, count, type, status);
   Extent extent;
   const std::int64_t capacity = message_bytes(count, type);
   const bool described = capacity >= 0 && extent_of(count, type, &extent);
@@ -133,27 +156,7 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
   } else if (ok(copied) && delivered > 0 && dense) {
     copied = fetch(static_cast<char*>(buf) + extent.lb, delivered);
   } else if (ok(copied) && delivered > 0) {
-    // A type with holes or reordering: the bytes in order on the host, then
-    // unpacked into buf (a staged image of it when buf is device memory). The
-    // packed form starts as buf's own contents, so a last element that
-    // arrived in part keeps the rest of its bytes.
-    Staging staging(FunctionId::kRecv, comm);
-    void* image = staging.receive(buf, extent, type);
-    std::vector<char> packed(static_cast<std::size_t>(capacity));
-    int position = 0;
-    if (staging.failed()) {
-      error = staging.raise();
-    } else {
-      error = PMPI_Pack(image, count, type, packed.data(), static_cast<int>(capacity), &position, MPI_COMM_SELF);
-      if (error == MPI_SUCCESS) copied = fetch(packed.data(), delivered);
-      position = 0;
-      if (error == MPI_SUCCESS && ok(copied))
-        error = PMPI_Unpack(packed.data(), static_cast<int>(capacity), &position, image, count, type, MPI_COMM_SELF);
-      MPI_Status unpacked{};
-      PMPI_Status_set_elements_x(&unpacked, MPI_BYTE, delivered);
-      if (error == MPI_SUCCESS && ok(copied)) staging.received(unpacked);
-      error = staging.finish(error);
-    }
+    error = unpack_message(comm, buf, count, type, extent, capacity, delivered, fetch, &copied);
   }
   if (pinned) peer_memory().unpin_buffer(env.buffer);
   // Acknowledged in every case, so the sender's buffer is not held.

@@ -78,6 +78,9 @@ void print_stats(int rank) {
                  static_cast<unsigned long long>(sends.straight_nonblocking),
                  static_cast<unsigned long long>(sends.bounced), static_cast<unsigned long long>(sends.host_bounced),
                  static_cast<unsigned long long>(sends.pushed));
+  if (sends.net > 0)
+    std::fprintf(stderr, "ferry stats rank %d: device sends to other machines over the net transport %llu\n", rank,
+                 static_cast<unsigned long long>(sends.net));
   const StagingMemory staging = staging_memory();
   if (staging.pinned_allocations + staging.pageable_blocks > 0)
     std::fprintf(stderr,

@@ -54,7 +54,9 @@ struct NetTransport::Message {
 };
 
 NetTransport::NetTransport(std::size_t chunk_bytes, int chunks_in_flight)
-    : chunk_bytes_(std::max<std::size_t>(chunk_bytes, 4096)), chunks_in_flight_(std::max(chunks_in_flight, 1)) {}
+    : chunk_bytes_(std::max<std::size_t>(chunk_bytes, 4096)),
+      chunks_in_flight_(std::max(chunks_in_flight, 1)),
+      idle_chunk_bytes_((4 * static_cast<std::size_t>(chunks_in_flight_) + 16) * chunk_bytes_) {}
 
 NetTransport::~NetTransport() {
   abandon(Status::kUnavailable);
@@ -85,7 +87,57 @@ Status NetTransport::post_recv(int peer, void* local, std::size_t bytes, int tag
   return post(false, peer, local, bytes, tag, completion);
 }
 
-Status NetTransport::post(bool send, int peer, void* local, std::size_t bytes, int tag, Completion* completion) {
+Status NetTransport::post_send_now(int peer, const void* local, std::size_t bytes, int tag, Completion* completion,
+                                   std::chrono::steady_clock::time_point deadline) {
+  const std::size_t chunks = (bytes + chunk_bytes_ - 1) / chunk_bytes_;
+  FERRY_CHECK(post(true, peer, const_cast<void*>(local), bytes, tag, completion, std::max<std::size_t>(chunks, 1)));
+  return post_all(completion, bytes, deadline);
+}
+
+NetTransport::Message* NetTransport::find(const Completion* completion) {
+  for (Message& m : messages_)
+    if (m.completion == completion) return &m;
+  return nullptr;
+}
+
+bool NetTransport::any_sent(const Completion* completion) const {
+  for (const Message& m : messages_)
+    if (m.completion == completion) return m.finished > 0;
+  return completion->done;
+}
+
+Status NetTransport::hand_over(Completion* completion, std::chrono::steady_clock::time_point deadline) {
+  Message* m = find(completion);
+  if (!m) return completion->done ? Status::kOk : Status::kInvalidArgument;
+  if (m->window.size() < m->chunks) {
+    // The window becomes the whole message: the chunks in flight keep their
+    // places by index.
+    std::vector<Chunk> whole(m->chunks);
+    for (std::size_t chunk = m->finished; chunk < std::max(m->posted, m->staged); ++chunk)
+      whole[chunk] = std::move(m->slot(chunk));
+    m->window = std::move(whole);
+  }
+  return post_all(completion, m->bytes, deadline);
+}
+
+Status NetTransport::post_all(Completion* completion, std::size_t bytes,
+                              std::chrono::steady_clock::time_point deadline) {
+  for (int polls = 0;; ++polls) {
+    if (completion->done) return Status::kOk;
+    const Message* m = find(completion);
+    if (!m || m->posted == m->chunks) return Status::kOk;
+    FERRY_CHECK(progress());
+    if (polls % 1024 == 1023 && std::chrono::steady_clock::now() > deadline) {
+      FERRY_WARN(Transport, "net: a %zu-byte send could not be handed to the network in time (FERRY_HANDSHAKE_TIMEOUT)",
+                 bytes);
+      abandon(Status::kTimeout);
+      return Status::kTimeout;
+    }
+  }
+}
+
+Status NetTransport::post(bool send, int peer, void* local, std::size_t bytes, int tag, Completion* completion,
+                          std::size_t window) {
   if (!ok(broken_)) return broken_;
   if (!provider_ || peer < 0 || peer >= provider_->size() || peer == provider_->rank() || tag < 0 ||
       (bytes > 0 && !local))
@@ -96,7 +148,7 @@ Status NetTransport::post(bool send, int peer, void* local, std::size_t bytes, i
   if (bytes == 0) return Status::kOk;
   messages_.push_back(Message{send, peer, tag, static_cast<char*>(local), bytes, backend, info.device, completion,
                               (bytes + chunk_bytes_ - 1) / chunk_bytes_});
-  messages_.back().window.resize(static_cast<std::size_t>(chunks_in_flight_));
+  messages_.back().window.resize(window > 0 ? window : static_cast<std::size_t>(chunks_in_flight_));
   return progress();
 }
 
@@ -154,7 +206,13 @@ Status NetTransport::take_chunk(gpu::Backend* backend, Chunk* chunk) {
 }
 
 void NetTransport::return_chunk(Chunk* chunk) {
-  if (chunk->pinned.host) idle_chunks_.push_back(chunk->pinned);
+  // Whole sends (post_send_now) may take many chunks at once: past
+  // idle_chunk_bytes_ they go back to the system.
+  if (chunk->pinned.host && (idle_chunks_.size() + 1) * chunk_bytes_ > idle_chunk_bytes_) {
+    FERRY_LOG_IF_FAILED(chunk->pinned.backend->pinned_free(chunk->pinned.host));
+  } else if (chunk->pinned.host) {
+    idle_chunks_.push_back(chunk->pinned);
+  }
   if (chunk->event) idle_events_.push_back({chunk->pinned.backend, chunk->event});
   *chunk = Chunk{};
 }

@@ -62,6 +62,24 @@ class NetTransport final : public Transport {
 
   Status post_send(int peer, const void* local, std::size_t bytes, int tag, Completion* completion) override;
   Status post_recv(int peer, void* local, std::size_t bytes, int tag, Completion* completion) override;
+  // A send that needs no more calls here to reach its receive: every chunk
+  // is copied out of the device and handed to the network before it
+  // returns (pinned chunks for the whole message), so a provider that moves
+  // data by itself (the MPI's progress, the socket threads) delivers it
+  // while this process is elsewhere. test() still reports it done. kTimeout
+  // at deadline (then as wait_all).
+  Status post_send_now(int peer, const void* local, std::size_t bytes, int tag, Completion* completion,
+                       std::chrono::steady_clock::time_point deadline);
+  // Whether a chunk of completion's send has left (with the mpi provider:
+  // its receive has taken it), or the send is done.
+  bool any_sent(const Completion* completion) const;
+  // Hands the rest of a send posted by post_send to the network at once, as
+  // post_send_now would have.
+  Status hand_over(Completion* completion, std::chrono::steady_clock::time_point deadline);
+  // Most bytes of pinned chunks kept idle for later messages (whole sends
+  // take many at once); past it they go back to the system. Default: what
+  // a few windowed messages use.
+  void set_idle_chunk_bytes(std::size_t bytes) { idle_chunk_bytes_ = bytes; }
   // Moves every posted message on; completion must stay valid until done.
   Status test(Completion* completion, bool* done) override;
   // test() until every completion is done, or kTimeout at deadline (then
@@ -76,8 +94,13 @@ class NetTransport final : public Transport {
   Status take_chunk(gpu::Backend* backend, Chunk* chunk);
   void return_chunk(Chunk* chunk);
   // A message in (send: out of) local, queued and moved on as far as it goes.
-  Status post(bool send, int peer, void* local, std::size_t bytes, int tag, Completion* completion);
+  // window: chunks in flight at once (0: chunks_in_flight_).
+  Status post(bool send, int peer, void* local, std::size_t bytes, int tag, Completion* completion,
+              std::size_t window = 0);
   Status progress();
+  Message* find(const Completion* completion);
+  // Moves messages on until completion's send has posted every chunk.
+  Status post_all(Completion* completion, std::size_t bytes, std::chrono::steady_clock::time_point deadline);
   Status progress_send(Message& message, bool may_post);
   Status progress_recv(Message& message, bool may_post);
   Status stream_for(Message& message, gpu::Stream* stream);
@@ -85,6 +108,7 @@ class NetTransport final : public Transport {
 
   std::size_t chunk_bytes_;
   int chunks_in_flight_;
+  std::size_t idle_chunk_bytes_;
   std::unique_ptr<NetProvider> provider_;
   std::list<Message> messages_;  // in posting order
   struct PinnedChunk {

@@ -2,7 +2,7 @@
 // rank by virtual_node.sh): virtual nodes. Device-buffer collectives and
 // messages are checked against a host reference on the whole job (ranks on
 // several nodes: Ferry must not map memory or share host memory between
-// them; collectives go by node over the net transport, messages are staged;
+// them; collectives go by node over the net transport, and so do messages;
 // FERRY_STATS shows it) and on each node's communicator (the engine's
 // transports). A window on device memory spanning the nodes is refused with
 // MPI_ERR_WIN, as between real nodes; one within a node carries a put.
