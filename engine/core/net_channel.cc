@@ -1,0 +1,124 @@
+#include "engine/core/net_channel.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/common/log.h"
+#include "engine/common/params.h"
+#include "engine/transport/net_transport.h"
+
+namespace ferry {
+namespace {
+
+std::chrono::steady_clock::time_point deadline_from_now() {
+  if (params().handshake_timeout <= 0) return std::chrono::steady_clock::time_point::max();
+  return std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
+}
+
+}  // namespace
+
+struct NetChannel::Send {
+  Completion completion;
+};
+
+Status NetChannel::open(std::unique_ptr<Bootstrap> bootstrap, std::size_t chunk_bytes, int chunks_in_flight,
+                        std::size_t idle_chunk_bytes, std::unique_ptr<NetChannel>* out) {
+  if (!bootstrap) return Status::kInvalidArgument;
+  std::unique_ptr<NetChannel> channel(new NetChannel);
+  channel->transport_ = std::make_unique<NetTransport>(chunk_bytes, chunks_in_flight);
+  FERRY_CHECK(channel->transport_->connect(*bootstrap));
+  channel->transport_->set_idle_chunk_bytes(idle_chunk_bytes);
+  channel->next_tag_.assign(static_cast<std::size_t>(bootstrap->size()), 0);
+  channel->bootstrap_ = std::move(bootstrap);
+  *out = std::move(channel);
+  return Status::kOk;
+}
+
+NetChannel::~NetChannel() {
+  std::vector<Completion*> unfinished;
+  for (const auto& send : kept_)
+    if (!send->completion.done) unfinished.push_back(&send->completion);
+  if (!unfinished.empty() && !ok(transport_->wait_all(unfinished, deadline_from_now())))
+    FERRY_WARN(Transport, "net: %zu sends never reached their receives", unfinished.size());
+  // The transport goes before the bootstrap its provider may stand on.
+  transport_.reset();
+}
+
+const char* NetChannel::provider() const { return transport_->provider()->name(); }
+
+int NetChannel::take_tag(int peer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(next_tag_.at(static_cast<std::size_t>(peer))++ % kTags);
+}
+
+Status NetChannel::start_send(int peer, const void* data, std::size_t bytes, int tag, bool now,
+                              std::shared_ptr<Send>* send) {
+  auto started = std::make_shared<Send>();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (now) {
+    FERRY_CHECK(transport_->post_send_now(peer, data, bytes, tag, &started->completion, deadline_from_now()));
+    // Done ones leave: the list holds what the channel must still wait for.
+    kept_.erase(std::remove_if(kept_.begin(), kept_.end(), [](const auto& s) { return s->completion.done; }),
+                kept_.end());
+    if (!started->completion.done) kept_.push_back(started);
+  } else {
+    FERRY_CHECK(transport_->post_send(peer, data, bytes, tag, &started->completion));
+  }
+  *send = std::move(started);
+  return Status::kOk;
+}
+
+Status NetChannel::finish_send(const std::shared_ptr<Send>& send, std::int64_t patience_us) {
+  Completion* completion = &send->completion;
+  const auto patience = std::chrono::steady_clock::now() + std::chrono::microseconds(patience_us);
+  const auto deadline = deadline_from_now();
+  for (int polls = 0;; ++polls) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      bool done = false;
+      FERRY_CHECK(transport_->test(completion, &done));
+      if (done) return Status::kOk;
+      const auto now = std::chrono::steady_clock::now();
+      if (now > patience && !transport_->any_sent(completion)) {
+        FERRY_CHECK(transport_->hand_over(completion, deadline));
+        kept_.push_back(send);
+        return Status::kOk;
+      }
+      if (now > deadline) return transport_->wait_all({completion}, deadline);
+    }
+    if (polls % 64 == 63) sched_yield();
+  }
+}
+
+Status NetChannel::receive(int peer, void* data, std::size_t bytes, int tag) {
+  Completion arrived;
+  const auto deadline = deadline_from_now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    FERRY_CHECK(transport_->post_recv(peer, data, bytes, tag, &arrived));
+  }
+  for (int polls = 0;; ++polls) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      bool done = false;
+      FERRY_CHECK(transport_->test(&arrived, &done));
+      if (done) return Status::kOk;
+      if (polls % 1024 == 1023 && std::chrono::steady_clock::now() > deadline)
+        return transport_->wait_all({&arrived}, deadline);
+    }
+    if (polls % 64 == 63) sched_yield();
+  }
+}
+
+void NetChannel::progress() {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  kept_.erase(std::remove_if(kept_.begin(), kept_.end(), [](const auto& s) { return s->completion.done; }),
+              kept_.end());
+  bool done = false;
+  if (!kept_.empty()) FERRY_LOG_IF_FAILED(transport_->test(&kept_.front()->completion, &done));
+}
+
+}  // namespace ferry
