@@ -1,7 +1,8 @@
 // The net transport over the provider FERRY_NET names (mpi by default, or
 // socket), between real MPI processes (no libferry.so): messages of host
 // and device memory in every pairing, odd sizes around the chunk size,
-// several in flight on one tag (matched in posting order), bad arguments
+// several in flight on one tag (matched in posting order), sends handed to
+// the network whole before their receives are posted, bad arguments
 // refused, and a receive whose sender never comes ending in kTimeout, after
 // which the transport refuses more. Every byte is checked against what its
 // sender wrote. Prints "No Errors" when all passed (FerryMpiTest's
@@ -122,6 +123,35 @@ void exchange_ring(NetTransport& net, int rank, int size) {
   }
 }
 
+// Sends handed to the network whole, at once (post_send_now) or after a
+// windowed start (hand_over), before any receive is posted: the sender then
+// overwrites its buffer, and every rank waits for all before it receives,
+// so nothing may depend on the receive.
+void hand_over_before_receive(NetTransport& net, int rank, int size) {
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  const std::size_t bytes = 10 * kChunk + 5;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int way = 0; way < 2; ++way) {
+    Region out(true, bytes), in(true, bytes);
+    out.write(expected(rank, 500 + way, bytes));
+    in.write(std::vector<std::uint8_t>(bytes, 0xA5));
+    Completion sent, received;
+    if (way == 0) {
+      expect(ok(net.post_send_now(next, out.at(), bytes, 8, &sent, deadline)), "post_send_now");
+    } else {
+      expect(ok(net.post_send(next, out.at(), bytes, 8, &sent)), "post_send");
+      expect(ok(net.hand_over(&sent, deadline)), "hand_over");
+    }
+    out.write(std::vector<std::uint8_t>(bytes, 0x5A));
+    MPI_Barrier(MPI_COMM_WORLD);
+    expect(ok(net.post_recv(prev, in.at(), bytes, 8, &received)), "post_recv after the barrier");
+    expect(ok(net.wait_all({&sent, &received}, deadline)), "wait_all");
+    expect(net.any_sent(&sent), "any_sent once done");
+    expect(in.read() == expected(prev, 500 + way, bytes),
+           way == 0 ? "a message sent with post_send_now" : "a message handed over after a windowed start");
+  }
+}
+
 void refuse_bad_arguments(NetTransport& net, int rank, int size) {
   char byte = 0;
   Completion c;
@@ -194,6 +224,7 @@ int main(int argc, char** argv) {
     }
     if (failures == 0 && size > 1) {
       exchange_ring(net, rank, size);
+      hand_over_before_receive(net, rank, size);
       refuse_bad_arguments(net, rank, size);
       const NetTraffic traffic = net_traffic();
       expect(traffic.sent_bytes > 0 && traffic.sent_bytes == traffic.received_bytes, "traffic counted");
