@@ -16,6 +16,7 @@
 #include "engine/common/params.h"
 #include "handlers.h"
 #include "mpi_shim/rma.h"
+#include "mpi_shim/rma_across.h"
 #include "mpi_shim/rma_host.h"
 #include "mpi_shim/rma_window.h"
 #include "mpi_shim/route.h"
@@ -56,7 +57,7 @@ bool window_engine(FunctionId id, MPI_Comm comm, std::unique_ptr<PeerGroup>* eng
   if (ok(PeerGroup::create(make_mpi_bootstrap(comm), engine)) && (*engine)->all_peers_mapped()) return true;
   engine->reset();
   if (quiet) {
-    FERRY_INFO(Pgas, "%s: ranks cannot map each other's device memory; the real MPI's window alone", function_name(id));
+    FERRY_INFO(Pgas, "%s: ranks cannot map each other's device memory", function_name(id));
     return false;
   }
   FERRY_WARN(Pgas, "%s: device window memory needs every rank on one machine with peer mapping (p2p)",
@@ -149,6 +150,26 @@ int allocate_everywhere(gpu::Backend* backend, MPI_Aint size, MPI_Comm comm, voi
   return raise_error(comm, MPI_ERR_NO_MEM);
 }
 
+// Win_allocate whose ranks cannot map each other's device memory: the
+// device ranks' memory Ferry's, the host ranks' from MPI_Alloc_mem, all in
+// a window over host copies (rma_across.h).
+int allocate_across(FunctionId id, gpu::Backend* backend, bool device_here, MPI_Aint size, int disp_unit,
+                    MPI_Info info, MPI_Comm comm, void* baseptr, MPI_Win* win) {
+  void* device = nullptr;
+  if (int rc = allocate_everywhere(backend, device_here ? size : 0, comm, &device); rc != MPI_SUCCESS) return rc;
+  void* host = nullptr;
+  if (!device_here && size > 0 && PMPI_Alloc_mem(size, MPI_INFO_NULL, &host) != MPI_SUCCESS) host = nullptr;
+  const int rc = create_window_across(id, device_here ? device : host, device_here, size, disp_unit, info, comm, win,
+                                      MPI_WIN_FLAVOR_ALLOCATE, device, host);
+  if (rc != MPI_SUCCESS) {
+    if (device) FERRY_LOG_IF_FAILED(backend->device_free(device));
+    if (host) PMPI_Free_mem(host);
+    return rc;
+  }
+  *static_cast<void**>(baseptr) = device_here ? device : host;
+  return MPI_SUCCESS;
+}
+
 // Win_allocate and Win_allocate_shared. A rank gets device memory when its
 // info asks for it, host memory from the real MPI otherwise.
 int allocate_window(FunctionId id, MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, void* baseptr,
@@ -171,7 +192,11 @@ int allocate_window(FunctionId id, MPI_Aint size, int disp_unit, MPI_Info info, 
   parts.disp_unit = disp_unit;
   parts.flavor = flavor;
   int rc = MPI_SUCCESS;
-  if (!backend || !window_engine(id, comm, &parts.engine, &rc)) return backend ? rc : raise_error(comm, MPI_ERR_WIN);
+  if (!backend) return raise_error(comm, MPI_ERR_WIN);
+  if (!window_engine(id, comm, &parts.engine, &rc, flavor != MPI_WIN_FLAVOR_SHARED)) {
+    if (flavor == MPI_WIN_FLAVOR_SHARED) return rc;
+    return allocate_across(id, backend, device_here, size, disp_unit, info, comm, baseptr, win);
+  }
 
   if (any_host) {
     // Mixed: device ranks' memory mapped through IPC handles, host ranks'
@@ -258,6 +283,10 @@ int handle_Win_create(void* base, MPI_Aint size, int disp_unit, MPI_Info info, M
   parts.base = size > 0 ? base : nullptr;
   parts.size = size;
   parts.disp_unit = disp_unit;
+  int rc = MPI_SUCCESS;
+  if (!window_engine(FunctionId::kWin_create, comm, &parts.engine, &rc, true))
+    return create_window_across(FunctionId::kWin_create, base, device_here, size, disp_unit, info, comm, win,
+                                MPI_WIN_FLAVOR_CREATE, nullptr, nullptr);
   if (!any_host) return create_window(FunctionId::kWin_create, comm, parts, win, handle_only(info, comm));
   // Mixed: the real MPI's window holds the host ranks' memory.
   parts.host_memory = host_here;
@@ -390,6 +419,9 @@ int handle_Win_free(MPI_Win* win) {
   record_route(FunctionId::kWin_free, dw ? RouteDecision{Route::kEngine, "device window"}
                                          : RouteDecision{Route::kPmpi, "not a device window"});
   const MPI_Win freed = win ? *win : MPI_WIN_NULL;
+  bool across = false;
+  if (!dw)
+    if (const int rc = free_window_across(win, &across); across) return rc;
   if (!dw) {
     const int rc = PMPI_Win_free(win);
     if (rc == MPI_SUCCESS) release_host_staged(freed);
@@ -445,6 +477,9 @@ int handle_Win_get_attr(MPI_Win win, int keyval, void* attribute_val, int* flag)
   DeviceWindow* dw = find_window(win);
   record_route(FunctionId::kWin_get_attr, dw ? RouteDecision{Route::kEngine, "device window"}
                                              : RouteDecision{Route::kPmpi, "not a device window"});
+  bool across = false;
+  if (!dw)
+    if (const int rc = get_attr_across(win, keyval, attribute_val, flag, &across); across) return rc;
   if (!dw || !attribute_val || !flag) return PMPI_Win_get_attr(win, keyval, attribute_val, flag);
   // The predefined attributes describe this rank's memory, not the real
   // MPI's window (empty, or not of the window's flavor).

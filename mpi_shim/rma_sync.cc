@@ -10,12 +10,14 @@
 // second, on every rank, and ranks waiting for an engine lock drive the real
 // MPI's progress, so neither order can wait on the other. The calls that
 // complete operations on the real MPI's windows deliver staged results
-// (complete_host_staged).
+// (complete_host_staged). On windows across machines (rma_across.h) this
+// rank's synchronizations reconcile its device memory with its host copy.
 #include <algorithm>
 #include <atomic>
 #include <vector>
 
 #include "handlers.h"
+#include "mpi_shim/rma_across.h"
 #include "mpi_shim/rma_host.h"
 #include "mpi_shim/rma_internal.h"
 #include "mpi_shim/rma_window.h"
@@ -66,7 +68,7 @@ int handle_Win_fence(int assert, MPI_Win win) {
     clear_real_pending(dw, kEveryTarget);
     if (rc != MPI_SUCCESS) return rc;
     return engine_result(win, FunctionId::kWin_fence, w.fence(!(assert & MPI_MODE_NOSUCCEED)));
-  }, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_fence(assert, win)); });
+  }, [&] { return sync_across(win, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_fence(assert, win)); }); });
 }
 
 int handle_Win_post(MPI_Group group, int assert, MPI_Win win) {
@@ -76,7 +78,7 @@ int handle_Win_post(MPI_Group group, int assert, MPI_Win win) {
     if (int rc = window_ranks(dw, group, &origins); rc != MPI_SUCCESS) return fail(win, rc);
     const int rc = engine_result(win, FunctionId::kWin_post, dw.window->post(origins));
     return real_half(dw, rc, [&] { return PMPI_Win_post(group, assert, win); });
-  }, [&] { return PMPI_Win_post(group, assert, win); });
+  }, [&] { return sync_across(win, [&] { return PMPI_Win_post(group, assert, win); }); });
 }
 
 int handle_Win_start(MPI_Group group, int assert, MPI_Win win) {
@@ -86,7 +88,7 @@ int handle_Win_start(MPI_Group group, int assert, MPI_Win win) {
     if (int rc = window_ranks(dw, group, &targets); rc != MPI_SUCCESS) return fail(win, rc);
     const int rc = engine_result(win, FunctionId::kWin_start, dw.window->start(targets));
     return real_half(dw, rc, [&] { return PMPI_Win_start(group, assert, win); });
-  }, [&] { return PMPI_Win_start(group, assert, win); });
+  }, [&] { return sync_across(win, [&] { return PMPI_Win_start(group, assert, win); }); });
 }
 
 int handle_Win_complete(MPI_Win win) {
@@ -95,7 +97,7 @@ int handle_Win_complete(MPI_Win win) {
     const int rc = engine_result(win, FunctionId::kWin_complete, dw.window->complete());
     clear_real_pending(dw, kEveryTarget);
     return real_half(dw, rc, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_complete(win)); });
-  }, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_complete(win)); });
+  }, [&] { return sync_across(win, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_complete(win)); }); });
 }
 
 int handle_Win_wait(MPI_Win win) {
@@ -107,7 +109,7 @@ int handle_Win_wait(MPI_Win win) {
     }
     dw.engine_exposure_done = false;
     return real_half(dw, rc, [&] { return PMPI_Win_wait(win); });
-  }, [&] { return PMPI_Win_wait(win); });
+  }, [&] { return sync_across(win, [&] { return PMPI_Win_wait(win); }); });
 }
 
 // The engine's epoch may end at one test and the real MPI's at a later one.
@@ -124,7 +126,12 @@ int handle_Win_test(MPI_Win win, int* flag) {
     const int rc = PMPI_Win_test(win, flag);
     if (rc == MPI_SUCCESS && *flag) dw.engine_exposure_done = false;
     return rc;
-  }, [&] { return PMPI_Win_test(win, flag); });
+  }, [&] {
+    // Reconciled only once the epoch ended.
+    const int rc = PMPI_Win_test(win, flag);
+    if (rc != MPI_SUCCESS || !*flag) return rc;
+    return sync_across(win, [] { return MPI_SUCCESS; }, true);
+  });
 }
 
 int handle_Win_lock(int lock_type, int rank, int assert, MPI_Win win) {
@@ -135,7 +142,10 @@ int handle_Win_lock(int lock_type, int rank, int assert, MPI_Win win) {
     if (rank < 0 || rank >= w.size()) return fail(win, MPI_ERR_RANK);
     if (w.locked(rank) || w.access_group_open()) return fail(win, MPI_ERR_RMA_SYNC);
     return engine_result(win, FunctionId::kWin_lock, w.lock(rank, lock_type == MPI_LOCK_EXCLUSIVE));
-  }, [&] { return PMPI_Win_lock(lock_type, rank, assert, win); });
+  }, [&] {
+    if (rank != rank_in_window(win)) return PMPI_Win_lock(lock_type, rank, assert, win);
+    return sync_across(win, [&] { return PMPI_Win_lock(lock_type, rank, assert, win); }, true);
+  });
 }
 
 int handle_Win_unlock(int rank, MPI_Win win) {
@@ -152,14 +162,17 @@ int handle_Win_unlock(int rank, MPI_Win win) {
     dw.real_locked[t] = 0;
     const int real_rc = complete_host_staged(win, rank, PMPI_Win_unlock(rank, win));
     return rc != MPI_SUCCESS ? rc : real_rc;
-  }, [&] { return complete_host_staged(win, rank, PMPI_Win_unlock(rank, win)); });
+  }, [&] {
+    auto unlock = [&] { return complete_host_staged(win, rank, PMPI_Win_unlock(rank, win)); };
+    return rank == rank_in_window(win) ? sync_across(win, unlock) : unlock();
+  });
 }
 
 int handle_Win_lock_all(int assert, MPI_Win win) {
   return on_window(FunctionId::kWin_lock_all, win, [&](DeviceWindow& dw) {
     if (dw.window->any_lock_held() || dw.window->access_group_open()) return fail(win, MPI_ERR_RMA_SYNC);
     return engine_result(win, FunctionId::kWin_lock_all, dw.window->lock_all());
-  }, [&] { return PMPI_Win_lock_all(assert, win); });
+  }, [&] { return sync_across(win, [&] { return PMPI_Win_lock_all(assert, win); }, true); });
 }
 
 int handle_Win_unlock_all(MPI_Win win) {
@@ -172,7 +185,7 @@ int handle_Win_unlock_all(MPI_Win win) {
     dw.real_lock_all = false;
     const int real_rc = complete_host_staged(win, kEveryTarget, PMPI_Win_unlock_all(win));
     return rc != MPI_SUCCESS ? rc : real_rc;
-  }, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_unlock_all(win)); });
+  }, [&] { return sync_across(win, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_unlock_all(win)); }); });
 }
 
 namespace {
@@ -226,7 +239,7 @@ int handle_Win_sync(MPI_Win win) {
     const bool real_epoch = dw.real_lock_all || std::find(dw.real_locked.begin(), dw.real_locked.end(), 1) !=
                                                     dw.real_locked.end();
     return real_epoch ? PMPI_Win_sync(win) : MPI_SUCCESS;
-  }, [&] { return PMPI_Win_sync(win); });
+  }, [&] { return sync_across(win, [&] { return PMPI_Win_sync(win); }); });
 }
 
 }  // namespace ferry::shim
