@@ -7,11 +7,14 @@
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/common/log.h"
 #include "engine/gpu/gpu.h"
+#include "handlers.h"
 #include "mpi_shim/rma_host.h"
+#include "mpi_shim/route.h"
 #include "mpi_shim/wrapper_support.h"
 
 namespace ferry::shim {
@@ -197,6 +200,30 @@ int free_window_across(MPI_Win* win, bool* handled) {
   if (w->allocated && w->backend) FERRY_LOG_IF_FAILED(w->backend->device_free(w->allocated));
   if (w->host_allocated) PMPI_Free_mem(w->host_allocated);
   return MPI_SUCCESS;
+}
+
+int handle_Barrier(MPI_Comm comm) {
+  if (g_count.load(std::memory_order_acquire) == 0) {
+    record_route(FunctionId::kBarrier, {Route::kPmpi, "no window across machines"});
+    return PMPI_Barrier(comm);
+  }
+  record_route(FunctionId::kBarrier, {Route::kEngine, "windows across machines reconciled"});
+  std::vector<std::pair<MPI_Win, AcrossWindow*>> all;
+  {
+    std::shared_lock<std::shared_mutex> lock(g_mutex);
+    for (const auto& [win, w] : windows()) all.emplace_back(win, w.get());
+  }
+  int rc = MPI_SUCCESS;
+  for (auto& [win, w] : all) {
+    std::lock_guard<std::mutex> lock(w->mutex);
+    if (rc == MPI_SUCCESS) rc = reconciled(win, publish(*w));
+  }
+  const int barrier = PMPI_Barrier(comm);
+  for (auto& [win, w] : all) {
+    std::lock_guard<std::mutex> lock(w->mutex);
+    if (rc == MPI_SUCCESS) rc = reconciled(win, absorb(*w));
+  }
+  return barrier != MPI_SUCCESS ? barrier : rc;
 }
 
 }  // namespace ferry::shim

@@ -16,6 +16,11 @@
 // memory at this rank's next synchronization (MPI_Win_sync, or a lock of
 // its own rank), and a local store reaches other ranks' gets after it.
 //
+// MPI_Barrier reconciles every such window of the process too (before and
+// after the real barrier), beyond what MPI asks: programs written for the
+// unified model, which count on a barrier to make stores and
+// passive-target updates visible, work as well.
+//
 // Operations (Put, Get, Accumulate and the rest) are the real MPI's on the
 // host copies, device origin and result buffers staged (rma_host.h).
 // Memory: the host copy and a snapshot of the last reconciled bytes, each

@@ -4,6 +4,8 @@
 
 #include <mpi.h>
 
+#include <cstdlib>
+
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -89,6 +91,14 @@ class DeviceWindow {
 };
 
 inline constexpr Flavor kFlavors[] = {Flavor::allocate, Flavor::allocate_shared, Flavor::create};
+
+// Whether this run makes shared-memory windows: not where
+// FERRY_SUITE_NO_SHARED_WINDOWS is set (ranks on several machines, where
+// MPI_Win_allocate_shared cannot be made).
+inline bool shared_windows() {
+  const char* off = std::getenv("FERRY_SUITE_NO_SHARED_WINDOWS");
+  return !off || !*off;
+}
 
 template <class T>
 MPI_Datatype mpi_type() {

@@ -392,7 +392,7 @@ int main(int argc, char** argv) {
     typed_cases<int>(flavor, "MPI_INT");
     typed_cases<double>(flavor, "MPI_DOUBLE");
   }
-  typed_cases<int64_t>(Flavor::allocate_shared, "MPI_INT64_T");
+  if (shared_windows()) typed_cases<int64_t>(Flavor::allocate_shared, "MPI_INT64_T");
   bad_typed_calls();
   return finish();
 }
