@@ -7,6 +7,7 @@
 
 #include "engine/common/log.h"
 #include "engine/common/params.h"
+#include "engine/core/net_channel.h"
 #include "engine/gpu/gpu.h"
 #include "ferry/ferry.h"
 #include "handlers.h"
@@ -35,6 +36,10 @@ void after_init() {
     const std::string device = gpu::device_setting_problem();
     if (!device.empty()) std::fprintf(stderr, "ferry: %s\n", device.c_str());
   }
+  // Interfaces differ from machine to machine: every rank says its own.
+  const std::string net = net_setting_problem();
+  if (!net.empty()) std::fprintf(stderr, "ferry: rank %d: %s; device calls between machines are staged\n", rank,
+                                 net.c_str());
   for (const std::string& name : param_unknown_names()) FERRY_WARN(Init, "%s", name.c_str());
   peer::start();
   FERRY_INFO(Init, "Ferry %d.%d.%d loaded; FERRY_ROUTE=%s FERRY_DEVICE=%s", FERRY_VERSION_MAJOR,

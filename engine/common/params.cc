@@ -84,6 +84,7 @@ constexpr Words kWords[] = {
     {"gpu_leader", {"auto", "on", "off"}},
     {"pt2pt", {"peer", "staged"}},
     {"nbc", {"engine", "staged"}},
+    {"net", {"mpi", "socket"}},
 };
 struct Range {
   const char* field;

@@ -8,6 +8,7 @@
 #include "engine/common/log.h"
 #include "engine/common/params.h"
 #include "engine/transport/net_transport.h"
+#include "engine/transport/socket_network.h"
 
 namespace ferry {
 namespace {
@@ -18,6 +19,11 @@ std::chrono::steady_clock::time_point deadline_from_now() {
 }
 
 }  // namespace
+
+std::string net_setting_problem() {
+  if (params().net != "socket") return {};
+  return socket_interface_problem(params().socket_ifname);
+}
 
 struct NetChannel::Send {
   Completion completion;

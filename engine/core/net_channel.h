@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "engine/bootstrap/bootstrap.h"
@@ -23,6 +24,11 @@
 namespace ferry {
 
 class NetTransport;
+
+// What is wrong here with the settings of the net transport's provider
+// (FERRY_SOCKET_IFNAME naming no usable interface where FERRY_NET=socket),
+// as a line for the user; empty when nothing is.
+std::string net_setting_problem();
 
 class NetChannel {
  public:

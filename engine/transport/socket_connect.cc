@@ -203,7 +203,15 @@ Status connect_all(Bootstrap& bootstrap, const std::vector<SocketEndpoint>& endp
 
 }  // namespace
 
-Status choose_socket_interface(const std::string& wanted, SocketInterface* out) {
+std::string socket_interface_problem(const std::string& wanted) {
+  if (wanted.empty()) return {};
+  SocketInterface ignored;
+  std::string problem;
+  choose_socket_interface(wanted, &ignored, &problem);
+  return problem;
+}
+
+Status choose_socket_interface(const std::string& wanted, SocketInterface* out, std::string* problem) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) {
     FERRY_WARN(Transport, "socket network: getifaddrs: %s", std::strerror(errno));
@@ -235,8 +243,11 @@ Status choose_socket_interface(const std::string& wanted, SocketInterface* out) 
       return Status::kOk;
     std::string names;
     for (const auto& entry : usable) names += (names.empty() ? "" : ", ") + entry.first.name;
-    FERRY_WARN(Transport, "FERRY_SOCKET_IFNAME=%s: no interface of that name or prefix is up with an IPv4 address "
-               "(usable: %s)", wanted.c_str(), names.empty() ? "none" : names.c_str());
+    const std::string why = "FERRY_SOCKET_IFNAME=" + wanted +
+                            ": no interface of that name or prefix is up with an IPv4 address (usable: " +
+                            (names.empty() ? std::string("none") : names) + ")";
+    if (problem) *problem = why;
+    FERRY_WARN(Transport, "%s", why.c_str());
     return Status::kInvalidArgument;
   }
   if (pick([](const SocketInterface&, bool loopback) { return !loopback; }) ||

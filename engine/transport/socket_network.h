@@ -61,7 +61,10 @@ struct SocketInterface {
 // FERRY_SOCKET_IFNAME's rule for wanted (empty: the default choice).
 // kInvalidArgument where wanted matches no interface that is up with an
 // IPv4 address.
-Status choose_socket_interface(const std::string& wanted, SocketInterface* out);
+Status choose_socket_interface(const std::string& wanted, SocketInterface* out, std::string* problem = nullptr);
+// What is wrong with FERRY_SOCKET_IFNAME's value wanted here (empty: nothing,
+// or no value), as a line for the user.
+std::string socket_interface_problem(const std::string& wanted);
 
 // What each rank contributes to the set-up's allgather (exposed for tests).
 struct SocketEndpoint {
