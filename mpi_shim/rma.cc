@@ -14,6 +14,7 @@
 #include "engine/common/params.h"
 #include "handlers.h"
 #include "mpi_shim/rma.h"
+#include "mpi_shim/rma_across.h"
 #include "mpi_shim/rma_host.h"
 #include "mpi_shim/rma_internal.h"
 #include "mpi_shim/rma_types.h"
@@ -195,6 +196,8 @@ int handle_Put(const void* origin_addr, int origin_count, MPI_Datatype origin_da
                MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win) {
   count_bytes(FunctionId::kPut, origin_count, origin_datatype);
   auto real = [&] {
+    if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
+      return rc;
     return on_host_window(FunctionId::kPut, win, target_rank, {origin_addr, origin_count, origin_datatype},
                           kNoOperand, kNoOperand, nullptr, [&](const void* o, const void*, void*) {
       return PMPI_Put(o, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype,
@@ -211,6 +214,8 @@ int handle_Get(void* origin_addr, int origin_count, MPI_Datatype origin_datatype
                MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win) {
   count_bytes(FunctionId::kGet, origin_count, origin_datatype);
   auto real = [&] {
+    if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
+      return rc;
     return on_host_window(FunctionId::kGet, win, target_rank, kNoOperand, kNoOperand,
                           {origin_addr, origin_count, origin_datatype}, nullptr, [&](const void*, const void*, void* r) {
       return PMPI_Get(r, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win);
@@ -227,6 +232,8 @@ int handle_Accumulate(const void* origin_addr, int origin_count, MPI_Datatype or
                       MPI_Win win) {
   count_bytes(FunctionId::kAccumulate, origin_count, origin_datatype);
   auto real = [&] {
+    if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
+      return rc;
     return on_host_window(FunctionId::kAccumulate, win, target_rank, {origin_addr, origin_count, origin_datatype},
                           kNoOperand, kNoOperand, nullptr, [&](const void* o, const void*, void*) {
       return PMPI_Accumulate(o, origin_count, origin_datatype, target_rank, target_disp, target_count,
@@ -246,6 +253,8 @@ int handle_Get_accumulate(const void* origin_addr, int origin_count, MPI_Datatyp
                           MPI_Win win) {
   count_bytes(FunctionId::kGet_accumulate, origin_count, origin_datatype);
   auto real = [&] {
+    if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
+      return rc;
     return on_host_window(FunctionId::kGet_accumulate, win, target_rank, {origin_addr, origin_count, origin_datatype},
                           kNoOperand, {result_addr, result_count, result_datatype}, nullptr,
                           [&](const void* o, const void*, void* r) {
@@ -264,6 +273,7 @@ int handle_Fetch_and_op(const void* origin_addr, void* result_addr, MPI_Datatype
                         MPI_Aint target_disp, MPI_Op op, MPI_Win win) {
   count_bytes(FunctionId::kFetch_and_op, 1, datatype);
   auto real = [&] {
+    if (int rc = check_target_range(win, target_rank, target_disp, 1, datatype); rc != MPI_SUCCESS) return rc;
     return on_host_window(FunctionId::kFetch_and_op, win, target_rank, {origin_addr, 1, datatype}, kNoOperand,
                           {result_addr, 1, datatype}, nullptr, [&](const void* o, const void*, void* r) {
       return PMPI_Fetch_and_op(o, r, datatype, target_rank, target_disp, op, win);
@@ -279,6 +289,7 @@ int handle_Compare_and_swap(const void* origin_addr, const void* compare_addr, v
                             MPI_Datatype datatype, int target_rank, MPI_Aint target_disp, MPI_Win win) {
   count_bytes(FunctionId::kCompare_and_swap, 1, datatype);
   auto real = [&] {
+    if (int rc = check_target_range(win, target_rank, target_disp, 1, datatype); rc != MPI_SUCCESS) return rc;
     return on_host_window(FunctionId::kCompare_and_swap, win, target_rank, {origin_addr, 1, datatype},
                           {compare_addr, 1, datatype}, {result_addr, 1, datatype}, nullptr,
                           [&](const void* o, const void* c, void* r) {
@@ -312,6 +323,8 @@ int handle_Rput(const void* origin_addr, int origin_count, MPI_Datatype origin_d
   bool through_real = false;
   auto real = [&] {
     through_real = true;
+    if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
+      return rc;
     return on_host_window(FunctionId::kRput, win, target_rank, {origin_addr, origin_count, origin_datatype},
                           kNoOperand, kNoOperand, request, [&](const void* o, const void*, void*) {
       return PMPI_Rput(o, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype,
@@ -334,6 +347,8 @@ int handle_Rget(void* origin_addr, int origin_count, MPI_Datatype origin_datatyp
   bool through_real = false;
   auto real = [&] {
     through_real = true;
+    if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
+      return rc;
     return on_host_window(FunctionId::kRget, win, target_rank, kNoOperand, kNoOperand,
                           {origin_addr, origin_count, origin_datatype}, request,
                           [&](const void*, const void*, void* r) {
@@ -357,6 +372,8 @@ int handle_Raccumulate(const void* origin_addr, int origin_count, MPI_Datatype o
   bool through_real = false;
   auto real = [&] {
     through_real = true;
+    if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
+      return rc;
     return on_host_window(FunctionId::kRaccumulate, win, target_rank, {origin_addr, origin_count, origin_datatype},
                           kNoOperand, kNoOperand, request, [&](const void* o, const void*, void*) {
       return PMPI_Raccumulate(o, origin_count, origin_datatype, target_rank, target_disp, target_count,
@@ -379,6 +396,8 @@ int handle_Rget_accumulate(const void* origin_addr, int origin_count, MPI_Dataty
   bool through_real = false;
   auto real = [&] {
     through_real = true;
+    if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
+      return rc;
     return on_host_window(FunctionId::kRget_accumulate, win, target_rank,
                           {origin_addr, origin_count, origin_datatype}, kNoOperand,
                           {result_addr, result_count, result_datatype}, request,

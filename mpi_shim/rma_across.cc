@@ -31,6 +31,9 @@ struct AcrossWindow {
   int flavor = MPI_WIN_FLAVOR_CREATE;
   int model = MPI_WIN_SEPARATE;
   int rank = 0;
+  // Every rank's window bytes and displacement unit, for range checks.
+  std::vector<MPI_Aint> sizes;
+  std::vector<int> disp_units;
   void* allocated = nullptr;       // Ferry's device memory
   void* host_allocated = nullptr;  // MPI_Alloc_mem's
   std::mutex mutex;
@@ -140,6 +143,15 @@ int create_window_across(FunctionId id, void* memory, bool device_here, MPI_Aint
   PMPI_Win_get_group(*win, &group);
   PMPI_Group_rank(group, &w->rank);
   PMPI_Group_free(&group);
+  int ranks = 0;
+  PMPI_Comm_size(comm, &ranks);
+  const MPI_Aint mine[2] = {size, disp_unit};
+  std::vector<MPI_Aint> all(2 * static_cast<std::size_t>(ranks));
+  PMPI_Allgather(mine, 2, MPI_AINT, all.data(), 2, MPI_AINT, comm);
+  for (int r = 0; r < ranks; ++r) {
+    w->sizes.push_back(all[2 * r]);
+    w->disp_units.push_back(static_cast<int>(all[2 * r + 1]));
+  }
   FERRY_INFO(Pgas, "%s: ranks cannot map each other's device memory; the real MPI's window over host copies "
              "(separate memory model)", function_name(id));
   gpu::g_device_runtime_seen.store(true, std::memory_order_relaxed);
@@ -200,6 +212,25 @@ int free_window_across(MPI_Win* win, bool* handled) {
   if (w->allocated && w->backend) FERRY_LOG_IF_FAILED(w->backend->device_free(w->allocated));
   if (w->host_allocated) PMPI_Free_mem(w->host_allocated);
   return MPI_SUCCESS;
+}
+
+int check_target_range(MPI_Win win, int target_rank, MPI_Aint target_disp, int target_count,
+                       MPI_Datatype target_datatype) {
+  const AcrossWindow* w = find(win);
+  if (!w || target_rank < 0 || target_rank >= static_cast<int>(w->sizes.size()) || target_count <= 0) return MPI_SUCCESS;
+  MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+  if (PMPI_Type_get_extent(target_datatype, &lb, &extent) != MPI_SUCCESS ||
+      PMPI_Type_get_true_extent(target_datatype, &true_lb, &true_extent) != MPI_SUCCESS)
+    return MPI_SUCCESS;  // the real MPI reports the type
+  const auto t = static_cast<std::size_t>(target_rank);
+  const MPI_Aint base = target_disp * w->disp_units[t];
+  const MPI_Aint last = static_cast<MPI_Aint>(target_count - 1) * extent;
+  const MPI_Aint low = base + true_lb + std::min<MPI_Aint>(0, last);
+  const MPI_Aint high = base + true_lb + std::max<MPI_Aint>(0, last) + true_extent;
+  if (low >= 0 && high <= w->sizes[t]) return MPI_SUCCESS;
+  FERRY_WARN(Pgas, "a window across machines: bytes [%lld, %lld) of rank %d's %lld-byte window",
+             static_cast<long long>(low), static_cast<long long>(high), target_rank, static_cast<long long>(w->sizes[t]));
+  return raise_win_error(win, MPI_ERR_RMA_RANGE);
 }
 
 int handle_Barrier(MPI_Comm comm) {

@@ -22,7 +22,8 @@
 // passive-target updates visible, work as well.
 //
 // Operations (Put, Get, Accumulate and the rest) are the real MPI's on the
-// host copies, device origin and result buffers staged (rma_host.h).
+// host copies, device origin and result buffers staged (rma_host.h), after
+// Ferry checked their target ranges (check_target_range).
 // Memory: the host copy and a snapshot of the last reconciled bytes, each
 // as large as the rank's window memory; every reconciliation copies the
 // device memory to the host once.
@@ -60,6 +61,13 @@ int get_attr_across(MPI_Win win, int keyval, void* attribute_val, int* flag, boo
 // MPI_Win_free of such a window (*handled): the real MPI's, then the host
 // copies and what Ferry allocated.
 int free_window_across(MPI_Win* win, bool* handled);
+
+// An operation's target range on such a window (its real MPI's window
+// checks none): MPI_ERR_RMA_RANGE, through win's handler, where it reaches
+// outside the target rank's memory; MPI_SUCCESS otherwise and on every
+// other window.
+int check_target_range(MPI_Win win, int target_rank, MPI_Aint target_disp, int target_count,
+                       MPI_Datatype target_datatype);
 
 // This rank's rank in win's group (for lock and unlock of itself).
 int rank_in_window(MPI_Win win);

@@ -3,8 +3,9 @@
 // the real MPI's window over host copies, under the separate memory model
 // (mpi_shim/rma_across.h). Checked against host references: fence with put,
 // get and accumulate; a local store before a fence seen by the others'
-// gets; general active target; passive target, the target seeing the
-// update after locking itself; MPI_Win_allocate with device memory asked
+// gets; a put past the target's memory refused (MPI_ERR_RMA_RANGE);
+// general active target; passive target, the target seeing the update after
+// locking itself; MPI_Win_allocate with device memory asked
 // for; a window of device and host memory; the attributes.
 #include <cstring>
 #include <string>
@@ -73,6 +74,17 @@ void fence_epochs(bool mixed) {
       for (int i = 0; i < kCount; ++i) image[2 * kCount + i] += theirs[i];
     }
   }
+  expect_buffer(what, exposed, image);
+  // A put that reaches past the next rank's memory is refused, and nothing
+  // of it lands.
+  MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+  check_mpi(MPI_Win_fence(0, win), what);
+  const int rc = MPI_Put(mine.data(), kCount, MPI_INT32_T, next, 2 * kCount + 1, kCount, MPI_INT32_T, win);
+  int error_class = MPI_SUCCESS;
+  MPI_Error_class(rc, &error_class);
+  expect(error_class == MPI_ERR_RMA_RANGE, what,
+         "a put past the target's memory returned class " + std::to_string(error_class));
+  check_mpi(MPI_Win_fence(0, win), what);
   expect_buffer(what, exposed, image);
   check_mpi(MPI_Win_free(&win), what);
 }
