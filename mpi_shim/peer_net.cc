@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/bootstrap/mpi_bootstrap.h"
+#include "engine/bootstrap/mpi_network.h"
 #include "engine/common/log.h"
 #include "engine/common/params.h"
 #include "engine/core/net_channel.h"
@@ -106,15 +107,21 @@ bool net_wanted_here() {
 
 bool open_net(bool open) {
   if (!open) return false;
-  std::unique_ptr<Bootstrap> bootstrap = make_mpi_bootstrap(MPI_COMM_WORLD);
+  const auto chunk_bytes = static_cast<std::size_t>(std::max<std::int64_t>(params().net_chunk_bytes, 0));
+  const int chunks = static_cast<int>(params().net_chunks);
   // As many idle pinned chunks as the staging pool may hold: sends handed
   // over whole take them by the message.
-  const Status status =
-      bootstrap ? NetChannel::open(std::move(bootstrap), static_cast<std::size_t>(std::max<std::int64_t>(params().net_chunk_bytes, 0)),
-                                   static_cast<int>(params().net_chunks),
-                                   static_cast<std::size_t>(std::max<std::int64_t>(params().staging_pool_max_bytes, 0)),
-                                   &g_channel)
-                : Status::kUnavailable;
+  const auto idle_bytes = static_cast<std::size_t>(std::max<std::int64_t>(params().staging_pool_max_bytes, 0));
+  Status status = Status::kUnavailable;
+  if (params().net == "socket") {
+    // The socket provider's set-up exchanges addresses over a bootstrap.
+    std::unique_ptr<Bootstrap> bootstrap = make_mpi_bootstrap(MPI_COMM_WORLD);
+    if (bootstrap) status = NetChannel::open(std::move(bootstrap), chunk_bytes, chunks, idle_bytes, &g_channel);
+  } else {
+    // One private communicator, the mpi provider's own.
+    std::unique_ptr<NetProvider> provider = make_mpi_network(MPI_COMM_WORLD);
+    if (provider) status = NetChannel::open(std::move(provider), chunk_bytes, chunks, idle_bytes, &g_channel);
+  }
   if (!ok(status)) {
     FERRY_WARN(Shim, "point-to-point between machines: the %s network did not open (%s); device messages are staged",
                params().net.c_str(), status_name(status));

@@ -42,6 +42,18 @@ Status NetChannel::open(std::unique_ptr<Bootstrap> bootstrap, std::size_t chunk_
   return Status::kOk;
 }
 
+Status NetChannel::open(std::unique_ptr<NetProvider> provider, std::size_t chunk_bytes, int chunks_in_flight,
+                        std::size_t idle_chunk_bytes, std::unique_ptr<NetChannel>* out) {
+  if (!provider) return Status::kInvalidArgument;
+  std::unique_ptr<NetChannel> channel(new NetChannel);
+  channel->next_tag_.assign(static_cast<std::size_t>(provider->size()), 0);
+  channel->transport_ = std::make_unique<NetTransport>(chunk_bytes, chunks_in_flight);
+  channel->transport_->attach(std::move(provider));
+  channel->transport_->set_idle_chunk_bytes(idle_chunk_bytes);
+  *out = std::move(channel);
+  return Status::kOk;
+}
+
 NetChannel::~NetChannel() {
   std::vector<Completion*> unfinished;
   for (const auto& send : kept_)

@@ -23,6 +23,7 @@
 
 namespace ferry {
 
+class NetProvider;
 class NetTransport;
 
 // What is wrong here with the settings of the net transport's provider
@@ -40,6 +41,10 @@ class NetChannel {
   // chunks_in_flight as the net transport's; idle_chunk_bytes: pinned
   // chunks kept for later messages.
   static Status open(std::unique_ptr<Bootstrap> bootstrap, std::size_t chunk_bytes, int chunks_in_flight,
+                     std::size_t idle_chunk_bytes, std::unique_ptr<NetChannel>* out);
+  // The same over a provider opened elsewhere (the mpi provider on the
+  // application's communicator: no bootstrap needed).
+  static Status open(std::unique_ptr<NetProvider> provider, std::size_t chunk_bytes, int chunks_in_flight,
                      std::size_t idle_chunk_bytes, std::unique_ptr<NetChannel>* out);
   // Waits for the sends it keeps (at most FERRY_HANDSHAKE_TIMEOUT), then
   // closes the provider.
