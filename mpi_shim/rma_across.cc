@@ -66,10 +66,16 @@ Status publish(AcrossWindow& w) {
     const char* now = w.piece.data();
     char* was = w.synced.data() + at;
     if (std::memcmp(now, was, length) == 0) continue;
-    for (std::size_t i = 0; i < length; ++i) {
-      if (now[i] == was[i]) continue;
-      was[i] = now[i];
-      w.shadow[at + i] = now[i];
+    // Byte by byte only within the blocks that differ: a byte this rank did
+    // not store may hold another rank's update in the host copy.
+    for (std::size_t block = 0; block < length; block += 64) {
+      const std::size_t end = std::min(length, block + 64);
+      if (std::memcmp(now + block, was + block, end - block) == 0) continue;
+      for (std::size_t i = block; i < end; ++i) {
+        if (now[i] == was[i]) continue;
+        was[i] = now[i];
+        w.shadow[at + i] = now[i];
+      }
     }
   }
   return Status::kOk;
