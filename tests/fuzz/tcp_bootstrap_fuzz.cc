@@ -97,9 +97,13 @@ void impostor_root(const std::uint8_t* data, std::size_t size) {
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t length = sizeof(address);
+  // No listener (no descriptor or port left, late in a long run): the
+  // input is skipped, as a stranger that cannot connect is.
   if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      listen(listener, 4) != 0 || getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0)
-    std::abort();
+      listen(listener, 4) != 0 || getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    if (listener >= 0) close(listener);
+    return;
+  }
   const std::string id = "127.0.0.1:" + std::to_string(ntohs(address.sin_port)) + ":" + std::string(32, 'a');
   std::thread member_thread([&] {
     std::unique_ptr<ferry::Bootstrap> member;
