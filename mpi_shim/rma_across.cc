@@ -223,7 +223,8 @@ int free_window_across(MPI_Win* win, bool* handled) {
 int check_target_range(MPI_Win win, int target_rank, MPI_Aint target_disp, int target_count,
                        MPI_Datatype target_datatype) {
   const AcrossWindow* w = find(win);
-  if (!w || target_rank < 0 || target_rank >= static_cast<int>(w->sizes.size()) || target_count <= 0) return MPI_SUCCESS;
+  if (!w || target_rank < 0 || target_rank >= static_cast<int>(w->sizes.size()) || target_count <= 0)
+    return MPI_SUCCESS;
   MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
   if (PMPI_Type_get_extent(target_datatype, &lb, &extent) != MPI_SUCCESS ||
       PMPI_Type_get_true_extent(target_datatype, &true_lb, &true_extent) != MPI_SUCCESS)
@@ -235,7 +236,8 @@ int check_target_range(MPI_Win win, int target_rank, MPI_Aint target_disp, int t
   const MPI_Aint high = base + true_lb + std::max<MPI_Aint>(0, last) + true_extent;
   if (low >= 0 && high <= w->sizes[t]) return MPI_SUCCESS;
   FERRY_WARN(Pgas, "a window across machines: bytes [%lld, %lld) of rank %d's %lld-byte window",
-             static_cast<long long>(low), static_cast<long long>(high), target_rank, static_cast<long long>(w->sizes[t]));
+             static_cast<long long>(low), static_cast<long long>(high), target_rank,
+             static_cast<long long>(w->sizes[t]));
   return raise_win_error(win, MPI_ERR_RMA_RANGE);
 }
 

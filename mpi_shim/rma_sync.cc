@@ -68,7 +68,9 @@ int handle_Win_fence(int assert, MPI_Win win) {
     clear_real_pending(dw, kEveryTarget);
     if (rc != MPI_SUCCESS) return rc;
     return engine_result(win, FunctionId::kWin_fence, w.fence(!(assert & MPI_MODE_NOSUCCEED)));
-  }, [&] { return sync_across(win, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_fence(assert, win)); }); });
+  }, [&] {
+    return sync_across(win, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_fence(assert, win)); });
+  });
 }
 
 int handle_Win_post(MPI_Group group, int assert, MPI_Win win) {
@@ -185,7 +187,9 @@ int handle_Win_unlock_all(MPI_Win win) {
     dw.real_lock_all = false;
     const int real_rc = complete_host_staged(win, kEveryTarget, PMPI_Win_unlock_all(win));
     return rc != MPI_SUCCESS ? rc : real_rc;
-  }, [&] { return sync_across(win, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_unlock_all(win)); }); });
+  }, [&] {
+    return sync_across(win, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_unlock_all(win)); });
+  });
 }
 
 namespace {
