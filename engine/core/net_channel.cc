@@ -32,26 +32,30 @@ struct NetChannel::Send {
 Status NetChannel::open(std::unique_ptr<Bootstrap> bootstrap, std::size_t chunk_bytes, int chunks_in_flight,
                         std::size_t idle_chunk_bytes, std::unique_ptr<NetChannel>* out) {
   if (!bootstrap) return Status::kInvalidArgument;
-  std::unique_ptr<NetChannel> channel(new NetChannel);
-  channel->transport_ = std::make_unique<NetTransport>(chunk_bytes, chunks_in_flight);
-  FERRY_CHECK(channel->transport_->connect(*bootstrap));
-  channel->transport_->set_idle_chunk_bytes(idle_chunk_bytes);
-  channel->next_tag_.assign(static_cast<std::size_t>(bootstrap->size()), 0);
-  channel->bootstrap_ = std::move(bootstrap);
-  *out = std::move(channel);
+  auto transport = std::make_unique<NetTransport>(chunk_bytes, chunks_in_flight);
+  FERRY_CHECK(transport->connect(*bootstrap));
+  *out = std::unique_ptr<NetChannel>(new NetChannel(std::move(transport), idle_chunk_bytes));
+  (*out)->bootstrap_ = std::move(bootstrap);
   return Status::kOk;
 }
 
 Status NetChannel::open(std::unique_ptr<NetProvider> provider, std::size_t chunk_bytes, int chunks_in_flight,
                         std::size_t idle_chunk_bytes, std::unique_ptr<NetChannel>* out) {
   if (!provider) return Status::kInvalidArgument;
-  std::unique_ptr<NetChannel> channel(new NetChannel);
-  channel->next_tag_.assign(static_cast<std::size_t>(provider->size()), 0);
-  channel->transport_ = std::make_unique<NetTransport>(chunk_bytes, chunks_in_flight);
-  channel->transport_->attach(std::move(provider));
-  channel->transport_->set_idle_chunk_bytes(idle_chunk_bytes);
-  *out = std::move(channel);
+  auto transport = std::make_unique<NetTransport>(chunk_bytes, chunks_in_flight);
+  transport->attach(std::move(provider));
+  *out = std::unique_ptr<NetChannel>(new NetChannel(std::move(transport), idle_chunk_bytes));
   return Status::kOk;
+}
+
+NetChannel::NetChannel(std::unique_ptr<NetTransport> transport, std::size_t idle_chunk_bytes)
+    : transport_(std::move(transport)), next_tag_(static_cast<std::size_t>(transport_->provider()->size()), 0) {
+  transport_->set_idle_chunk_bytes(idle_chunk_bytes);
+}
+
+void NetChannel::forget_sent_locked() {
+  kept_.erase(std::remove_if(kept_.begin(), kept_.end(), [](const auto& s) { return s->completion.done; }),
+              kept_.end());
 }
 
 NetChannel::~NetChannel() {
@@ -77,9 +81,7 @@ Status NetChannel::start_send(int peer, const void* data, std::size_t bytes, int
   std::lock_guard<std::mutex> lock(mutex_);
   if (now) {
     FERRY_CHECK(transport_->post_send_now(peer, data, bytes, tag, &started->completion, deadline_from_now()));
-    // Done ones leave: the list holds what the channel must still wait for.
-    kept_.erase(std::remove_if(kept_.begin(), kept_.end(), [](const auto& s) { return s->completion.done; }),
-                kept_.end());
+    forget_sent_locked();
     if (!started->completion.done) kept_.push_back(started);
   } else {
     FERRY_CHECK(transport_->post_send(peer, data, bytes, tag, &started->completion));
@@ -133,8 +135,7 @@ Status NetChannel::receive(int peer, void* data, std::size_t bytes, int tag) {
 void NetChannel::progress() {
   std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return;
-  kept_.erase(std::remove_if(kept_.begin(), kept_.end(), [](const auto& s) { return s->completion.done; }),
-              kept_.end());
+  forget_sent_locked();
   bool done = false;
   if (!kept_.empty()) FERRY_LOG_IF_FAILED(transport_->test(&kept_.front()->completion, &done));
 }

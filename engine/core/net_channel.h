@@ -75,7 +75,10 @@ class NetChannel {
   void progress();
 
  private:
-  NetChannel() = default;
+  NetChannel(std::unique_ptr<NetTransport> transport, std::size_t idle_chunk_bytes);
+  // Drops the kept sends that have left (the list holds what the channel
+  // must still wait for); mutex_ held.
+  void forget_sent_locked();
 
   std::mutex mutex_;
   std::unique_ptr<Bootstrap> bootstrap_;
