@@ -391,11 +391,6 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
   return finish_together(comm, local, clock);
 }
 
-std::chrono::steady_clock::time_point handshake_deadline() {
-  if (params().handshake_timeout <= 0) return std::chrono::steady_clock::time_point::max();
-  return std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
-}
-
 Status wait_streams_until(gpu::Backend* backend, std::initializer_list<gpu::Stream> streams,
                           std::chrono::steady_clock::time_point deadline) {
   for (int polls = 0;; ++polls) {

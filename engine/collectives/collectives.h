@@ -12,6 +12,7 @@
 #include <initializer_list>
 
 #include "engine/collectives/communicator.h"
+#include "engine/common/liveness.h"
 #include "engine/common/types.h"
 #include "engine/gpu/gpu.h"
 
@@ -37,9 +38,7 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
 // not reduce type with op.
 Status reduce_local(const void* in, void* inout, std::size_t count, DataType type, ReduceOp op);
 
-// FERRY_HANDSHAKE_TIMEOUT from now (0: no limit): how long the engine waits
-// for its peers.
-std::chrono::steady_clock::time_point handshake_deadline();
+// handshake_deadline(): engine/common/liveness.h.
 // Waits until every stream in streams is idle (kOk) or the deadline passes
 // (kTimeout), polling, then sleeping between polls after a few thousand.
 Status wait_streams_until(gpu::Backend* backend, std::initializer_list<gpu::Stream> streams,

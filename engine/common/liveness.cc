@@ -7,8 +7,15 @@
 #include <mutex>
 
 #include "engine/common/host_name.h"
+#include "engine/common/params.h"
 
 namespace ferry {
+
+std::chrono::steady_clock::time_point handshake_deadline() {
+  if (params().handshake_timeout <= 0) return std::chrono::steady_clock::time_point::max();
+  return std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
+}
+
 namespace {
 
 std::mutex g_ended_mutex;

@@ -12,6 +12,10 @@
 
 namespace ferry {
 
+// FERRY_HANDSHAKE_TIMEOUT from now (0: no limit): how long Ferry waits for
+// its peers.
+std::chrono::steady_clock::time_point handshake_deadline();
+
 // False only when no process with this pid exists here any more.
 bool process_alive(int pid);
 

@@ -5,20 +5,13 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/common/liveness.h"
 #include "engine/common/log.h"
 #include "engine/common/params.h"
 #include "engine/transport/net_transport.h"
 #include "engine/transport/socket_network.h"
 
 namespace ferry {
-namespace {
-
-std::chrono::steady_clock::time_point deadline_from_now() {
-  if (params().handshake_timeout <= 0) return std::chrono::steady_clock::time_point::max();
-  return std::chrono::steady_clock::now() + std::chrono::seconds(params().handshake_timeout);
-}
-
-}  // namespace
 
 std::string net_setting_problem() {
   if (params().net != "socket") return {};
@@ -62,7 +55,7 @@ NetChannel::~NetChannel() {
   std::vector<Completion*> unfinished;
   for (const auto& send : kept_)
     if (!send->completion.done) unfinished.push_back(&send->completion);
-  if (!unfinished.empty() && !ok(transport_->wait_all(unfinished, deadline_from_now())))
+  if (!unfinished.empty() && !ok(transport_->wait_all(unfinished, handshake_deadline())))
     FERRY_WARN(Transport, "net: %zu sends never reached their receives", unfinished.size());
   // The transport goes before the bootstrap its provider may stand on.
   transport_.reset();
@@ -80,7 +73,7 @@ Status NetChannel::start_send(int peer, const void* data, std::size_t bytes, int
   auto started = std::make_shared<Send>();
   std::lock_guard<std::mutex> lock(mutex_);
   if (now) {
-    FERRY_CHECK(transport_->post_send_now(peer, data, bytes, tag, &started->completion, deadline_from_now()));
+    FERRY_CHECK(transport_->post_send_now(peer, data, bytes, tag, &started->completion, handshake_deadline()));
     forget_sent_locked();
     if (!started->completion.done) kept_.push_back(started);
   } else {
@@ -93,7 +86,7 @@ Status NetChannel::start_send(int peer, const void* data, std::size_t bytes, int
 Status NetChannel::finish_send(const std::shared_ptr<Send>& send, std::int64_t patience_us) {
   Completion* completion = &send->completion;
   const auto patience = std::chrono::steady_clock::now() + std::chrono::microseconds(patience_us);
-  const auto deadline = deadline_from_now();
+  const auto deadline = handshake_deadline();
   for (int polls = 0;; ++polls) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -114,7 +107,7 @@ Status NetChannel::finish_send(const std::shared_ptr<Send>& send, std::int64_t p
 
 Status NetChannel::receive(int peer, void* data, std::size_t bytes, int tag) {
   Completion arrived;
-  const auto deadline = deadline_from_now();
+  const auto deadline = handshake_deadline();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     FERRY_CHECK(transport_->post_recv(peer, data, bytes, tag, &arrived));
