@@ -98,25 +98,29 @@ class NetPersistentSend final : public TrackedRequest {
 
 }  // namespace
 
-bool net_wanted_here() {
+int net_wanted_here() {
   std::vector<std::string> unknown;
   const AllowedTransports allowed =
       allowed_transports(params().transports, params().p2p_disable, params().shm_disable, &unknown);
-  return allowed.net && (params().net == "mpi" || params().net == "socket");
+  if (!allowed.net) return 0;
+  return params().net == "auto" && net_provider_here() == "ib" ? kNetWantsIb : kNetWanted;
 }
 
-bool open_net(bool open) {
+bool open_net(bool open, bool all_ib) {
   if (!open) return false;
+  // auto: ib where every rank has a port, else the application's MPI.
+  const std::string provider = params().net == "auto" ? (all_ib ? "ib" : "mpi") : params().net;
   const auto chunk_bytes = static_cast<std::size_t>(std::max<std::int64_t>(params().net_chunk_bytes, 0));
   const int chunks = static_cast<int>(params().net_chunks);
   // As many idle pinned chunks as the staging pool may hold: sends handed
   // over whole take them by the message.
   const auto idle_bytes = static_cast<std::size_t>(std::max<std::int64_t>(params().staging_pool_max_bytes, 0));
   Status status = Status::kUnavailable;
-  if (params().net == "socket") {
-    // The socket provider's set-up exchanges addresses over a bootstrap.
+  if (provider != "mpi") {
+    // The socket and ib providers' set-up exchanges addresses over a bootstrap.
     std::unique_ptr<Bootstrap> bootstrap = make_mpi_bootstrap(MPI_COMM_WORLD);
-    if (bootstrap) status = NetChannel::open(std::move(bootstrap), chunk_bytes, chunks, idle_bytes, &g_channel);
+    if (bootstrap)
+      status = NetChannel::open(std::move(bootstrap), provider, chunk_bytes, chunks, idle_bytes, &g_channel);
   } else {
     // One private communicator, the mpi provider's own.
     std::unique_ptr<NetProvider> provider = make_mpi_network(MPI_COMM_WORLD);
@@ -124,7 +128,7 @@ bool open_net(bool open) {
   }
   if (!ok(status)) {
     FERRY_WARN(Shim, "point-to-point between machines: the %s network did not open (%s); device messages are staged",
-               params().net.c_str(), status_name(status));
+               provider.c_str(), status_name(status));
     return false;
   }
   add_completion_progress(progress_sends);

@@ -36,13 +36,16 @@
 
 namespace ferry::shim::peer {
 
-// Whether this rank can open the net channel: FERRY_TRANSPORTS allows net
-// and FERRY_NET names a provider that serves point-to-point (mpi, socket).
-bool net_wanted_here();
-// At MPI_Init, collective over MPI_COMM_WORLD, with the same `open` on every
-// rank (every rank wants it and the ranks span machines). Whether the
-// channel is open.
-bool open_net(bool open);
+// What this rank can open the net channel with: 0 where FERRY_TRANSPORTS
+// leaves out net; else kNetWanted, or kNetWantsIb where FERRY_NET=auto
+// would take ib here (net_provider_here).
+constexpr int kNetWanted = 1;
+constexpr int kNetWantsIb = 2;
+int net_wanted_here();
+// At MPI_Init, collective over MPI_COMM_WORLD, with the same `open` and
+// `all_ib` on every rank (every rank wants it and the ranks span machines;
+// every rank would take ib). Whether the channel is open.
+bool open_net(bool open, bool all_ib);
 // Before MPI_Finalize: waits for the sends still in flight (at most
 // FERRY_HANDSHAKE_TIMEOUT), then closes the channel.
 void close_net();

@@ -80,20 +80,21 @@ void start() {
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
   if (!wanted_here()) return;
-  const std::uint64_t mine[2] = {machine_identity(), net_wanted_here() ? 1u : 0u};
+  const std::uint64_t mine[2] = {machine_identity(), static_cast<std::uint64_t>(net_wanted_here())};
   std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(size));
   if (PMPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD) != MPI_SUCCESS) return;
   std::vector<std::uint64_t> host_of(size);
-  bool spans_machines = false, all_want_net = true;
+  bool spans_machines = false, all_want_net = true, all_ib = true;
   for (int r = 0; r < size; ++r) {
     host_of[r] = all[2 * r];
     spans_machines = spans_machines || host_of[r] != host_of[0];
-    all_want_net = all_want_net && all[2 * r + 1] == 1;
+    all_want_net = all_want_net && all[2 * r + 1] >= kNetWanted;
+    all_ib = all_ib && all[2 * r + 1] == kNetWantsIb;
   }
   start_offers(size);
   if (!open_channels()) return;
   // Every rank makes the same choice, so the channel's set-up is collective.
-  const bool reach_remote = open_net(spans_machines && all_want_net);
+  const bool reach_remote = open_net(spans_machines && all_want_net, all_ib);
   start_comms(rank, std::move(host_of), reach_remote);
   g_active.store(true, std::memory_order_release);
   FERRY_INFO(Init, "point-to-point on device buffers through peer memory (from %lld bytes)",

@@ -7,11 +7,13 @@
 
 #include "engine/collectives/tuner.h"
 #include "engine/common/params.h"
+#include "engine/core/net_channel.h"
 #include "engine/gpu/gpu.h"
 #include "ferry/ferry.h"
 #include "tools/ferry_info.h"
 
 #ifdef FERRY_HAVE_IBVERBS
+#include "engine/transport/ib_network.h"
 #include "engine/transport/ib_verbs.h"
 #endif
 
@@ -29,8 +31,8 @@ namespace {
 
 // The net transport's providers, as this machine offers them.
 void print_networks() {
-  std::printf("\nnet transport providers (FERRY_NET=%s):\n  mpi    the application's MPI\n",
-              ferry::params().net.c_str());
+  std::printf("\nnet transport providers (FERRY_NET=%s: %s here):\n", ferry::params().net.c_str(),
+              ferry::net_provider_here().c_str());
 #ifdef FERRY_HAVE_IBVERBS
   std::string why;
   const std::vector<ferry::IbPort> ports = ferry::ib_ports(&why);
@@ -38,9 +40,14 @@ void print_networks() {
   for (const ferry::IbPort& port : ports)
     std::printf("  ib     %s:%d %s, %s, MTU %d\n", port.device.c_str(), port.port, port.active ? "active" : "down",
                 port.ethernet ? "RoCE" : "InfiniBand", port.mtu_bytes);
+  if (!ports.empty() && !ferry::ib_port_here(&why)) std::printf("  ib     %s\n", why.c_str());
 #else
   std::printf("  ib     not built (no infiniband/verbs.h at build time)\n");
 #endif
+  std::printf("  mpi    the application's MPI\n  socket TCP, FERRY_SOCKET_IFNAME=%s\n",
+              ferry::params().socket_ifname.empty() ? "(first interface up)" : ferry::params().socket_ifname.c_str());
+  const std::string problem = ferry::net_setting_problem();
+  if (!problem.empty()) std::printf("  problem: %s\n", problem.c_str());
 }
 
 }  // namespace

@@ -84,7 +84,7 @@ constexpr Words kWords[] = {
     {"gpu_leader", {"auto", "on", "off"}},
     {"pt2pt", {"peer", "staged"}},
     {"nbc", {"engine", "staged"}},
-    {"net", {"mpi", "socket"}},
+    {"net", {"auto", "ib", "mpi", "socket"}},
 };
 struct Range {
   const char* field;
@@ -94,6 +94,8 @@ constexpr Range kRanges[] = {
     {"channels", 1, 64},
     {"worker_blocks", 1, 64},
     {"socket_streams", 1, 16},
+    {"ib_qps", 1, 8},
+    {"ib_gid_index", 0, 255},
 };
 
 bool equal_ignoring_case(const std::string& a, const char* b) {

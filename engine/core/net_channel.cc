@@ -10,23 +10,46 @@
 #include "engine/common/params.h"
 #include "engine/transport/net_transport.h"
 #include "engine/transport/socket_network.h"
+#ifdef FERRY_HAVE_IBVERBS
+#include "engine/transport/ib_network.h"
+#endif
 
 namespace ferry {
 
 std::string net_setting_problem() {
-  if (params().net != "socket") return {};
-  return socket_interface_problem(params().socket_ifname);
+  if (params().net == "socket") return socket_interface_problem(params().socket_ifname);
+  if (params().net != "ib" && (params().net != "auto" || params().ib_hca.empty())) return {};
+#ifdef FERRY_HAVE_IBVERBS
+  std::string why;
+  if (ib_port_here(&why)) return {};
+  // auto with FERRY_IB_HCA set: a choice that matches nothing is worth a
+  // word; a machine without RDMA devices is not.
+  if (params().net == "auto" && why.find("FERRY_IB_HCA") == std::string::npos) return {};
+  return "FERRY_NET=" + params().net + ": " + why;
+#else
+  if (params().net == "auto") return {};
+  return "FERRY_NET=ib: this build has no ib provider (no infiniband/verbs.h when it was built)";
+#endif
+}
+
+std::string net_provider_here() {
+  if (params().net != "auto") return params().net;
+#ifdef FERRY_HAVE_IBVERBS
+  std::string why;
+  if (ib_port_here(&why)) return "ib";
+#endif
+  return "mpi";
 }
 
 struct NetChannel::Send {
   Completion completion;
 };
 
-Status NetChannel::open(std::unique_ptr<Bootstrap> bootstrap, std::size_t chunk_bytes, int chunks_in_flight,
-                        std::size_t idle_chunk_bytes, std::unique_ptr<NetChannel>* out) {
+Status NetChannel::open(std::unique_ptr<Bootstrap> bootstrap, const std::string& provider, std::size_t chunk_bytes,
+                        int chunks_in_flight, std::size_t idle_chunk_bytes, std::unique_ptr<NetChannel>* out) {
   if (!bootstrap) return Status::kInvalidArgument;
   auto transport = std::make_unique<NetTransport>(chunk_bytes, chunks_in_flight);
-  FERRY_CHECK(transport->connect(*bootstrap));
+  FERRY_CHECK(transport->connect(*bootstrap, provider));
   *out = std::unique_ptr<NetChannel>(new NetChannel(std::move(transport), idle_chunk_bytes));
   (*out)->bootstrap_ = std::move(bootstrap);
   return Status::kOk;

@@ -27,21 +27,27 @@ class NetProvider;
 class NetTransport;
 
 // What is wrong here with the settings of the net transport's provider
-// (FERRY_SOCKET_IFNAME naming no usable interface where FERRY_NET=socket),
-// as a line for the user; empty when nothing is.
+// (FERRY_SOCKET_IFNAME naming no usable interface where FERRY_NET=socket;
+// no RDMA port, or none FERRY_IB_HCA chooses, where FERRY_NET=ib), as a
+// line for the user; empty when nothing is.
 std::string net_setting_problem();
+// The provider this rank would take: FERRY_NET, or for auto, ib where this
+// rank has a port FERRY_IB_HCA allows, else mpi. Ranks must agree before
+// opening it (auto: ib only where every rank says ib).
+std::string net_provider_here();
 
 class NetChannel {
  public:
   // A send in flight.
   struct Send;
 
-  // Collective over bootstrap: opens FERRY_NET's provider between its
-  // ranks (the channel keeps the bootstrap). chunk_bytes and
+  // Collective over bootstrap: opens provider (as FERRY_NET names it, the
+  // same on every rank) between its ranks (the channel keeps the
+  // bootstrap). chunk_bytes and
   // chunks_in_flight as the net transport's; idle_chunk_bytes: pinned
   // chunks kept for later messages.
-  static Status open(std::unique_ptr<Bootstrap> bootstrap, std::size_t chunk_bytes, int chunks_in_flight,
-                     std::size_t idle_chunk_bytes, std::unique_ptr<NetChannel>* out);
+  static Status open(std::unique_ptr<Bootstrap> bootstrap, const std::string& provider, std::size_t chunk_bytes,
+                     int chunks_in_flight, std::size_t idle_chunk_bytes, std::unique_ptr<NetChannel>* out);
   // The same over a provider opened elsewhere (the mpi provider on the
   // application's communicator: no bootstrap needed).
   static Status open(std::unique_ptr<NetProvider> provider, std::size_t chunk_bytes, int chunks_in_flight,

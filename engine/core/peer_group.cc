@@ -37,9 +37,10 @@ const AllowedTransports& configured_transports() {
 // FERRY_NET names a provider this build has (the same on every rank).
 bool network_configured() {
   static const bool known = [] {
-    if (params().net == "mpi" || params().net == "socket") return true;
-    FERRY_WARN(Transport, "FERRY_NET=%s: unknown network provider (known: mpi, socket); device buffers will be staged "
-               "between machines", params().net.c_str());
+    const std::string& net = params().net;
+    if (net == "auto" || net == "ib" || net == "mpi" || net == "socket") return true;
+    FERRY_WARN(Transport, "FERRY_NET=%s: unknown network provider (known: auto, ib, mpi, socket); device buffers will be "
+               "staged between machines", net.c_str());
     return false;
   }();
   return known;

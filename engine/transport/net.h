@@ -1,8 +1,8 @@
 // A network between the ranks of a group, as the net transport
 // (net_transport.h) uses it: two-sided messages of host memory, in the spirit
 // of NCCL's net plugin. Providers: the application's MPI on a private
-// communicator (engine/bootstrap/mpi_network.h, which its bootstrap opens)
-// and TCP sockets (socket_network.h); verbs would join here.
+// communicator (engine/bootstrap/mpi_network.h, which its bootstrap opens),
+// TCP sockets (socket_network.h) and rdma-core's verbs (ib_network.h).
 //
 // Contract: messages from one rank to another with one tag are received in
 // the order they were posted (as MPI's non-overtaking rule); a receive takes
@@ -25,7 +25,7 @@ struct NetRequest {
 class NetProvider {
  public:
   virtual ~NetProvider() = default;
-  // Lower case, as FERRY_NET names it: mpi, socket.
+  // Lower case, as FERRY_NET names it: mpi, socket, ib.
   virtual const char* name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
@@ -39,6 +39,13 @@ class NetProvider {
   // Abandons a request that will not complete (a failed call): releases
   // what it holds here; the peer's side is not told.
   virtual void cancel(NetRequest* request) = 0;
+
+  // Memory [data, data + bytes) the caller keeps for many messages (the net
+  // transport's pinned chunks) until forget_memory: a provider may keep it
+  // registered with its device meanwhile. Other memory it registers for one
+  // message at a time.
+  virtual void remember_memory(const void* /*data*/, std::size_t /*bytes*/) {}
+  virtual void forget_memory(const void* /*data*/, std::size_t /*bytes*/) {}
 };
 
 }  // namespace ferry

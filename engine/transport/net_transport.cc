@@ -6,8 +6,12 @@
 #include <atomic>
 
 #include "engine/bootstrap/bootstrap.h"
+#include "engine/common/log.h"
 #include "engine/common/params.h"
 #include "engine/transport/socket_network.h"
+#ifdef FERRY_HAVE_IBVERBS
+#include "engine/transport/ib_network.h"
+#endif
 
 namespace ferry {
 namespace {
@@ -65,7 +69,10 @@ NetTransport::~NetTransport() {
     FERRY_LOG_IF_FAILED(s.backend->stream_destroy(s.stream));
   }
   for (auto& [backend, event] : idle_events_) FERRY_LOG_IF_FAILED(backend->event_destroy(event));
-  for (const PinnedChunk& c : idle_chunks_) FERRY_LOG_IF_FAILED(c.backend->pinned_free(c.host));
+  for (const PinnedChunk& c : idle_chunks_) {
+    if (provider_) provider_->forget_memory(c.host, chunk_bytes_);
+    FERRY_LOG_IF_FAILED(c.backend->pinned_free(c.host));
+  }
   // The network may still hold abandoned chunks; closing it (below) ends that.
   provider_.reset();
   for (const PinnedChunk& c : lost_chunks_) FERRY_LOG_IF_FAILED(c.backend->pinned_free(c.host));
@@ -73,10 +80,27 @@ NetTransport::~NetTransport() {
 
 bool NetTransport::can_connect(const PeerView& view) const { return !same_machine(view.self, view.peer); }
 
-Status NetTransport::connect(Bootstrap& bootstrap) {
-  if (params().net == "socket") return make_socket_network(bootstrap, &provider_);
+Status NetTransport::connect(Bootstrap& bootstrap) { return connect(bootstrap, params().net); }
+
+Status NetTransport::connect(Bootstrap& bootstrap, const std::string& provider) {
+  if (provider == "socket") return make_socket_network(bootstrap, &provider_);
+  if (provider == "ib" || provider == "auto") {
+#ifdef FERRY_HAVE_IBVERBS
+    IbNetworkOptions options = IbNetworkOptions::from_params();
+    options.asked_for = provider == "ib";
+    const Status status = make_ib_network(bootstrap, &provider_, options);
+    if (ok(status) || provider == "ib") return status;
+#else
+    if (provider == "ib") {
+      FERRY_WARN(Transport, "FERRY_NET=ib: this build has no ib provider (no infiniband/verbs.h when it was built)");
+      return Status::kUnavailable;
+    }
+#endif
+  }
   provider_ = bootstrap.open_network();
-  return provider_ ? Status::kOk : Status::kUnavailable;
+  if (provider_ || provider != "auto") return provider_ ? Status::kOk : Status::kUnavailable;
+  // The engine without MPI: its own connections.
+  return make_socket_network(bootstrap, &provider_);
 }
 
 Status NetTransport::post_send(int peer, const void* local, std::size_t bytes, int tag, Completion* completion) {
@@ -192,6 +216,7 @@ Status NetTransport::take_chunk(gpu::Backend* backend, Chunk* chunk) {
   if (!chunk->pinned.host) {
     chunk->pinned.backend = backend;
     FERRY_CHECK(backend->pinned_alloc(chunk_bytes_, &chunk->pinned.host));
+    if (provider_) provider_->remember_memory(chunk->pinned.host, chunk_bytes_);
   }
   if (!chunk->event) {
     for (std::size_t i = 0; i < idle_events_.size(); ++i) {
@@ -209,6 +234,7 @@ void NetTransport::return_chunk(Chunk* chunk) {
   // Whole sends (post_send_now) may take many chunks at once: past
   // idle_chunk_bytes_ they go back to the system.
   if (chunk->pinned.host && (idle_chunks_.size() + 1) * chunk_bytes_ > idle_chunk_bytes_) {
+    if (provider_) provider_->forget_memory(chunk->pinned.host, chunk_bytes_);
     FERRY_LOG_IF_FAILED(chunk->pinned.backend->pinned_free(chunk->pinned.host));
   } else if (chunk->pinned.host) {
     idle_chunks_.push_back(chunk->pinned);

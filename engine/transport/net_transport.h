@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/transport/net.h"
@@ -41,10 +42,13 @@ class NetTransport final : public Transport {
   // Ranks of two machines (the network reaches any other machine).
   bool can_connect(const PeerView& view) const override;
   bool maps_device_memory() const override { return false; }
-  // Opens FERRY_NET's provider between the bootstrap's ranks (its peers):
-  // socket, or mpi, the network the bootstrap brings (kUnavailable on every
-  // rank where it brings none).
+  // Opens FERRY_NET's provider between the bootstrap's ranks (its peers).
   Status connect(Bootstrap& bootstrap) override;
+  // Opens provider (as FERRY_NET names it; the same on every rank): socket;
+  // ib; mpi, the network the bootstrap brings; auto: ib where every rank
+  // has a port, else the bootstrap's network, else socket. kUnavailable on
+  // every rank where the provider cannot serve.
+  Status connect(Bootstrap& bootstrap, const std::string& provider);
   // Adopts a provider opened elsewhere (the engine used without MPI).
   void attach(std::unique_ptr<NetProvider> provider) { provider_ = std::move(provider); }
   const NetProvider* provider() const { return provider_.get(); }
