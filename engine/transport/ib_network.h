@@ -30,6 +30,8 @@
 
 namespace ferry {
 
+struct IbVerbs;
+
 struct IbNetworkOptions {
   std::string hca;      // FERRY_IB_HCA
   int queue_pairs = 2;  // FERRY_IB_QPS, 1 .. kIbMaxQueuePairs
@@ -37,6 +39,9 @@ struct IbNetworkOptions {
   // Whether this provider was asked for by name: its absence is then
   // WARNed, not only logged (FERRY_NET=auto tries it quietly).
   bool asked_for = true;
+  // The verbs to call; nullptr: libibverbs (a test's software device
+  // otherwise).
+  const IbVerbs* verbs = nullptr;
   static IbNetworkOptions from_params();
 };
 

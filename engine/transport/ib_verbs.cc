@@ -114,9 +114,13 @@ const IbVerbs* ib_verbs(std::string* why) {
 }
 
 std::vector<IbPort> ib_ports(std::string* why) {
-  std::vector<IbPort> ports;
   const IbVerbs* v = ib_verbs(why);
-  if (!v) return ports;
+  return v ? ib_ports(*v, why) : std::vector<IbPort>{};
+}
+
+std::vector<IbPort> ib_ports(const IbVerbs& verbs, std::string* why) {
+  std::vector<IbPort> ports;
+  const IbVerbs* v = &verbs;
   int count = 0;
   ibv_device** devices = v->get_device_list(&count);
   if (!devices || count == 0) {

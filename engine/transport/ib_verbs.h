@@ -48,8 +48,10 @@ struct IbPort {
 };
 
 // Every port of every RDMA device here; empty with *why set where there
-// is none (or no library).
+// is none (or no library). The second form asks verbs (the loaded library's
+// or another table of the same calls).
 std::vector<IbPort> ib_ports(std::string* why);
+std::vector<IbPort> ib_ports(const IbVerbs& verbs, std::string* why);
 
 // The ports FERRY_IB_HCA chooses, in its syntax (NCCL_IB_HCA's): a comma
 // list of device[:port] names, each a prefix of a device's name unless the
