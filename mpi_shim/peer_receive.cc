@@ -11,12 +11,14 @@
 #include "engine/common/liveness.h"
 #include "engine/common/log.h"
 #include "engine/common/params.h"
+#include "engine/core/traffic.h"
 #include "mpi_shim/peer_bounce.h"
 #include "mpi_shim/peer_claims.h"
 #include "mpi_shim/peer_comms.h"
 #include "mpi_shim/peer_message.h"
 #include "mpi_shim/peer_net.h"
 #include "mpi_shim/staging.h"
+#include "mpi_shim/stats.h"
 
 namespace ferry::shim::peer {
 
@@ -159,6 +161,8 @@ int receive_message(MPI_Comm comm, const Envelope& env, int world, void* buf, in
     error = unpack_message(comm, buf, count, type, extent, capacity, delivered, fetch, &copied);
   }
   if (pinned) peer_memory().unpin_buffer(env.buffer);
+  if (ok(copied) && delivered > 0 && stats_enabled())
+    count_traffic(on_host ? TransportKind::kShm : TransportKind::kP2p, static_cast<std::uint64_t>(delivered));
   // Acknowledged in every case, so the sender's buffer is not held.
   int replied = MPI_SUCCESS;
   if (claim) {

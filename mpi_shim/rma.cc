@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/common/params.h"
+#include "engine/core/traffic.h"
 #include "handlers.h"
 #include "mpi_shim/rma.h"
 #include "mpi_shim/rma_across.h"
@@ -19,6 +20,7 @@
 #include "mpi_shim/rma_internal.h"
 #include "mpi_shim/rma_types.h"
 #include "mpi_shim/rma_window.h"
+#include "mpi_shim/stats.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/translate.h"
 #include "mpi_shim/wrapper_support.h"
@@ -107,8 +109,10 @@ int move(DeviceWindow& dw, MPI_Win win, FunctionId id, void* origin, int origin_
   Operand o;
   if (int rc = check_origin(origin, origin_count, origin_type, t.bytes, &o); rc != MPI_SUCCESS) return fail(win, rc);
   const std::vector<Window::Segment> segments = pair_runs(t, &o, nullptr);
-  return engine_result(win, id, get_data ? w.get(origin, t.at, segments.data(), segments.size())
-                                         : w.put(origin, t.at, segments.data(), segments.size()));
+  const Status moved = get_data ? w.get(origin, t.at, segments.data(), segments.size())
+                                : w.put(origin, t.at, segments.data(), segments.size());
+  if (ok(moved) && target != w.rank() && stats_enabled()) count_traffic(TransportKind::kP2p, t.bytes);
+  return engine_result(win, id, moved);
 }
 
 // Ferry's own checks of an accumulate's types, where the real MPI's verdict

@@ -6,6 +6,7 @@
 #include "engine/collectives/collectives.h"
 #include "engine/collectives/tuner.h"
 #include "engine/common/params.h"
+#include "engine/core/traffic.h"
 #include "engine/core/transport_table.h"
 #include "mpi_shim/peer_pt2pt.h"
 #include "mpi_shim/staging.h"
@@ -90,6 +91,11 @@ void print_stats(int rank) {
                  static_cast<unsigned long long>(staging.pinned_peak_bytes),
                  static_cast<unsigned long long>(staging.pageable_blocks));
   const NetTraffic net = net_traffic();
+  const std::uint64_t p2p = traffic_bytes(TransportKind::kP2p), shm = traffic_bytes(TransportKind::kShm);
+  if (p2p + shm + net.sent_bytes > 0)
+    std::fprintf(stderr, "ferry stats rank %d: bytes by transport: p2p %llu, shm %llu, net %llu\n", rank,
+                 static_cast<unsigned long long>(p2p), static_cast<unsigned long long>(shm),
+                 static_cast<unsigned long long>(net.sent_bytes));
   if (net.sent_bytes + net.received_bytes > 0)
     std::fprintf(stderr, "ferry stats rank %d: net transport %llu bytes sent, %llu bytes received\n", rank,
                  static_cast<unsigned long long>(net.sent_bytes), static_cast<unsigned long long>(net.received_bytes));

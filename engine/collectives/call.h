@@ -16,6 +16,7 @@
 #include "engine/collectives/worker.h"
 #include "engine/common/params.h"
 #include "engine/common/status.h"
+#include "engine/core/traffic.h"
 #include "engine/gpu/gpu.h"
 
 namespace ferry::coll {
@@ -82,14 +83,22 @@ class PhaseClock {
         std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count();
     last_ = now;
   }
+  // The call carries bytes of data over kind (counted with the call).
+  void carries(TransportKind kind, std::uint64_t bytes) {
+    carried_kind_ = kind;
+    carried_bytes_ = bytes;
+  }
   void count_call() {
     if (!totals_) return;
     ++totals_->calls;
     if (t_ran_on_worker) ++totals_->on_worker;
+    if (carried_bytes_ > 0) count_traffic(carried_kind_, carried_bytes_);
   }
 
  private:
   PhaseTotals* totals_;
+  TransportKind carried_kind_ = TransportKind::kP2p;
+  std::uint64_t carried_bytes_ = 0;
   std::chrono::steady_clock::time_point last_;
 };
 
