@@ -2,6 +2,7 @@
 // blocking allreduce for 2..4096 ranks, ring against tree, and the direct
 // algorithms where every peer is mapped, on one of the tuner's machine
 // models.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -45,11 +46,15 @@ int print_model(const std::vector<std::size_t>& sizes, const ferry::MachineModel
     if (machine.intra == machine.inter) break;
   }
   if (machine.gpus_per_node > 0) std::printf("; %d GPUs a node", machine.gpus_per_node);
+  const bool nodes = machine.gpus_per_node > 0;
   std::printf("\ntime of one blocking call in us; busbw in GB/s = 2(n-1)/n * bytes / time (nccl-tests);\n"
-              "direct algorithms only where every peer is mapped; pick = the runtime's choice (not in place)\n\n");
-  std::printf("%8s %6s %11s %9s %11s %9s %11s %11s %11s %11s %11s %11s  %-7s %s\n", "bytes", "ranks", "ring us",
-              "busbw", "tree us", "busbw", "ll us", "ll128 us", "oneshot us", "twoshot us", "copyeng us", "cepush us",
-              "faster", "pick");
+              "direct algorithms only where every peer is mapped; %spick = the runtime's choice (not in place%s)\n\n",
+              nodes ? "hier: by node (within, across among shard holders, gathered); " : "",
+              nodes ? "; across nodes: hier, or staged through the real MPI below FERRY_NET_MIN_BYTES" : "");
+  std::printf("%8s %6s %11s %9s %11s %9s ", "bytes", "ranks", "ring us", "busbw", "tree us", "busbw");
+  if (nodes) std::printf("%11s %9s ", "hier us", "busbw");
+  std::printf("%11s %11s %11s %11s %11s %11s  %-7s %s\n", "ll us", "ll128 us", "oneshot us", "twoshot us",
+              "copyeng us", "cepush us", "faster", "pick");
   const auto cell = [&](AllreduceAlgorithm a, std::size_t bytes, int n) {
     const double us = ferry::predict_allreduce_us(a, bytes, n, machine);
     char text[32];
@@ -61,16 +66,25 @@ int print_model(const std::vector<std::size_t>& sizes, const ferry::MachineModel
     for (int n = 2; n <= 4096; n *= 2) {
       const double ring = ferry::predict_allreduce_us(AllreduceAlgorithm::kRing, bytes, n, machine);
       const double tree = ferry::predict_allreduce_us(AllreduceAlgorithm::kTree, bytes, n, machine);
+      const double hier = ferry::predict_hierarchical_allreduce_us(bytes, n, machine);
       const bool direct = ferry::algorithm_applies(AllreduceAlgorithm::kOneShot, n, machine);
-      std::printf("%8s %6d %11.1f %9.2f %11.1f %9.2f %11s %11s %11s %11s %11s %11s  %-7s %s\n", size_name(bytes).c_str(), n,
-                  ring, ferry::allreduce_busbw_gbps(bytes, n, ring), tree, ferry::allreduce_busbw_gbps(bytes, n, tree),
-                  cell(AllreduceAlgorithm::kOneShotLl, bytes, n).c_str(),
+      const char* faster = ring < tree ? "ring" : "tree";
+      if (hier >= 0 && hier < std::min(ring, tree)) faster = "hier";
+      const char* pick = direct   ? ferry::algorithm_info(ferry::model_allreduce(n, bytes, false, machine)).name
+                         : hier >= 0 ? ferry::across_nodes_choice(bytes)
+                                     : "-";
+      std::printf("%8s %6d %11.1f %9.2f %11.1f %9.2f ", size_name(bytes).c_str(), n, ring,
+                  ferry::allreduce_busbw_gbps(bytes, n, ring), tree, ferry::allreduce_busbw_gbps(bytes, n, tree));
+      if (nodes) {
+        if (hier >= 0) std::printf("%11.1f %9.2f ", hier, ferry::allreduce_busbw_gbps(bytes, n, hier));
+        else std::printf("%11s %9s ", "-", "-");
+      }
+      std::printf("%11s %11s %11s %11s %11s %11s  %-7s %s\n", cell(AllreduceAlgorithm::kOneShotLl, bytes, n).c_str(),
                   cell(AllreduceAlgorithm::kOneShotLl128, bytes, n).c_str(),
                   cell(AllreduceAlgorithm::kOneShot, bytes, n).c_str(),
                   cell(AllreduceAlgorithm::kTwoShot, bytes, n).c_str(),
                   cell(AllreduceAlgorithm::kCopyEngine, bytes, n).c_str(),
-                  cell(AllreduceAlgorithm::kCopyPush, bytes, n).c_str(), ring < tree ? "ring" : "tree",
-                  direct ? ferry::algorithm_info(ferry::model_allreduce(n, bytes, false, machine)).name : "-");
+                  cell(AllreduceAlgorithm::kCopyPush, bytes, n).c_str(), faster, pick);
     }
     std::printf("\n");
   }

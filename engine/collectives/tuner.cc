@@ -220,6 +220,12 @@ double tree_us(std::size_t bytes, int n, const MachineModel& m) {
   return m.launch_us + latency + fill + transfer_us(2.0 * bytes, bw);
 }
 
+// Assumed, not measured with a NIC: a device chunk of the net transport
+// reaches pinned host memory at about PCIe Gen5's achieved rate; only the
+// first and last chunks of a shard are not hidden behind the network.
+constexpr double kHostCopyGbps = 50.0;
+constexpr double kNetChunkBytes = 1 << 20;
+
 // Direct algorithms address every peer's buffer: any number of peers, all
 // mapped (one node, NVLink or PCIe peer access: one_node_only).
 constexpr int kDirectMaxRanks = 0;
@@ -343,6 +349,35 @@ double predict_allreduce_us(AllreduceAlgorithm algorithm, std::size_t bytes, int
   const auto max_bytes = algorithm_info(algorithm).max_bytes;
   if (max_bytes && bytes > max_bytes(nranks)) return -1;
   return algorithm_info(algorithm).time_us(bytes, nranks, machine);
+}
+
+double predict_hierarchical_allreduce_us(std::size_t bytes, int nranks, const MachineModel& machine) {
+  const Layout l = layout_of(nranks, machine);
+  if (l.nodes < 2) return -1;
+  // Within a node: the model's own choice on one node of per_node ranks.
+  const MachineModel node{machine.name, machine.description, machine.launch_us, machine.worker_us, machine.intra,
+                          machine.intra, 0};
+  const double within =
+      l.per_node > 1 ? predict_allreduce_us(model_allreduce(l.per_node, bytes, true, node), bytes, l.per_node, node)
+                     : 0;
+  // Across: a ring of l.nodes ranks over one shard; a reduce kernel (launch
+  // and wait) after each of its n-1 reduce-scatter steps.
+  const double shard = double(bytes) / l.per_node;
+  const int n = l.nodes;
+  const double across = 2 * (n - 1) * l.inter.hop_us + (n - 1) * machine.launch_us +
+                        transfer_us(2.0 * (n - 1) / n * shard, l.inter.bandwidth_gbps) +
+                        2 * transfer_us(std::min(shard, kNetChunkBytes), kHostCopyGbps);
+  // The shards gathered: each rank loads the others' from peer memory.
+  const double gather =
+      l.per_node > 1
+          ? machine.launch_us + l.intra.hop_us + transfer_us(double(l.per_node - 1) / l.per_node * bytes,
+                                                             l.intra.bandwidth_gbps)
+          : 0;
+  return within + across + gather;
+}
+
+const char* across_nodes_choice(std::size_t bytes) {
+  return static_cast<std::int64_t>(bytes) < params().net_min_bytes ? "staged" : "hier";
 }
 
 double allreduce_busbw_gbps(std::size_t bytes, int nranks, double time_us) {

@@ -78,6 +78,18 @@ double predict_allreduce_us(AllreduceAlgorithm algorithm, std::size_t bytes, int
 // nccl-tests' allreduce bus bandwidth in GB/s: 2(n-1)/n * bytes / time.
 double allreduce_busbw_gbps(std::size_t bytes, int nranks, double time_us);
 
+// Ranks spanning nodes (engine/collectives/hierarchy.h) go by machine: an
+// allreduce within each node (the model's choice there), a ring across
+// nodes among the ranks holding the same shard of the buffer (a shard per
+// rank of a node, every NIC busy; each step a reduce kernel, the data
+// through pinned host chunks), the shards gathered within each node.
+// Negative where every rank fits one node.
+double predict_hierarchical_allreduce_us(std::size_t bytes, int nranks, const MachineModel& machine);
+// What the runtime does with a device allreduce of bytes across nodes:
+// "hier", or "staged" below FERRY_NET_MIN_BYTES (the real MPI serves small
+// calls sooner than the steps by machine, as measured).
+const char* across_nodes_choice(std::size_t bytes);
+
 // How a bcast moves the root's buffer (collectives.cc). Without a FERRY_TUNE
 // rule the engine decides by size, as measured on 2x H200 (no model yet).
 enum class BcastAlgorithm : int { kLl, kPull, kChain, kCount };

@@ -193,6 +193,27 @@ TEST(TunerModel, TreeRingCrossoverExists) {
   }
 }
 
+TEST(TunerModel, ByNodeAcrossNodesOnlyAndWinsAtLargeSizes) {
+  const MachineModel* multinode = find_machine_model("multinode");
+  ASSERT_NE(multinode, nullptr);
+  // One node (or no nodes in the machine): nothing to go by.
+  EXPECT_LT(predict_hierarchical_allreduce_us(GiB, 8, *multinode), 0);
+  EXPECT_LT(predict_hierarchical_allreduce_us(GiB, 64, default_machine_model()), 0);
+  for (int n : {16, 64, 1024}) {
+    const double hier = predict_hierarchical_allreduce_us(GiB, n, *multinode);
+    ASSERT_GT(hier, 0) << n;
+    // Only a shard of the buffer crosses each NIC: far sooner than a flat
+    // ring or tree over the network's links.
+    EXPECT_LT(hier, model_us(AllreduceAlgorithm::kRing, GiB, n, *multinode)) << n;
+    EXPECT_LT(hier, model_us(AllreduceAlgorithm::kTree, GiB, n, *multinode)) << n;
+    // More nodes cost more (a ring across them).
+    EXPECT_LT(hier, predict_hierarchical_allreduce_us(GiB, 2 * n, *multinode)) << n;
+  }
+  // The runtime stages small calls across nodes (FERRY_NET_MIN_BYTES).
+  EXPECT_STREQ(across_nodes_choice(8), "staged");
+  EXPECT_STREQ(across_nodes_choice(GiB), "hier");
+}
+
 TEST(TunerModel, DirectAlgorithmsOnlyWhereEveryPeerIsMapped) {
   const MachineModel* multinode = find_machine_model("multinode");
   ASSERT_NE(multinode, nullptr);
