@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <string>
 
 #include "engine/collectives/collectives.h"
 #include "engine/collectives/tuner.h"
@@ -97,8 +98,13 @@ void print_stats(int rank) {
                  static_cast<unsigned long long>(p2p), static_cast<unsigned long long>(shm),
                  static_cast<unsigned long long>(net.sent_bytes));
   if (net.sent_bytes + net.received_bytes > 0)
-    std::fprintf(stderr, "ferry stats rank %d: net transport %llu bytes sent, %llu bytes received\n", rank,
-                 static_cast<unsigned long long>(net.sent_bytes), static_cast<unsigned long long>(net.received_bytes));
+    std::fprintf(stderr, "ferry stats rank %d: net transport %llu bytes sent, %llu bytes received%s\n", rank,
+                 static_cast<unsigned long long>(net.sent_bytes), static_cast<unsigned long long>(net.received_bytes),
+                 net.straight_device_messages > 0
+                     ? (", " + std::to_string(net.straight_device_messages) +
+                        " device messages straight from and to device memory (GPUDirect RDMA)")
+                           .c_str()
+                     : "");
   for (int c = 0; c < static_cast<int>(EngineCollective::kCount); ++c) {
     const EngineCallStats engine = engine_call_stats(static_cast<EngineCollective>(c));
     if (engine.calls == 0) continue;

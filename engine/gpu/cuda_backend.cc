@@ -6,6 +6,8 @@
 // cudaGetDriverEntryPoint so that libferry.so does not link libcuda. What
 // they share is in cuda_backend_internal.h: the driver calls
 // (cuda_driver.cc) and the copy through a CUDA graph (cuda_graph_copy.cc).
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 
@@ -18,6 +20,8 @@ namespace ferry::gpu {
 namespace {
 
 using cuda_detail::copy_by_graph;
+using cuda_detail::dmabuf_driver;
+using cuda_detail::DmaBufDriver;
 using cuda_detail::memops_driver;
 using cuda_detail::MemOpsDriver;
 using cuda_detail::vmm_driver;
@@ -170,6 +174,20 @@ class CudaBackend final : public Backend {
     const cudaError_t state = cudaStreamQuery(reinterpret_cast<cudaStream_t>(stream));
     *done = state == cudaSuccess;
     return state == cudaErrorNotReady ? Status::kOk : FERRY_CUDA(state);
+  }
+  Status export_dmabuf(const void* device_ptr, std::size_t bytes, int* fd, std::uint64_t* offset) override {
+    const DmaBufDriver* d = dmabuf_driver();
+    if (!d) return Status::kUnsupported;
+    // Whole host pages: the driver takes no other range.
+    const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto start = reinterpret_cast<std::uintptr_t>(device_ptr);
+    const std::uintptr_t base = start / page * page, end = (start + bytes + page - 1) / page * page;
+    int handle = -1;
+    FERRY_CHECK(FERRY_CU(d, get_handle_for_address_range(&handle, static_cast<CUdeviceptr>(base), end - base,
+                                                          CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0)));
+    *fd = handle;
+    *offset = start - base;
+    return Status::kOk;
   }
   bool stream_memory_ops() const override { return memops_driver() != nullptr; }
   Status stream_wait_value(Stream stream, const std::uint32_t* word, std::uint32_t value) override {

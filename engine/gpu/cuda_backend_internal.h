@@ -49,6 +49,15 @@ struct MemOpsDriver {
 // nullptr when the driver lacks them.
 const MemOpsDriver* memops_driver();
 
+// Device memory as a dma-buf (export_dmabuf).
+struct DmaBufDriver {
+  PFN_cuGetErrorString_v6000 get_error_string;
+  PFN_cuMemGetHandleForAddressRange_v11070 get_handle_for_address_range;
+};
+
+// nullptr when the driver lacks it (older than CUDA 11.7).
+const DmaBufDriver* dmabuf_driver();
+
 template <typename Driver>
 Status from_cu(const Driver* d, CUresult result, const char* what) {
   if (result == CUDA_SUCCESS) return Status::kOk;

@@ -66,4 +66,17 @@ const MemOpsDriver* memops_driver() {
   return driver;
 }
 
+const DmaBufDriver* dmabuf_driver() {
+  static const DmaBufDriver* driver = [] () -> const DmaBufDriver* {
+    auto* d = new DmaBufDriver{};
+    const bool found =
+        driver_entry_point("cuGetErrorString", reinterpret_cast<void**>(&d->get_error_string)) &&
+        driver_entry_point("cuMemGetHandleForAddressRange", reinterpret_cast<void**>(&d->get_handle_for_address_range));
+    if (found) return d;
+    delete d;
+    return nullptr;
+  }();
+  return driver;
+}
+
 }  // namespace ferry::gpu::cuda_detail

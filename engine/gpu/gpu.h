@@ -161,6 +161,15 @@ class Backend {
   // itself on a GPU, the read-write view on the emulated device.
   virtual void* host_view(const void* device_ptr) { return const_cast<void*>(device_ptr); }
 
+  // A dma-buf file descriptor for the host pages around [device_ptr,
+  // device_ptr + bytes), *offset being device_ptr's within it, for a network
+  // device to register (GPUDirect RDMA); the caller closes it. kUnsupported
+  // where the backend or its driver has none.
+  virtual Status export_dmabuf(const void* /*device_ptr*/, std::size_t /*bytes*/, int* /*fd*/,
+                               std::uint64_t* /*offset*/) {
+    return Status::kUnsupported;
+  }
+
   // Exports the allocation that begins at device_ptr.
   virtual Status ipc_export(void* device_ptr, IpcHandle* handle) = 0;
   virtual Status ipc_import(const IpcHandle& handle, void** device_ptr) = 0;

@@ -122,6 +122,7 @@ IbNetworkOptions IbNetworkOptions::from_params() {
   options.hca = params().ib_hca;
   options.queue_pairs = static_cast<int>(params().ib_qps);
   options.gid_index = static_cast<int>(params().ib_gid_index);
+  options.gpudirect = params().ib_gpudirect;
   options.asked_for = params().net == "ib";
   return options;
 }

@@ -1,9 +1,13 @@
 // The ib provider's data path (ib_network.h): posting, completions,
-// matching sends with their receives' records, a peer's end.
+// matching sends with their receives' records, registering memory, a
+// peer's end.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
 #include "engine/common/log.h"
+#include "engine/gpu/gpu.h"
 #include "engine/transport/ib_network_impl.h"
 
 namespace ferry::ib_detail {
@@ -29,19 +33,84 @@ Op* IbNetwork::new_op(bool send, int peer, int tag, const void* data, std::size_
     return nullptr;
   }
   auto* op = new Op{send, peer, tag, static_cast<char*>(const_cast<void*>(data)), bytes};
-  if (bytes > 0 && remembered(data, bytes)) {
-    *status = cache_->acquire(data, bytes, false, &op->registration);
+  op->wire = op->data;
+  const Registration* range = nullptr;
+  if (const Remembered* r = bytes > 0 ? remembered(data, bytes) : nullptr) {
+    // Within a range the caller keeps: the whole range registered once.
+    *status = cache_->acquire(reinterpret_cast<const void*>(r->base), r->bytes, r->device, &op->registration);
+    range = op->registration;
   } else if (bytes > 0) {
     op->own.base = reinterpret_cast<std::uintptr_t>(data);
     op->own.bytes = bytes;
+    op->own.device = gpu::classify(data).kind == gpu::MemoryKind::kDevice;
     *status = registrar_->register_range(&op->own);
+    range = &op->own;
   }
   if (!ok(*status)) {
     delete op;
     return nullptr;
   }
+  if (range && range->wire) op->wire = reinterpret_cast<char*>(range->wire + (op->wire - reinterpret_cast<char*>(range->base)));
   ops_.insert(op);
   return op;
+}
+
+bool IbNetwork::remember_device_memory(const void* data, std::size_t bytes) {
+  if (!options_.gpudirect || gpudirect_failed_ || bytes == 0) return false;
+  const Registration* held = nullptr;
+  if (!ok(cache_->acquire(data, bytes, true, &held))) {
+    gpudirect_failed_ = true;
+    FERRY_INFO(Transport, "ib network: device memory cannot be registered with the RDMA device (no dma-buf and no "
+               "peer-memory module); device messages go through pinned host memory");
+    return false;
+  }
+  remembered_.push_back({reinterpret_cast<std::uintptr_t>(data), bytes, true, held});
+  return true;
+}
+
+void IbNetwork::forget_memory(const void* data, std::size_t bytes) {
+  const auto base = reinterpret_cast<std::uintptr_t>(data);
+  for (auto it = remembered_.begin(); it != remembered_.end();) {
+    if (it->base < base + bytes && base < it->base + it->bytes) {
+      if (it->held) cache_->release(it->held);
+      it = remembered_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  cache_->invalidate(data, bytes);
+}
+
+Status DomainRegistrar::register_range(Registration* range) {
+  constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  void* base = reinterpret_cast<void*>(range->base);
+  ibv_mr* mr = nullptr;
+  if (range->device) {
+    gpu::Backend* backend = gpu::owner_backend(gpu::classify(base));
+    if (!backend) return Status::kInvalidArgument;
+    int fd = -1;
+    std::uint64_t offset = 0;
+    if (verbs_.reg_dmabuf_mr && ok(backend->export_dmabuf(base, range->bytes, &fd, &offset))) {
+      mr = verbs_.reg_dmabuf_mr(pd_, offset, range->bytes, range->base, fd, kAccess);
+      ::close(fd);
+    }
+    if (!mr) {
+      void* view = backend->host_view(base);
+      mr = verbs_.reg_mr(pd_, view, range->bytes, kAccess);
+      if (mr) range->wire = reinterpret_cast<std::uintptr_t>(view);
+    }
+  } else {
+    mr = verbs_.reg_mr(pd_, base, range->bytes, kAccess);
+  }
+  if (!mr) {
+    FERRY_TRACE(Transport, "ib network: registering %zu bytes of %s memory failed (%s)", range->bytes,
+                range->device ? "device" : "host", std::strerror(errno));
+    return range->device ? Status::kUnsupported : Status::kOutOfMemory;
+  }
+  range->lkey = mr->lkey;
+  range->rkey = mr->rkey;
+  range->handle = mr;
+  return Status::kOk;
 }
 
 void IbNetwork::unregister(Op* op) {
@@ -74,7 +143,7 @@ Status IbNetwork::post_recv(int peer, int tag, void* data, std::size_t bytes, Ne
   const std::uint32_t id = next_receive_++;
   receives_[id] = op;
   op->control = IbControl{kIbClearToSend, tag, matcher_.next_receive(peer, tag), bytes,
-                          reinterpret_cast<std::uintptr_t>(data), rkey_of(op), id};
+                          reinterpret_cast<std::uintptr_t>(op->wire), rkey_of(op), id};
   const int q = static_cast<int>(index(peer, static_cast<int>(next_qp_[peer]++ % queue_pairs_)));
   FERRY_CHECK(submit(q, Outgoing{nullptr, op->control}));
   return progress();
@@ -133,7 +202,7 @@ Status IbNetwork::post_outgoing(int q, const Outgoing& out) {
     const std::uint32_t lkey = lkey_of(op);
     for (std::size_t piece = 0; piece < op->pieces && rc == 0; ++piece) {
       IbSend send;
-      make_data_write(op->data, op->bytes, lkey, op->control, piece_bytes_, piece,
+      make_data_write(op->wire, op->bytes, lkey, op->control, piece_bytes_, piece,
                       work_id(kDataWork, reinterpret_cast<std::uintptr_t>(op)), &send);
       rc = ibv_post_send(qp, &send.wr, &bad);
     }

@@ -12,6 +12,12 @@
 // same answer: where any rank has no port or fails a step, every rank
 // returns kUnavailable (the failing one its own status).
 //
+// Device memory (GPUDirect RDMA): a message's device memory is registered
+// with the RDMA device for as long as the message moves (dma-buf from the
+// device backend, else ibv_reg_mr on the device address, which needs the
+// GPU vendor's peer-memory module); where neither works the net transport
+// stages it through pinned host chunks as for the other providers.
+//
 // Progress: no thread of its own; every post and test() polls the one
 // completion queue, as the socket provider does. A completion in error
 // (the peer's process or link is gone: the device's retries ran out) fails
@@ -36,6 +42,7 @@ struct IbNetworkOptions {
   std::string hca;      // FERRY_IB_HCA
   int queue_pairs = 2;  // FERRY_IB_QPS, 1 .. kIbMaxQueuePairs
   int gid_index = 0;    // FERRY_IB_GID_INDEX (RoCE)
+  bool gpudirect = true;  // FERRY_IB_GPUDIRECT: device memory registered with the device
   // Whether this provider was asked for by name: its absence is then
   // WARNed, not only logged (FERRY_NET=auto tries it quietly).
   bool asked_for = true;

@@ -43,6 +43,7 @@ struct Op {
   std::size_t bytes;
   const Registration* registration = nullptr;  // from the cache (remembered memory)
   Registration own{};                          // else registered for this message alone
+  char* wire = nullptr;                        // data as the device knows it
   IbControl control{};  // a receive's record; a send's receive's, once it came
   bool posted = false;  // a send's data (or refusal) is with the device
   bool refused = false;
@@ -67,27 +68,26 @@ struct QueuePair {
 };
 
 // The protection domain as the registration cache's registrar: host memory
-// (the net transport's pinned chunks) by ibv_reg_mr.
+// by ibv_reg_mr; device memory as a dma-buf (ibv_reg_dmabuf_mr) where its
+// backend exports one, else by ibv_reg_mr on the address the device
+// reaches it by (the GPU vendor's peer-memory module).
 class DomainRegistrar final : public Registrar {
  public:
   DomainRegistrar(const IbVerbs& verbs, ibv_pd* pd) : verbs_(verbs), pd_(pd) {}
-  Status register_range(Registration* range) override {
-    ibv_mr* mr = verbs_.reg_mr(pd_, reinterpret_cast<void*>(range->base), range->bytes,
-                               IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (!mr) {
-      FERRY_WARN(Transport, "ib network: registering %zu bytes failed (%s)", range->bytes, std::strerror(errno));
-      return Status::kOutOfMemory;
-    }
-    range->lkey = mr->lkey;
-    range->rkey = mr->rkey;
-    range->handle = mr;
-    return Status::kOk;
-  }
+  Status register_range(Registration* range) override;
   void deregister_range(const Registration& range) override { verbs_.dereg_mr(static_cast<ibv_mr*>(range.handle)); }
 
  private:
   const IbVerbs& verbs_;
   ibv_pd* pd_;
+};
+
+// Memory the caller keeps (remember_memory, remember_device_memory).
+struct Remembered {
+  std::uintptr_t base;
+  std::size_t bytes;
+  bool device;
+  const Registration* held;  // device memory: registered while remembered
 };
 
 class IbNetwork final : public NetProvider {
@@ -101,6 +101,8 @@ class IbNetwork final : public NetProvider {
       if (q.qp) verbs_->destroy_qp(q.qp);
     for (Op* op : ops_) unregister(op);
     for (Op* op : ops_) delete op;
+    for (const Remembered& r : remembered_)
+      if (r.held) cache_->release(r.held);
     cache_.reset();
     if (slots_mr_) verbs_->dereg_mr(slots_mr_);
     std::free(slots_);
@@ -128,23 +130,18 @@ class IbNetwork final : public NetProvider {
   Status test(NetRequest* request, bool* done) override;
   void cancel(NetRequest* request) override;
   void remember_memory(const void* data, std::size_t bytes) override {
-    remembered_.push_back({reinterpret_cast<std::uintptr_t>(data), bytes});
+    remembered_.push_back({reinterpret_cast<std::uintptr_t>(data), bytes, false, nullptr});
   }
-  void forget_memory(const void* data, std::size_t bytes) override {
-    const auto base = reinterpret_cast<std::uintptr_t>(data);
-    remembered_.erase(std::remove_if(remembered_.begin(), remembered_.end(),
-                                     [&](const auto& r) { return r.first < base + bytes && base < r.first + r.second; }),
-                      remembered_.end());
-    cache_->invalidate(data, bytes);
-  }
+  bool remember_device_memory(const void* data, std::size_t bytes) override;
+  void forget_memory(const void* data, std::size_t bytes) override;
 
  private:
   std::size_t index(int peer, int q) const { return static_cast<std::size_t>(peer) * queue_pairs_ + q; }
-  bool remembered(const void* data, std::size_t bytes) const {
+  const Remembered* remembered(const void* data, std::size_t bytes) const {
     const auto base = reinterpret_cast<std::uintptr_t>(data);
-    for (const auto& r : remembered_)
-      if (r.first <= base && bytes <= r.second && base - r.first <= r.second - bytes) return true;
-    return false;
+    for (const Remembered& r : remembered_)
+      if (r.base <= base && bytes <= r.bytes && base - r.base <= r.bytes - bytes) return &r;
+    return nullptr;
   }
   std::uint32_t lkey_of(const Op* op) const { return op->registration ? op->registration->lkey : op->own.lkey; }
   std::uint32_t rkey_of(const Op* op) const { return op->registration ? op->registration->rkey : op->own.rkey; }
@@ -178,7 +175,8 @@ class IbNetwork final : public NetProvider {
   ibv_mr* slots_mr_ = nullptr;
   std::unique_ptr<DomainRegistrar> registrar_;
   std::unique_ptr<RegistrationCache> cache_;
-  std::vector<std::pair<std::uintptr_t, std::size_t>> remembered_;
+  std::vector<Remembered> remembered_;
+  bool gpudirect_failed_ = false;  // said once
   IbMatcher matcher_;
   std::unordered_set<Op*> ops_;
   std::unordered_map<std::uint32_t, Op*> receives_;  // by id, until their data lands

@@ -45,6 +45,11 @@ class NetProvider {
   // registered with its device meanwhile. Other memory it registers for one
   // message at a time.
   virtual void remember_memory(const void* /*data*/, std::size_t /*bytes*/) {}
+  // Device memory [data, data + bytes) that one message is about to move:
+  // true where the provider takes it straight from there (registered with
+  // its device: GPUDirect RDMA) until forget_memory; false where the caller
+  // is to stage it through host memory.
+  virtual bool remember_device_memory(const void* /*data*/, std::size_t /*bytes*/) { return false; }
   virtual void forget_memory(const void* /*data*/, std::size_t /*bytes*/) {}
 };
 

@@ -18,10 +18,11 @@ namespace {
 
 std::atomic<std::uint64_t> g_sent_bytes{0};
 std::atomic<std::uint64_t> g_received_bytes{0};
+std::atomic<std::uint64_t> g_straight_device_messages{0};
 
 }  // namespace
 
-NetTraffic net_traffic() { return {g_sent_bytes.load(), g_received_bytes.load()}; }
+NetTraffic net_traffic() { return {g_sent_bytes.load(), g_received_bytes.load(), g_straight_device_messages.load()}; }
 
 // One chunk of a message in flight, in its message's window.
 struct NetTransport::Chunk {
@@ -46,6 +47,9 @@ struct NetTransport::Message {
   // staged) and finished.
   std::size_t staged = 0, posted = 0, landed = 0, finished = 0;
   std::vector<Chunk> window;
+  // Device memory the provider takes straight (remember_device_memory):
+  // moved as host memory is, forgotten when the message ends.
+  bool straight_device = false;
 
   Chunk& slot(std::size_t chunk) { return window[chunk % window.size()]; }
   std::size_t offset(std::size_t chunk, std::size_t chunk_bytes) const { return chunk * chunk_bytes; }
@@ -170,8 +174,11 @@ Status NetTransport::post(bool send, int peer, void* local, std::size_t bytes, i
   gpu::Backend* backend = info.kind == gpu::MemoryKind::kDevice ? gpu::owner_backend(info) : nullptr;
   completion->done = bytes == 0;
   if (bytes == 0) return Status::kOk;
-  messages_.push_back(Message{send, peer, tag, static_cast<char*>(local), bytes, backend, info.device, completion,
-                              (bytes + chunk_bytes_ - 1) / chunk_bytes_});
+  const bool straight_device = backend && provider_->remember_device_memory(local, bytes);
+  messages_.push_back(Message{send, peer, tag, static_cast<char*>(local), bytes, straight_device ? nullptr : backend,
+                              info.device, completion, (bytes + chunk_bytes_ - 1) / chunk_bytes_});
+  messages_.back().straight_device = straight_device;
+  if (straight_device) g_straight_device_messages.fetch_add(1, std::memory_order_relaxed);
   messages_.back().window.resize(window > 0 ? window : static_cast<std::size_t>(chunks_in_flight_));
   return progress();
 }
@@ -351,6 +358,7 @@ Status NetTransport::progress() {
     status = m.send ? progress_send(m, may_post) : progress_recv(m, may_post);
     if (m.posted < m.chunks) unposted.push_back(&m);
     if (ok(status) && m.finished == m.chunks) {
+      if (m.straight_device) provider_->forget_memory(m.local, m.bytes);
       m.completion->done = true;
       it = messages_.erase(it);
     } else {
@@ -370,6 +378,7 @@ void NetTransport::abandon(Status why) {
       if (c.event) idle_events_.push_back({c.pinned.backend, c.event});
       c = Chunk{};
     }
+    if (m.straight_device && provider_) provider_->forget_memory(m.local, m.bytes);
   }
   messages_.clear();
   if (ok(broken_)) broken_ = why;

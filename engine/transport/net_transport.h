@@ -2,7 +2,8 @@
 // a network provider (net.h). Two-sided: a send and its receive move bytes of
 // host or device memory; device memory is pipelined through pinned host
 // chunks (the copy of one chunk to or from the device overlaps the network
-// transfer of others), so the provider only ever sees host memory.
+// transfer of others), unless the provider takes it straight
+// (remember_device_memory: GPUDirect RDMA on ib).
 //
 // Framing: a message of B bytes travels as ceil(B / chunk) provider messages
 // of at most chunk bytes, whatever memory either side holds, so the two
@@ -29,6 +30,7 @@ namespace ferry {
 struct NetTraffic {
   std::uint64_t sent_bytes;
   std::uint64_t received_bytes;
+  std::uint64_t straight_device_messages;  // device memory on the network without host copies
 };
 NetTraffic net_traffic();
 

@@ -22,6 +22,9 @@ struct Registration {
   std::uint32_t lkey = 0;
   std::uint32_t rkey = 0;
   void* handle = nullptr;  // the registrar's (ibv_mr*)
+  // The address the network device knows base by (0: base itself; the
+  // emulated device's host view of its memory, say).
+  std::uintptr_t wire = 0;
 };
 
 // What registers a range with the device: the ib provider's protection

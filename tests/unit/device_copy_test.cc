@@ -4,6 +4,9 @@
 // FERRY_UNIT_TEST_DEVICE=cuda on GPU 0, where device-to-device copies go
 // through the CUDA backend's copy graph (counted), or the ordinary way when
 // the graph is busy with another thread's copy.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -155,6 +158,29 @@ TEST(DeviceCopy, ManyThreadsAtOnce) {
   }
   for (auto& thread : threads) thread.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
+}
+
+// GPUDirect RDMA's first step (the ib provider registers what this gives):
+// on CUDA, device memory at an unaligned offset exports as a dma-buf whose
+// offset points at it; the emulated device has none.
+TEST(DeviceDmaBuf, DeviceMemoryExportsForANetworkDevice) {
+  void* memory = nullptr;
+  ASSERT_EQ(device()->device_alloc(3 << 20, &memory), Status::kOk);
+  int fd = -1;
+  std::uint64_t offset = 0;
+  const char* start = static_cast<char*>(memory) + 4096 + 100;
+  const Status exported = device()->export_dmabuf(start, 1 << 20, &fd, &offset);
+  if (on_cuda()) {
+    ASSERT_EQ(exported, Status::kOk);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(offset, reinterpret_cast<std::uintptr_t>(start) % static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE)));
+    struct stat st {};
+    EXPECT_EQ(fstat(fd, &st), 0);
+    close(fd);
+  } else {
+    EXPECT_EQ(exported, Status::kUnsupported);
+  }
+  ASSERT_EQ(device()->device_free(memory), Status::kOk);
 }
 
 }  // namespace

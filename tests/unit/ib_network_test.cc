@@ -185,13 +185,19 @@ TEST(IbNetworkSoft, APeerThatHasGoneFailsItsOperations) {
   });
 }
 
-TEST(IbNetworkSoft, TheNetTransportsChunksStayRegistered) {
+// Six rounds of a device message of six chunks from rank 0 to rank 1 over
+// the net transport on the soft device, gpudirect or not; the data checked.
+void device_rounds(bool gpudirect) {
   constexpr std::size_t kChunk = 64 * 1024, kBytes = 5 * kChunk + 123;
-  const soft_verbs::Counts before = soft_verbs::counts();
   run_ranks(2, [&](int rank, Bootstrap& bootstrap) {
     gpu::Backend* device = gpu::emulated_backend();
     NetTransport transport(kChunk, 2);
-    transport.attach(open_soft(bootstrap));
+    IbNetworkOptions options;
+    options.verbs = &soft_verbs::verbs();
+    options.gpudirect = gpudirect;
+    std::unique_ptr<NetProvider> net;
+    ASSERT_EQ(make_ib_network(bootstrap, &net, options), Status::kOk);
+    transport.attach(std::move(net));
     void* memory = nullptr;
     ASSERT_EQ(device->device_alloc(kBytes, &memory), Status::kOk);
     for (int round = 0; round < 6; ++round) {
@@ -213,10 +219,31 @@ TEST(IbNetworkSoft, TheNetTransportsChunksStayRegistered) {
     ASSERT_EQ(device->device_free(memory), Status::kOk);
     EXPECT_EQ(bootstrap.barrier(), Status::kOk);
   });
-  // 6 rounds of 6 chunks each way, through the same few pinned chunks: each
-  // registered once (plus each rank's receive slots), not once a message.
+}
+
+TEST(IbNetworkSoft, TheNetTransportsChunksStayRegistered) {
+  const soft_verbs::Counts before = soft_verbs::counts();
+  const NetTraffic traffic = net_traffic();
+  device_rounds(false);
+  // 36 chunks each way through the same few pinned chunks: each registered
+  // once (and each rank's receive slots), not once a message.
   const soft_verbs::Counts after = soft_verbs::counts();
   EXPECT_LE(after.registrations - before.registrations, 2u * 9) << "registrations";
+  EXPECT_GE(after.writes - before.writes, 36u);
+  EXPECT_EQ(after.live_regions, before.live_regions);
+  EXPECT_EQ(after.errors, before.errors);
+  EXPECT_EQ(net_traffic().straight_device_messages, traffic.straight_device_messages);
+}
+
+TEST(IbNetworkSoft, DeviceMemoryGoesStraightWithGpuDirect) {
+  const soft_verbs::Counts before = soft_verbs::counts();
+  const NetTraffic traffic = net_traffic();
+  device_rounds(true);
+  // Each message's device memory registered once on each side, written
+  // straight into (no pinned chunks), let go when the message ends.
+  const soft_verbs::Counts after = soft_verbs::counts();
+  EXPECT_EQ(net_traffic().straight_device_messages - traffic.straight_device_messages, 12u);
+  EXPECT_EQ(after.registrations - before.registrations, 2u * (6 + 1)) << "registrations";
   EXPECT_GE(after.writes - before.writes, 36u);
   EXPECT_EQ(after.live_regions, before.live_regions);
   EXPECT_EQ(after.errors, before.errors);
