@@ -50,6 +50,9 @@ struct NetTransport::Message {
   // Device memory the provider takes straight (remember_device_memory):
   // moved as host memory is, forgotten when the message ends.
   bool straight_device = false;
+  // Handed to the network whole (post_send_now, hand_over): not held back
+  // by earlier messages of its queue.
+  bool handed_over = false;
 
   Chunk& slot(std::size_t chunk) { return window[chunk % window.size()]; }
   std::size_t offset(std::size_t chunk, std::size_t chunk_bytes) const { return chunk * chunk_bytes; }
@@ -145,6 +148,7 @@ Status NetTransport::hand_over(Completion* completion, std::chrono::steady_clock
       whole[chunk] = std::move(m->slot(chunk));
     m->window = std::move(whole);
   }
+  m->handed_over = true;
   return post_all(completion, m->bytes, deadline);
 }
 
@@ -178,6 +182,7 @@ Status NetTransport::post(bool send, int peer, void* local, std::size_t bytes, i
   messages_.push_back(Message{send, peer, tag, static_cast<char*>(local), bytes, straight_device ? nullptr : backend,
                               info.device, completion, (bytes + chunk_bytes_ - 1) / chunk_bytes_});
   messages_.back().straight_device = straight_device;
+  messages_.back().handed_over = window > 0;
   if (straight_device) g_straight_device_messages.fetch_add(1, std::memory_order_relaxed);
   messages_.back().window.resize(window > 0 ? window : static_cast<std::size_t>(chunks_in_flight_));
   return progress();
@@ -263,8 +268,8 @@ Status NetTransport::stream_for(Message& message, gpu::Stream* stream) {
   return Status::kOk;
 }
 
-Status NetTransport::progress_send(Message& m, bool may_post) {
-  const std::size_t window = m.window.size();
+Status NetTransport::progress_send(Message& m, bool may_post, std::size_t room) {
+  const std::size_t window = std::min(m.window.size(), room);
   if (m.backend) {
     gpu::Stream stream = nullptr;
     while (m.staged < m.chunks && m.staged - m.finished < window) {
@@ -304,8 +309,8 @@ Status NetTransport::progress_send(Message& m, bool may_post) {
   return Status::kOk;
 }
 
-Status NetTransport::progress_recv(Message& m, bool may_post) {
-  const std::size_t window = m.window.size();
+Status NetTransport::progress_recv(Message& m, bool may_post, std::size_t room) {
+  const std::size_t window = std::min(m.window.size(), room);
   while (may_post && m.posted < m.chunks && m.posted - m.finished < window) {
     Chunk& c = m.slot(m.posted);
     char* into = m.local + m.offset(m.posted, chunk_bytes_);
@@ -348,14 +353,25 @@ Status NetTransport::progress() {
   if (!ok(broken_)) return broken_;
   // A message posts its chunks only after every earlier message of its
   // queue (direction, peer, tag) has posted all of its own: the network
-  // matches them in that order.
+  // matches them in that order. The chunks in flight of a queue's messages
+  // together stay within the window (a chain of many messages holds no
+  // more pinned memory than one); a message handed over whole (its window
+  // is all its chunks) is not held back.
   std::vector<const Message*> unposted;
+  std::vector<const Message*> started;
   Status status = Status::kOk;
   for (auto it = messages_.begin(); it != messages_.end() && ok(status);) {
     Message& m = *it;
     bool may_post = true;
     for (const Message* earlier : unposted) may_post = may_post && !m.same_queue(*earlier);
-    status = m.send ? progress_send(m, may_post) : progress_recv(m, may_post);
+    std::size_t earlier_in_flight = 0;
+    for (const Message* earlier : started)
+      if (m.same_queue(*earlier)) earlier_in_flight += std::max(earlier->posted, earlier->staged) - earlier->finished;
+    const std::size_t room = m.handed_over                          ? m.window.size()
+                             : m.window.size() > earlier_in_flight ? m.window.size() - earlier_in_flight
+                                                                   : 0;
+    status = m.send ? progress_send(m, may_post, room) : progress_recv(m, may_post, room);
+    started.push_back(&m);
     if (m.posted < m.chunks) unposted.push_back(&m);
     if (ok(status) && m.finished == m.chunks) {
       if (m.straight_device) provider_->forget_memory(m.local, m.bytes);

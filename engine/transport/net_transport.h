@@ -107,8 +107,11 @@ class NetTransport final : public Transport {
   Message* find(const Completion* completion);
   // Moves messages on until completion's send has posted every chunk.
   Status post_all(Completion* completion, std::size_t bytes, std::chrono::steady_clock::time_point deadline);
-  Status progress_send(Message& message, bool may_post);
-  Status progress_recv(Message& message, bool may_post);
+  // may_post: every earlier message of its queue has posted all its chunks;
+  // room: chunks it may have in flight (its window, less what earlier
+  // messages of its queue have in flight).
+  Status progress_send(Message& message, bool may_post, std::size_t room);
+  Status progress_recv(Message& message, bool may_post, std::size_t room);
   Status stream_for(Message& message, gpu::Stream* stream);
   void abandon(Status why);
 
