@@ -125,7 +125,11 @@ case "$mode" in
       "$build_dir/ferry-demo"
     ;;
   test)
+    packages+=(python3-matplotlib)
     install_missing
+    # tools/ferry-plot's test runs the python3 on PATH, which may be
+    # another than the distribution's (pyenv, conda).
+    python3 -c 'import matplotlib' 2>/dev/null || python3 -m pip install -q matplotlib
     build
     ctest --test-dir "$build_dir" --output-on-failure --timeout 1800
     ;;
