@@ -17,6 +17,9 @@ jobs=$(nproc)
 packages=(build-essential cmake ninja-build python3 pkg-config
           libopenmpi-dev openmpi-bin libpmix-dev libhwloc-dev libibverbs-dev
           libgtest-dev libbenchmark-dev scalapack-mpi-test)
+# What the demo needs (the library and one MPI program).
+demo_packages=(build-essential cmake ninja-build python3 pkg-config libopenmpi-dev openmpi-bin libhwloc-dev
+               libibverbs-dev)
 # Installed where the distribution has them. ROCm SMI (opened at run time
 # for AMD GPUs' xGMI links; its unit tests use the real library) is built
 # for amd64 only.
@@ -47,8 +50,23 @@ install_missing() {
 }
 
 build() {
-  cmake -S . -B "$build_dir" -G Ninja >/dev/null
+  cmake -S . -B "$build_dir" -G Ninja -DFERRY_BUILD_TESTS=ON >/dev/null
   cmake --build "$build_dir" -j "$jobs"
+}
+
+# The demo needs the library and one program: no tests, no benchmarks.
+demo() {
+  echo "== configuring $build_dir/ (what this machine gives Ferry):"
+  cmake -S . -B "$build_dir" -G Ninja -DFERRY_BUILD_TESTS=OFF | sed -n 's/^-- Ferry: /   /p'
+  echo "== building libferry.so and ferry-demo"
+  cmake --build "$build_dir" -j "$jobs" --target ferry ferry-demo | grep -E "error|warning" || true
+  local run=(mpirun --oversubscribe -np 2 --bind-to none -x LD_PRELOAD="$PWD/$build_dir/libferry.so")
+  echo "== running: ${run[*]} $build_dir/ferry-demo"
+  "${run[@]}" "$build_dir/ferry-demo"
+  echo "== the same with -x FERRY_STATS=1 (rank 0's calls; engine: GPU to GPU by Ferry, staged: through host"
+  echo "   copies, pmpi: the real MPI untouched):"
+  "${run[@]}" -x FERRY_STATS=1 "$build_dir/ferry-demo" 2>&1 >/dev/null |
+    sed -n 's/^ferry stats rank 0: \(function\|MPI_Allreduce\|MPI_Bcast\|MPI_Alltoallv\) /   \1 /p'
 }
 
 # The checked builds compile the host code only: the emulated device runs
@@ -119,10 +137,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 case "$mode" in
   demo)
+    packages=("${demo_packages[@]}")
+    optional_packages=()
     install_missing
-    build
-    mpirun --oversubscribe -np 2 --bind-to none -x LD_PRELOAD="$PWD/$build_dir/libferry.so" \
-      "$build_dir/ferry-demo"
+    demo
     ;;
   test)
     packages+=(python3-matplotlib)
