@@ -207,7 +207,8 @@ std::string socket_interface_problem(const std::string& wanted) {
   if (wanted.empty()) return {};
   SocketInterface ignored;
   std::string problem;
-  choose_socket_interface(wanted, &ignored, &problem);
+  // The verdict is in problem (empty when the name is usable).
+  if (ok(choose_socket_interface(wanted, &ignored, &problem))) return {};
   return problem;
 }
 
