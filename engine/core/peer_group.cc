@@ -39,8 +39,10 @@ bool network_configured() {
   static const bool known = [] {
     const std::string& net = params().net;
     if (net == "auto" || net == "ib" || net == "mpi" || net == "socket") return true;
-    FERRY_WARN(Transport, "FERRY_NET=%s: unknown network provider (known: auto, ib, mpi, socket); device buffers will be "
-               "staged between machines", net.c_str());
+    FERRY_WARN(Transport,
+               "FERRY_NET=%s: unknown network provider (known: auto, ib, mpi, socket); device buffers will be staged "
+               "between machines",
+               net.c_str());
     return false;
   }();
   return known;

@@ -153,7 +153,8 @@ Status make_ib_network(Bootstrap& bootstrap, std::unique_ptr<NetProvider>* out, 
   const int qps = network->queue_pairs();
   std::vector<std::uint32_t> my_qpns(static_cast<std::size_t>(size) * qps, 0);
   for (int peer = 0; peer < size; ++peer)
-    for (int q = 0; q < qps && peer != rank; ++q) my_qpns[static_cast<std::size_t>(peer) * qps + q] = network->qpn(peer, q);
+    for (int q = 0; q < qps && peer != rank; ++q)
+      my_qpns[static_cast<std::size_t>(peer) * qps + q] = network->qpn(peer, q);
   std::vector<std::uint32_t> qpns(my_qpns.size() * size);
   FERRY_CHECK(bootstrap.allgather(my_qpns.data(), qpns.data(), my_qpns.size() * sizeof(std::uint32_t)));
   const Status joined = network->connect(addresses, qpns);

@@ -50,7 +50,8 @@ Op* IbNetwork::new_op(bool send, int peer, int tag, const void* data, std::size_
     delete op;
     return nullptr;
   }
-  if (range && range->wire) op->wire = reinterpret_cast<char*>(range->wire + (op->wire - reinterpret_cast<char*>(range->base)));
+  if (range && range->wire)
+    op->wire = reinterpret_cast<char*>(range->wire + (op->wire - reinterpret_cast<char*>(range->base)));
   ops_.insert(op);
   return op;
 }
@@ -58,7 +59,11 @@ Op* IbNetwork::new_op(bool send, int peer, int tag, const void* data, std::size_
 bool IbNetwork::remember_device_memory(const void* data, std::size_t bytes) {
   if (!options_.gpudirect || gpudirect_failed_ || bytes == 0) return false;
   const Registration* held = nullptr;
-  if (!ok(cache_->acquire(data, bytes, true, &held))) {
+  const Status registered = cache_->acquire(data, bytes, true, &held);
+  if (!ok(registered)) {
+    // The device takes no device memory at all: not asked again. (Every
+    // cached range held at once is only this message's problem.)
+    if (registered != Status::kUnsupported) return false;
     gpudirect_failed_ = true;
     FERRY_INFO(Transport, "ib network: device memory cannot be registered with the RDMA device (no dma-buf and no "
                "peer-memory module); device messages go through pinned host memory");
@@ -280,7 +285,8 @@ Status IbNetwork::on_control(int peer, const IbControl& control) {
     return Status::kOk;
   }
   if (control.kind != kIbClearToSend) {
-    FERRY_WARN(Transport, "ib network: a control message of unknown kind 0x%x from rank %d dropped", control.kind, peer);
+    FERRY_WARN(Transport, "ib network: a control message of unknown kind 0x%x from rank %d dropped", control.kind,
+               peer);
     return Status::kOk;
   }
   auto* op = static_cast<Op*>(matcher_.add_control(peer, control));
