@@ -124,13 +124,14 @@ def wrappers(functions):
         fast_path = ""
         if f.policy == "buffers":
             fast_path = f"""
-  if (!stats_enabled() && !ferry::gpu::device_runtime_active()) return P{f.name}({f.argument_list()});"""
+  if (!observing() && !ferry::gpu::device_runtime_active()) return P{f.name}({f.argument_list()});"""
         elif f.policy == "pt2pt":
             fast_path = f"""
-  if (!stats_enabled() && !ferry::gpu::device_runtime_active() && !ferry::shim::peer::active())
+  if (!observing() && !ferry::gpu::device_runtime_active() && !ferry::shim::peer::active())
     return P{f.name}({f.argument_list()});"""
         bodies.append(f"""extern "C" FERRY_EXPORT int {f.name}({f.parameter_list()}) {{{fast_path}
   try {{
+    CallSpan span(FunctionId::k{f.short});
     count_call(FunctionId::k{f.short});
     return handle_{f.short}({f.argument_list()});
   }} catch (...) {{
@@ -147,6 +148,7 @@ def wrappers(functions):
 #include "engine/gpu/gpu.h"
 #include "function_ids.h"
 #include "handlers.h"
+#include "mpi_shim/call_span.h"
 #include "mpi_shim/peer_pt2pt.h"
 #include "mpi_shim/wrapper_support.h"
 

@@ -1,12 +1,14 @@
 // MPI_Init / MPI_Finalize, error reporting shared by the wrappers, and
 // Open MPI's CUDA-awareness query.
 #include <cstdio>
+#include <cstdlib>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "engine/common/log.h"
 #include "engine/common/params.h"
+#include "engine/common/trace.h"
 #include "engine/core/net_channel.h"
 #include "engine/gpu/gpu.h"
 #include "ferry/ferry.h"
@@ -28,6 +30,11 @@ void after_init() {
   int rank = -1;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   set_log_rank(rank);
+  if (trace_enabled()) {
+    trace_set_rank(rank);
+    // At exit, so MPI_Finalize's own span is in the file too.
+    std::atexit([] { trace_write(); });
+  }
   // A setting that silently does something else is worse than a line on
   // stderr: invalid values are reported by rank 0 even without FERRY_DEBUG;
   // unknown FERRY_* names only under it.

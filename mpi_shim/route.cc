@@ -7,6 +7,7 @@
 #include "engine/common/log.h"
 #include "engine/common/params.h"
 #include "engine/gpu/gpu.h"
+#include "mpi_shim/call_span.h"
 #include "mpi_shim/stats.h"
 
 namespace ferry::shim {
@@ -83,6 +84,7 @@ bool null_send_buffer(FunctionId id, const void* sendbuf, int count, MPI_Datatyp
 
 void record_route(FunctionId id, const RouteDecision& decision) {
   count_route(id, decision.route);
+  if (CallSpan* span = CallSpan::current()) span->set_route(decision.route, decision.reason);
   FERRY_TRACE(Route, "%s -> %s (%s)", function_name(id), route_name(decision.route), decision.reason);
 }
 

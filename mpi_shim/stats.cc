@@ -1,5 +1,9 @@
 #include "mpi_shim/stats.h"
 
+#include <string>
+
+#include "mpi_shim/call_span.h"
+
 #include <atomic>
 #include <cstdio>
 #include <string>
@@ -28,6 +32,18 @@ Counters& of(FunctionId id) { return counters[static_cast<int>(id)]; }
 }  // namespace
 
 const bool g_stats_enabled = params().stats;
+const bool g_observing = params().stats || !params().trace.empty();
+
+thread_local CallSpan* CallSpan::current_ = nullptr;
+
+void CallSpan::close() {
+  current_ = outer_;
+  std::string args;
+  if (routed_)
+    args = std::string("\"route\":\"") + route_name(route_) + "\",\"why\":\"" + trace_escape(reason_) + "\"";
+  if (bytes_ > 0) args += (args.empty() ? "" : ",") + std::string("\"bytes\":") + std::to_string(bytes_);
+  trace_span(function_name(id_), "mpi", start_us_, trace_now_us(), args);
+}
 
 void record_call(FunctionId id) { of(id).calls.fetch_add(1, std::memory_order_relaxed); }
 
@@ -39,7 +55,9 @@ void record_bytes(FunctionId id, std::int64_t count, MPI_Datatype datatype) {
   if (count <= 0 || datatype == MPI_DATATYPE_NULL) return;
   int size = 0;
   if (PMPI_Type_size(datatype, &size) != MPI_SUCCESS) return;
-  of(id).bytes.fetch_add(static_cast<std::uint64_t>(count) * size, std::memory_order_relaxed);
+  const auto bytes = static_cast<std::uint64_t>(count) * size;
+  of(id).bytes.fetch_add(bytes, std::memory_order_relaxed);
+  if (CallSpan* span = CallSpan::current()) span->add_bytes(bytes);
 }
 
 void print_stats(int rank) {

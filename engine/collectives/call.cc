@@ -29,6 +29,26 @@ PeerReach reach_of(Communicator& comm) {
 PhaseTotals g_phase_totals[static_cast<int>(EngineCollective::kCount)];
 thread_local bool t_ran_on_worker = false;
 
+const char* engine_phase_name(EnginePhase phase) {
+  switch (phase) {
+    case EnginePhase::kSetup: return "set-up";
+    case EnginePhase::kHandshake: return "handshake";
+    case EnginePhase::kRun: return "device";
+    case EnginePhase::kFinish: return "finish";
+    case EnginePhase::kCount: break;
+  }
+  return "?";
+}
+
+void PhaseClock::trace_call() const {
+  std::string args = std::string("\"worker\":") + (t_ran_on_worker ? "true" : "false");
+  if (carried_bytes_ > 0)
+    args += std::string(",\"transport\":\"") + transport_kind_label(carried_kind_) + "\",\"bytes\":" +
+            std::to_string(carried_bytes_);
+  trace_span((std::string("engine ") + engine_collective_name(which_)).c_str(), "engine", start_us_, trace_now_us(),
+             args);
+}
+
 Status agree(Communicator& comm, Handshake& mine, std::vector<Handshake>* all, bool* everyone, PhaseClock& clock) {
   clock.mark(EnginePhase::kSetup);
   all->resize(comm.size());

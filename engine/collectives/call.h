@@ -16,6 +16,7 @@
 #include "engine/collectives/worker.h"
 #include "engine/common/params.h"
 #include "engine/common/status.h"
+#include "engine/common/trace.h"
 #include "engine/core/traffic.h"
 #include "engine/gpu/gpu.h"
 
@@ -62,21 +63,31 @@ struct PhaseTotals {
   std::atomic<std::uint64_t> on_worker{0};
   std::atomic<std::uint64_t> nanoseconds[static_cast<int>(EnginePhase::kCount)] = {};
 };
+// set-up, handshake, device, finish.
+const char* engine_phase_name(EnginePhase phase);
+
 // Per collective, since load (engine_call_stats reads them).
 extern PhaseTotals g_phase_totals[static_cast<int>(EngineCollective::kCount)];
 // Set by run_on_worker; PhaseClock counts the call as run on the worker.
 extern thread_local bool t_ran_on_worker;
 
-// Adds each phase's time to the totals, with FERRY_STATS=1 only.
+// Adds each phase's time to the totals, with FERRY_STATS=1 only; with
+// FERRY_TRACE, each phase and the whole call are spans of the trace.
 class PhaseClock {
  public:
   explicit PhaseClock(EngineCollective which)
-      : totals_(params().stats ? &g_phase_totals[static_cast<int>(which)] : nullptr) {
+      : which_(which), totals_(params().stats ? &g_phase_totals[static_cast<int>(which)] : nullptr) {
     if (totals_) last_ = std::chrono::steady_clock::now();
+    if (trace_enabled()) start_us_ = last_us_ = trace_now_us();
     t_ran_on_worker = false;
   }
   // The time since the previous mark was spent in phase.
   void mark(EnginePhase phase) {
+    if (start_us_ >= 0) {
+      const std::int64_t now_us = trace_now_us();
+      trace_span(engine_phase_name(phase), "engine", last_us_, now_us, "");
+      last_us_ = now_us;
+    }
     if (!totals_) return;
     const auto now = std::chrono::steady_clock::now();
     totals_->nanoseconds[static_cast<int>(phase)] +=
@@ -89,6 +100,7 @@ class PhaseClock {
     carried_bytes_ = bytes;
   }
   void count_call() {
+    if (start_us_ >= 0) trace_call();
     if (!totals_) return;
     ++totals_->calls;
     if (t_ran_on_worker) ++totals_->on_worker;
@@ -96,7 +108,11 @@ class PhaseClock {
   }
 
  private:
+  void trace_call() const;
+
+  EngineCollective which_;
   PhaseTotals* totals_;
+  std::int64_t start_us_ = -1, last_us_ = -1;  // tracing: the call's start, the last mark
   TransportKind carried_kind_ = TransportKind::kP2p;
   std::uint64_t carried_bytes_ = 0;
   std::chrono::steady_clock::time_point last_;

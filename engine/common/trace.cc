@@ -1,0 +1,121 @@
+#include "engine/common/trace.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <vector>
+
+#include "engine/common/host_name.h"
+#include "engine/common/log.h"
+#include "engine/common/params.h"
+
+namespace ferry {
+namespace {
+
+struct Kept {
+  std::mutex mutex;
+  std::vector<std::string> events;
+  int rank = -1;
+};
+
+Kept& kept() {
+  static Kept* k = new Kept;  // spans may end in other libraries' exit handlers
+  return *k;
+}
+
+}  // namespace
+
+std::string trace_escape(const char* text) {
+  std::string out;
+  for (const char* c = text; *c; ++c) {
+    if (*c == '"' || *c == '\\') {
+      out += '\\';
+      out += *c;
+    } else if (static_cast<unsigned char>(*c) < 0x20) {
+      char code[8];
+      std::snprintf(code, sizeof code, "\\u%04x", *c);
+      out += code;
+    } else {
+      out += *c;
+    }
+  }
+  return out;
+}
+
+const bool g_trace_enabled = !params().trace.empty();
+
+std::int64_t trace_now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void trace_span(const char* name, const char* category, std::int64_t start_us, std::int64_t end_us,
+                const std::string& args) {
+  if (!trace_enabled()) return;
+  static thread_local const long tid = syscall(SYS_gettid);
+  char head[256];
+  std::snprintf(head, sizeof head, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"tid\":%ld",
+                trace_escape(name).c_str(), category, static_cast<long long>(start_us),
+                static_cast<long long>(end_us > start_us ? end_us - start_us : 0), tid);
+  std::string event = head;
+  if (!args.empty()) event += ",\"args\":{" + args + "}";
+  event += "}";
+  Kept& k = kept();
+  std::lock_guard<std::mutex> lock(k.mutex);
+  k.events.push_back(std::move(event));
+}
+
+void trace_set_rank(int rank) {
+  Kept& k = kept();
+  std::lock_guard<std::mutex> lock(k.mutex);
+  k.rank = rank;
+}
+
+std::string trace_path_for(const std::string& pattern, int rank) {
+  std::string with_rank;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'r') {
+      with_rank += std::to_string(rank);
+      ++i;
+    } else {
+      with_rank += pattern[i];
+    }
+  }
+  return expand_host_and_pid(with_rank);
+}
+
+bool trace_write() {
+  if (!trace_enabled()) return true;
+  Kept& k = kept();
+  std::lock_guard<std::mutex> lock(k.mutex);
+  const int rank = k.rank < 0 ? 0 : k.rank;
+  const std::string path = trace_path_for(params().trace, rank);
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (!file) {
+    FERRY_WARN(Init, "FERRY_TRACE: cannot write %s", path.c_str());
+    return false;
+  }
+  // Every event carries the rank as its process; the process is named.
+  const std::string pid = ",\"pid\":" + std::to_string(rank) + "}";
+  std::fprintf(file,
+               "{\"displayTimeUnit\":\"us\",\"otherData\":{\"rank\":%d,\"host\":\"%s\",\"pid\":%d},\"traceEvents\":[\n"
+               "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d (%s)\"}}",
+               rank, trace_escape(host_name().c_str()).c_str(), static_cast<int>(getpid()), rank, rank,
+               trace_escape(host_name().c_str()).c_str());
+  for (const std::string& event : k.events) {
+    std::fputs(",\n", file);
+    std::fwrite(event.data(), 1, event.size() - 1, file);  // less its closing brace
+    std::fputs(pid.c_str(), file);
+  }
+  std::fputs("\n]}\n", file);
+  const bool written = std::fclose(file) == 0;
+  if (!written) FERRY_WARN(Init, "FERRY_TRACE: writing %s failed", path.c_str());
+  k.events.clear();
+  return written;
+}
+
+}  // namespace ferry

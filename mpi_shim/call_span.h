@@ -1,0 +1,53 @@
+// FERRY_TRACE's span of one intercepted call (engine/common/trace.h): from
+// the wrapper's entry to its return, named after the function, with the
+// route the call took and its bytes when the call says them
+// (record_route, count_bytes). Off, constructing one reads a flag.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/common/trace.h"
+#include "function_ids.h"
+#include "mpi_shim/route.h"
+
+namespace ferry::shim {
+
+class CallSpan {
+ public:
+  explicit CallSpan(FunctionId id) {
+    if (!trace_enabled()) return;
+    id_ = id;
+    start_us_ = trace_now_us();
+    outer_ = current_;
+    current_ = this;
+  }
+  ~CallSpan() {
+    if (start_us_ >= 0) close();
+  }
+  CallSpan(const CallSpan&) = delete;
+  CallSpan& operator=(const CallSpan&) = delete;
+
+  // The innermost open span of this thread, or nullptr.
+  static CallSpan* current() { return current_; }
+  void set_route(Route route, const char* reason) {
+    route_ = route;
+    reason_ = reason;
+    routed_ = true;
+  }
+  void add_bytes(std::uint64_t bytes) { bytes_ += bytes; }
+
+ private:
+  void close();
+
+  FunctionId id_{};
+  std::int64_t start_us_ = -1;
+  CallSpan* outer_ = nullptr;
+  bool routed_ = false;
+  Route route_{};
+  const char* reason_ = "";
+  std::uint64_t bytes_ = 0;
+  static thread_local CallSpan* current_;
+};
+
+}  // namespace ferry::shim

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# FERRY_TRACE end to end: an MPI suite program at two ranks writes a trace
+# per rank; each is valid JSON whose spans nest (ferry-trace check), holds
+# one span for every call FERRY_STATS counted on that rank, and engine
+# spans; ferry-trace merge puts both ranks in one file.
+# Usage: trace_test.sh <ferry-trace> <libferry.so> <program> (MPIRUN_ARGS: extra mpirun flags)
+set -euo pipefail
+tool=$1 library=$2 program=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# shellcheck disable=SC2086
+mpirun --oversubscribe -np 2 ${MPIRUN_ARGS:-} -x LD_PRELOAD="$library" -x FERRY_STATS=1 \
+  -x FERRY_TRACE="$work/trace-%r.json" "$program" >"$work/out" 2>"$work/err"
+grep -qx "No Errors" "$work/out" || { echo "FAIL: the program failed" >&2; cat "$work/out" "$work/err" >&2; exit 1; }
+for rank in 0 1; do
+  counts=$("$tool" check "$work/trace-$rank.json") || { echo "FAIL: rank $rank's trace: $counts" >&2; exit 1; }
+  echo "$counts" | cut -c1-200
+  # Every function FERRY_STATS counted, as many spans.
+  while read -r name calls; do
+    spans=$(grep -o "$name [0-9]*" <<<"$counts" | head -1 | cut -d' ' -f2)
+    if [[ ${spans:-0} != "$calls" ]]; then
+      echo "FAIL: rank $rank: $calls calls of $name counted, ${spans:-0} spans" >&2
+      exit 1
+    fi
+  done < <(sed -n "s/^ferry stats rank $rank: \(MPI_[A-Za-z_]*\) \+\([0-9]\+\) .*/\1 \2/p" "$work/err")
+  grep -q "engine allreduce [1-9]" <<<"$counts" || { echo "FAIL: rank $rank: no engine spans" >&2; exit 1; }
+done
+"$tool" merge "$work"/trace-*.json -o "$work/job.json"
+python3 - "$work/job.json" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+ranks = {e["pid"] for e in events if e.get("ph") == "X"}
+assert ranks == {0, 1}, ranks
+stamps = [e["ts"] for e in events if e.get("ph") == "X"]
+assert stamps == sorted(stamps), "merged events out of order"
+PY
+echo "No Errors"
