@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "engine/bootstrap/verdict.h"
 #include "engine/common/log.h"
 #include "engine/common/params.h"
 #include "engine/transport/ib_network_impl.h"
@@ -157,16 +158,8 @@ Status make_ib_network(Bootstrap& bootstrap, std::unique_ptr<NetProvider>* out, 
       my_qpns[static_cast<std::size_t>(peer) * qps + q] = network->qpn(peer, q);
   std::vector<std::uint32_t> qpns(my_qpns.size() * size);
   FERRY_CHECK(bootstrap.allgather(my_qpns.data(), qpns.data(), my_qpns.size() * sizeof(std::uint32_t)));
-  const Status joined = network->connect(addresses, qpns);
-  const std::int32_t verdict = ok(joined) ? 0 : 1;
-  std::vector<std::int32_t> verdicts(static_cast<std::size_t>(size));
-  FERRY_CHECK(bootstrap.allgather(&verdict, verdicts.data(), sizeof(verdict)));
-  if (!ok(joined)) return joined;
-  for (int r = 0; r < size; ++r)
-    if (verdicts[r]) {
-      FERRY_WARN(Transport, "ib network: rank %d of %d could not join its queue pairs (see its log)", r, size);
-      return Status::kUnavailable;
-    }
+  FERRY_CHECK(agree_on_setup(bootstrap, network->connect(addresses, qpns), "ib network",
+                             "could not join its queue pairs"));
   FERRY_INFO(Transport, "ib network: rank %d on port %d, %d queue pairs a peer, MTU %u", rank, mine.port, qps,
              mine.mtu_bytes);
   *out = std::move(network);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/bootstrap/verdict.h"
 #include "engine/common/params.h"
 #include "engine/transport/socket_links.h"
 #include "engine/transport/socket_network.h"
@@ -293,16 +294,7 @@ Status make_socket_network(Bootstrap& bootstrap, std::unique_ptr<NetProvider>* o
 
   std::vector<SocketPeerLinks> peers;
   status = connect_all(bootstrap, endpoints, listener.fd(), &peers);
-  // All ranks leave set-up with the same answer.
-  const std::int32_t verdict = ok(status) ? 0 : 1;
-  std::vector<std::int32_t> verdicts(static_cast<std::size_t>(size));
-  FERRY_CHECK(bootstrap.allgather(&verdict, verdicts.data(), sizeof(verdict)));
-  if (!ok(status)) return status;
-  for (int r = 0; r < size; ++r)
-    if (verdicts[r]) {
-      FERRY_WARN(Transport, "socket network: rank %d of %d could not connect its streams (see its log)", r, size);
-      return Status::kUnavailable;
-    }
+  FERRY_CHECK(agree_on_setup(bootstrap, status, "socket network", "could not connect its streams"));
   *out = make_socket_engine(rank, size, std::move(peers));
   return Status::kOk;
 }

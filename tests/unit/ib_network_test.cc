@@ -20,27 +20,13 @@
 #include "engine/transport/ib_network.h"
 #include "engine/transport/net_transport.h"
 #include "tests/unit/soft_verbs.h"
+#include "tests/unit/loopback_ranks.h"
 
 namespace ferry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void run_ranks(int size, const std::function<void(int, Bootstrap&)>& body) {
-  TcpBootstrapOptions options;
-  options.timeout_s = 10;
-  options.loopback = true;
-  std::string id;
-  ASSERT_EQ(create_unique_id(&id, options), Status::kOk);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < size; ++rank)
-    threads.emplace_back([&, rank] {
-      std::unique_ptr<Bootstrap> bootstrap;
-      ASSERT_EQ(make_tcp_bootstrap(id, rank, size, &bootstrap, options), Status::kOk);
-      body(rank, *bootstrap);
-    });
-  for (auto& t : threads) t.join();
-}
 
 std::unique_ptr<NetProvider> open_soft(Bootstrap& bootstrap, int queue_pairs = 2) {
   IbNetworkOptions options;
@@ -51,16 +37,6 @@ std::unique_ptr<NetProvider> open_soft(Bootstrap& bootstrap, int queue_pairs = 2
   return net;
 }
 
-// test() until done; the status that ended it (kTimeout after 10 s).
-Status wait(NetProvider& net, NetRequest* request) {
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (Clock::now() < deadline) {
-    bool done = false;
-    const Status status = net.test(request, &done);
-    if (!ok(status) || done) return status;
-  }
-  return Status::kTimeout;
-}
 
 std::vector<char> pattern(int from, int to, int message, std::size_t bytes) {
   std::vector<char> data(bytes);
@@ -72,7 +48,7 @@ TEST(IbNetworkSoft, MessagesOfEverySizeReachEveryPeerInPostingOrder) {
   // Past 64 KiB a message is several writes (the soft port's largest).
   const std::size_t sizes[] = {0, 1, 4099, 64 * 1024, 200000, 7};
   const int size = 3;
-  run_ranks(size, [&](int rank, Bootstrap& bootstrap) {
+  testing::run_loopback_ranks(size, [&](int rank, Bootstrap& bootstrap) {
     std::unique_ptr<NetProvider> net = open_soft(bootstrap);
     ASSERT_NE(net, nullptr);
     EXPECT_STREQ(net->name(), "ib");
@@ -102,7 +78,7 @@ TEST(IbNetworkSoft, MessagesOfEverySizeReachEveryPeerInPostingOrder) {
         if (!receive_first) post_recv();
       }
     }
-    for (NetRequest& r : requests) ASSERT_EQ(wait(*net, &r), Status::kOk);
+    for (NetRequest& r : requests) ASSERT_EQ(testing::wait_request(*net, &r), Status::kOk);
     std::size_t received = 0;
     for (const auto& [peer, m] : checks) {
       if (peer < 0) continue;
@@ -115,7 +91,7 @@ TEST(IbNetworkSoft, MessagesOfEverySizeReachEveryPeerInPostingOrder) {
 
 TEST(IbNetworkSoft, MoreMessagesThanASendQueueHoldsWaitTheirTurn) {
   constexpr int kMessages = 600;  // records and writes past the send queues' depth
-  run_ranks(2, [&](int rank, Bootstrap& bootstrap) {
+  testing::run_loopback_ranks(2, [&](int rank, Bootstrap& bootstrap) {
     std::unique_ptr<NetProvider> net = open_soft(bootstrap, 1);
     ASSERT_NE(net, nullptr);
     std::vector<int> values(kMessages, -1);
@@ -131,7 +107,7 @@ TEST(IbNetworkSoft, MoreMessagesThanASendQueueHoldsWaitTheirTurn) {
         values[m] = m * 3 + 1;
         ASSERT_EQ(net->post_send(1, 3, &values[m], sizeof(int), &requests[m]), Status::kOk);
       }
-    for (NetRequest& r : requests) ASSERT_EQ(wait(*net, &r), Status::kOk);
+    for (NetRequest& r : requests) ASSERT_EQ(testing::wait_request(*net, &r), Status::kOk);
     if (rank == 1)
       for (int m = 0; m < kMessages; ++m) ASSERT_EQ(values[m], m * 3 + 1) << m;
     EXPECT_EQ(bootstrap.barrier(), Status::kOk);
@@ -139,7 +115,7 @@ TEST(IbNetworkSoft, MoreMessagesThanASendQueueHoldsWaitTheirTurn) {
 }
 
 TEST(IbNetworkSoft, AReceiveSmallerThanItsMessageFailsBothSides) {
-  run_ranks(2, [&](int rank, Bootstrap& bootstrap) {
+  testing::run_loopback_ranks(2, [&](int rank, Bootstrap& bootstrap) {
     std::unique_ptr<NetProvider> net = open_soft(bootstrap);
     ASSERT_NE(net, nullptr);
     std::vector<char> buffer(100, 1);
@@ -149,7 +125,7 @@ TEST(IbNetworkSoft, AReceiveSmallerThanItsMessageFailsBothSides) {
     } else {
       ASSERT_EQ(net->post_recv(0, 4, buffer.data(), 50, &request), Status::kOk);
     }
-    EXPECT_EQ(wait(*net, &request), Status::kInvalidArgument);
+    EXPECT_EQ(testing::wait_request(*net, &request), Status::kInvalidArgument);
     net->cancel(&request);
     // The pair still works afterwards.
     NetRequest next;
@@ -159,14 +135,14 @@ TEST(IbNetworkSoft, AReceiveSmallerThanItsMessageFailsBothSides) {
     } else {
       ASSERT_EQ(net->post_recv(0, 4, &value, sizeof(value), &next), Status::kOk);
     }
-    EXPECT_EQ(wait(*net, &next), Status::kOk);
+    EXPECT_EQ(testing::wait_request(*net, &next), Status::kOk);
     EXPECT_EQ(value, 99);
     EXPECT_EQ(bootstrap.barrier(), Status::kOk);
   });
 }
 
 TEST(IbNetworkSoft, APeerThatHasGoneFailsItsOperations) {
-  run_ranks(2, [&](int rank, Bootstrap& bootstrap) {
+  testing::run_loopback_ranks(2, [&](int rank, Bootstrap& bootstrap) {
     std::unique_ptr<NetProvider> net = open_soft(bootstrap);
     ASSERT_NE(net, nullptr);
     if (rank == 1) net.reset();  // its queue pairs are destroyed
@@ -176,7 +152,7 @@ TEST(IbNetworkSoft, APeerThatHasGoneFailsItsOperations) {
       NetRequest request;
       // The receive's record cannot reach rank 1: the connection has ended.
       ASSERT_EQ(net->post_recv(1, 5, &value, sizeof(value), &request), Status::kOk);
-      EXPECT_EQ(wait(*net, &request), Status::kPeerEnded);
+      EXPECT_EQ(testing::wait_request(*net, &request), Status::kPeerEnded);
       net->cancel(&request);
       NetRequest later;
       EXPECT_EQ(net->post_send(1, 5, &value, sizeof(value), &later), Status::kPeerEnded);
@@ -189,7 +165,7 @@ TEST(IbNetworkSoft, APeerThatHasGoneFailsItsOperations) {
 // the net transport on the soft device, gpudirect or not; the data checked.
 void device_rounds(bool gpudirect) {
   constexpr std::size_t kChunk = 64 * 1024, kBytes = 5 * kChunk + 123;
-  run_ranks(2, [&](int rank, Bootstrap& bootstrap) {
+  testing::run_loopback_ranks(2, [&](int rank, Bootstrap& bootstrap) {
     gpu::Backend* device = gpu::emulated_backend();
     NetTransport transport(kChunk, 2);
     IbNetworkOptions options;

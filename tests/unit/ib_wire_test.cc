@@ -21,6 +21,7 @@
 #include "engine/transport/ib_network.h"
 #include "engine/transport/ib_verbs.h"
 #include "engine/transport/net_transport.h"
+#include "tests/unit/loopback_ranks.h"
 
 namespace ferry {
 namespace {
@@ -200,26 +201,11 @@ TEST(IbMatcher, SendsMeetTheirReceivesPerPeerAndTagInPostingOrder) {
   EXPECT_EQ(matcher.next_receive(2, 5), 0u);
 }
 
-void run_ranks(int size, const std::function<void(int, Bootstrap&)>& body) {
-  TcpBootstrapOptions options;
-  options.timeout_s = 10;
-  options.loopback = true;
-  std::string id;
-  ASSERT_EQ(create_unique_id(&id, options), Status::kOk);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < size; ++rank)
-    threads.emplace_back([&, rank] {
-      std::unique_ptr<Bootstrap> bootstrap;
-      ASSERT_EQ(make_tcp_bootstrap(id, rank, size, &bootstrap, options), Status::kOk);
-      body(rank, *bootstrap);
-    });
-  for (auto& t : threads) t.join();
-}
 
 TEST(IbNetwork, WithoutAnRdmaDeviceEveryRankFailsAtOnce) {
   std::string why;
   if (!ib_ports(&why).empty()) GTEST_SKIP() << "this machine has RDMA ports";
-  run_ranks(3, [](int, Bootstrap& bootstrap) {
+  testing::run_loopback_ranks(3, [](int, Bootstrap& bootstrap) {
     std::unique_ptr<NetProvider> net;
     IbNetworkOptions options;
     options.asked_for = false;
@@ -233,7 +219,7 @@ TEST(IbNetwork, WithoutAnRdmaDeviceEveryRankFailsAtOnce) {
 TEST(IbNetwork, AutoFallsBackToAProviderThatWorks) {
   std::string why;
   if (!ib_ports(&why).empty()) GTEST_SKIP() << "this machine has RDMA ports";
-  run_ranks(2, [](int rank, Bootstrap& bootstrap) {
+  testing::run_loopback_ranks(2, [](int rank, Bootstrap& bootstrap) {
     NetTransport transport(4096, 2);
     // No MPI under a TCP bootstrap: auto ends at the socket provider.
     ASSERT_EQ(transport.connect(bootstrap, "auto"), Status::kOk);

@@ -17,27 +17,13 @@
 #include "engine/bootstrap/tcp_bootstrap.h"
 #include "engine/transport/net_transport.h"
 #include "engine/transport/socket_network.h"
+#include "tests/unit/loopback_ranks.h"
 
 namespace ferry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void run_ranks(int size, const std::function<void(int, Bootstrap&)>& body) {
-  TcpBootstrapOptions options;
-  options.timeout_s = 10;
-  options.loopback = true;
-  std::string id;
-  ASSERT_EQ(create_unique_id(&id, options), Status::kOk);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < size; ++rank)
-    threads.emplace_back([&, rank] {
-      std::unique_ptr<Bootstrap> bootstrap;
-      ASSERT_EQ(make_tcp_bootstrap(id, rank, size, &bootstrap, options), Status::kOk);
-      body(rank, *bootstrap);
-    });
-  for (auto& t : threads) t.join();
-}
 
 // Passes everything to the socket provider; counts requests in flight.
 class Counting final : public NetProvider {
@@ -81,7 +67,7 @@ class Counting final : public NetProvider {
 TEST(NetTransportWindow, AQueuesChunksInFlightStayWithinItsWindow) {
   constexpr std::size_t kChunk = 4096, kPiece = 4 * kChunk;
   constexpr int kPieces = 64, kWindow = 4;
-  run_ranks(2, [&](int rank, Bootstrap& bootstrap) {
+  testing::run_loopback_ranks(2, [&](int rank, Bootstrap& bootstrap) {
     SocketNetworkOptions options;
     options.ifname = "lo";
     std::unique_ptr<NetProvider> socket;

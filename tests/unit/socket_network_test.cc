@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/bootstrap/tcp_bootstrap.h"
+#include "tests/unit/loopback_ranks.h"
 
 namespace ferry {
 namespace {
@@ -29,21 +30,6 @@ using Clock = std::chrono::steady_clock;
 
 // Runs body(rank, bootstrap) for every rank of a fresh loopback TCP
 // bootstrap, each on its own thread.
-void run_ranks(int size, const std::function<void(int, Bootstrap&)>& body) {
-  TcpBootstrapOptions options;
-  options.timeout_s = 10;
-  options.loopback = true;
-  std::string id;
-  ASSERT_EQ(create_unique_id(&id, options), Status::kOk);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < size; ++rank)
-    threads.emplace_back([&, rank] {
-      std::unique_ptr<Bootstrap> bootstrap;
-      ASSERT_EQ(make_tcp_bootstrap(id, rank, size, &bootstrap, options), Status::kOk);
-      body(rank, *bootstrap);
-    });
-  for (auto& t : threads) t.join();
-}
 
 SocketNetworkOptions on_loopback(int streams = 2) {
   SocketNetworkOptions options;
@@ -52,16 +38,6 @@ SocketNetworkOptions on_loopback(int streams = 2) {
   return options;
 }
 
-// test() until done; the status that ended it (kTimeout after 10 s).
-Status wait(NetProvider& net, NetRequest* request) {
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (Clock::now() < deadline) {
-    bool done = false;
-    const Status status = net.test(request, &done);
-    if (!ok(status) || done) return status;
-  }
-  return Status::kTimeout;
-}
 
 std::vector<char> pattern(int from, int message, std::size_t bytes) {
   std::vector<char> data(bytes);
@@ -89,7 +65,7 @@ TEST(SocketInterface, UnknownNameIsAnError) {
 }
 
 TEST(SocketNetwork, AnUnusableInterfaceOnOneRankFailsEveryRank) {
-  run_ranks(3, [](int rank, Bootstrap& bootstrap) {
+  testing::run_loopback_ranks(3, [](int rank, Bootstrap& bootstrap) {
     SocketNetworkOptions options = on_loopback();
     if (rank == 1) options.ifname = "no-such-if0";
     std::unique_ptr<NetProvider> net;
@@ -106,7 +82,7 @@ TEST(SocketNetwork, MessagesMatchInPostingOrder) {
   const std::size_t sizes[] = {1, 4096, 3 << 20, 0, 17, 1 << 20};
   for (int streams : {1, 2, 3}) {
     SCOPED_TRACE("streams " + std::to_string(streams));
-    run_ranks(2, [&](int rank, Bootstrap& bootstrap) {
+    testing::run_loopback_ranks(2, [&](int rank, Bootstrap& bootstrap) {
       std::unique_ptr<NetProvider> net;
       ASSERT_EQ(make_socket_network(bootstrap, &net, on_loopback(streams)), Status::kOk);
       ASSERT_STREQ(net->name(), "socket");
@@ -129,12 +105,12 @@ TEST(SocketNetwork, MessagesMatchInPostingOrder) {
         ASSERT_EQ(net->post_recv(peer, 3, in[m].data(), sizes[m], &receives[m]), Status::kOk);
       }
       for (std::size_t m = 0; m < std::size(sizes); ++m) {
-        ASSERT_EQ(wait(*net, &sends[m]), Status::kOk) << "send " << m;
-        ASSERT_EQ(wait(*net, &receives[m]), Status::kOk) << "receive " << m;
+        ASSERT_EQ(testing::wait_request(*net, &sends[m]), Status::kOk) << "send " << m;
+        ASSERT_EQ(testing::wait_request(*net, &receives[m]), Status::kOk) << "receive " << m;
         EXPECT_TRUE(in[m] == pattern(peer, static_cast<int>(m), sizes[m])) << "message " << m;
       }
-      ASSERT_EQ(wait(*net, &late_send), Status::kOk);
-      ASSERT_EQ(wait(*net, &early), Status::kOk);
+      ASSERT_EQ(testing::wait_request(*net, &late_send), Status::kOk);
+      ASSERT_EQ(testing::wait_request(*net, &early), Status::kOk);
       EXPECT_TRUE(early_in == pattern(peer, 99, 8));
       ASSERT_EQ(bootstrap.barrier(), Status::kOk);
     });
@@ -202,7 +178,7 @@ class StrangerFirst final : public Bootstrap {
 };
 
 TEST(SocketNetwork, AStrangerWithoutTheSecretIsDroppedAndTheRankStillJoins) {
-  run_ranks(2, [](int rank, Bootstrap& bootstrap) {
+  testing::run_loopback_ranks(2, [](int rank, Bootstrap& bootstrap) {
     StrangerFirst spied(bootstrap);
     std::unique_ptr<NetProvider> net;
     ASSERT_EQ(make_socket_network(rank == 1 ? spied : bootstrap, &net, on_loopback()), Status::kOk);
@@ -214,8 +190,8 @@ TEST(SocketNetwork, AStrangerWithoutTheSecretIsDroppedAndTheRankStillJoins) {
     NetRequest send, receive;
     ASSERT_EQ(net->post_recv(1 - rank, 0, &got, 1, &receive), Status::kOk);
     ASSERT_EQ(net->post_send(1 - rank, 0, &byte, 1, &send), Status::kOk);
-    ASSERT_EQ(wait(*net, &send), Status::kOk);
-    ASSERT_EQ(wait(*net, &receive), Status::kOk);
+    ASSERT_EQ(testing::wait_request(*net, &send), Status::kOk);
+    ASSERT_EQ(testing::wait_request(*net, &receive), Status::kOk);
     EXPECT_EQ(got, static_cast<char>(1 - rank + 40));
   });
 }
@@ -223,7 +199,7 @@ TEST(SocketNetwork, AStrangerWithoutTheSecretIsDroppedAndTheRankStillJoins) {
 // A peer that closes its network: a receive waiting on it, and every later
 // operation with it, fail in kPeerEnded at once.
 TEST(SocketNetwork, APeerThatLeavesEndsItsOperations) {
-  run_ranks(2, [](int rank, Bootstrap& bootstrap) {
+  testing::run_loopback_ranks(2, [](int rank, Bootstrap& bootstrap) {
     std::unique_ptr<NetProvider> net;
     ASSERT_EQ(make_socket_network(bootstrap, &net, on_loopback()), Status::kOk);
     if (rank == 1) {
@@ -236,7 +212,7 @@ TEST(SocketNetwork, APeerThatLeavesEndsItsOperations) {
     ASSERT_EQ(net->post_recv(1, 0, &byte, 1, &receive), Status::kOk);
     ASSERT_EQ(bootstrap.barrier(), Status::kOk);
     const auto start = Clock::now();
-    EXPECT_EQ(wait(*net, &receive), Status::kPeerEnded);
+    EXPECT_EQ(testing::wait_request(*net, &receive), Status::kPeerEnded);
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
     net->cancel(&receive);
     NetRequest later;
