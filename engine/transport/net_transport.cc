@@ -355,8 +355,8 @@ Status NetTransport::progress() {
   // queue (direction, peer, tag) has posted all of its own: the network
   // matches them in that order. The chunks in flight of a queue's messages
   // together stay within the window (a chain of many messages holds no
-  // more pinned memory than one); a message handed over whole (its window
-  // is all its chunks) is not held back.
+  // more pinned memory than one); a message handed over whole is not held
+  // back.
   std::vector<const Message*> unposted;
   std::vector<const Message*> started;
   Status status = Status::kOk;
@@ -371,13 +371,13 @@ Status NetTransport::progress() {
                              : m.window.size() > earlier_in_flight ? m.window.size() - earlier_in_flight
                                                                    : 0;
     status = m.send ? progress_send(m, may_post, room) : progress_recv(m, may_post, room);
-    started.push_back(&m);
     if (m.posted < m.chunks) unposted.push_back(&m);
     if (ok(status) && m.finished == m.chunks) {
       if (m.straight_device) provider_->forget_memory(m.local, m.bytes);
       m.completion->done = true;
       it = messages_.erase(it);
     } else {
+      started.push_back(&m);  // still in the list: later messages of its queue count its chunks
       ++it;
     }
   }
