@@ -1,9 +1,5 @@
 #include "mpi_shim/stats.h"
 
-#include <string>
-
-#include "mpi_shim/call_span.h"
-
 #include <atomic>
 #include <cstdio>
 #include <string>
@@ -13,6 +9,7 @@
 #include "engine/common/params.h"
 #include "engine/core/traffic.h"
 #include "engine/core/transport_table.h"
+#include "mpi_shim/call_span.h"
 #include "mpi_shim/peer_pt2pt.h"
 #include "mpi_shim/staging.h"
 
@@ -33,17 +30,6 @@ Counters& of(FunctionId id) { return counters[static_cast<int>(id)]; }
 
 const bool g_stats_enabled = params().stats;
 const bool g_observing = params().stats || !params().trace.empty();
-
-thread_local CallSpan* CallSpan::current_ = nullptr;
-
-void CallSpan::close() {
-  current_ = outer_;
-  std::string args;
-  if (routed_)
-    args = std::string("\"route\":\"") + route_name(route_) + "\",\"why\":\"" + trace_escape(reason_) + "\"";
-  if (bytes_ > 0) args += (args.empty() ? "" : ",") + std::string("\"bytes\":") + std::to_string(bytes_);
-  trace_span(function_name(id_), "mpi", start_us_, trace_now_us(), args);
-}
 
 void record_call(FunctionId id) { of(id).calls.fetch_add(1, std::memory_order_relaxed); }
 
