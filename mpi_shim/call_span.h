@@ -1,12 +1,14 @@
 // FERRY_TRACE's span of one intercepted call (engine/common/trace.h): from
 // the wrapper's entry to its return, named after the function, with the
 // route the call took and its bytes when the call says them
-// (record_route, count_bytes). Off, constructing one reads a flag.
+// (record_route, count_bytes); and the call's NVTX range where a profiler
+// is attached (engine/common/nvtx.h). Off, constructing one reads two flags.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "engine/common/nvtx.h"
 #include "engine/common/trace.h"
 #include "function_ids.h"
 #include "mpi_shim/route.h"
@@ -16,6 +18,10 @@ namespace ferry::shim {
 class CallSpan {
  public:
   explicit CallSpan(FunctionId id) {
+    if (nvtx_attached()) {
+      nvtx_push(function_name(id));
+      nvtx_ = true;
+    }
     if (!trace_enabled()) return;
     id_ = id;
     start_us_ = trace_now_us();
@@ -24,6 +30,7 @@ class CallSpan {
   }
   ~CallSpan() {
     if (start_us_ >= 0) close();
+    if (nvtx_) nvtx_pop();
   }
   CallSpan(const CallSpan&) = delete;
   CallSpan& operator=(const CallSpan&) = delete;
@@ -47,6 +54,7 @@ class CallSpan {
   Route route_{};
   const char* reason_ = "";
   std::uint64_t bytes_ = 0;
+  bool nvtx_ = false;
   static thread_local CallSpan* current_;
 };
 

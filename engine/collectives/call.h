@@ -16,6 +16,7 @@
 #include "engine/collectives/worker.h"
 #include "engine/common/params.h"
 #include "engine/common/status.h"
+#include "engine/common/nvtx.h"
 #include "engine/common/trace.h"
 #include "engine/core/traffic.h"
 #include "engine/gpu/gpu.h"
@@ -79,10 +80,21 @@ class PhaseClock {
       : which_(which), totals_(params().stats ? &g_phase_totals[static_cast<int>(which)] : nullptr) {
     if (totals_) last_ = std::chrono::steady_clock::now();
     if (trace_enabled()) start_us_ = last_us_ = trace_now_us();
+    if (nvtx_attached()) nvtx_phase_ = nvtx_start(engine_phase_name(EnginePhase::kSetup));
     t_ran_on_worker = false;
   }
+  ~PhaseClock() { nvtx_end(nvtx_phase_); }
+  PhaseClock(const PhaseClock&) = delete;
+  PhaseClock& operator=(const PhaseClock&) = delete;
   // The time since the previous mark was spent in phase.
   void mark(EnginePhase phase) {
+    if (nvtx_phase_) {
+      nvtx_end(nvtx_phase_);
+      const int next = static_cast<int>(phase) + 1;
+      nvtx_phase_ = next < static_cast<int>(EnginePhase::kCount)
+                        ? nvtx_start(engine_phase_name(static_cast<EnginePhase>(next)))
+                        : 0;
+    }
     if (start_us_ >= 0) {
       const std::int64_t now_us = trace_now_us();
       trace_span(engine_phase_name(phase), "engine", last_us_, now_us, "");
@@ -113,6 +125,7 @@ class PhaseClock {
   EngineCollective which_;
   PhaseTotals* totals_;
   std::int64_t start_us_ = -1, last_us_ = -1;  // tracing: the call's start, the last mark
+  std::uint64_t nvtx_phase_ = 0;                // the phase's NVTX range, where a profiler is attached
   TransportKind carried_kind_ = TransportKind::kP2p;
   std::uint64_t carried_bytes_ = 0;
   std::chrono::steady_clock::time_point last_;
