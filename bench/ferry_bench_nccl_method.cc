@@ -92,6 +92,13 @@ std::unique_ptr<Method> start_nccl(const Options& options, Buffers device, int r
   // NVLink multicast stays off on the shared GPU machine; NCCL reads this at
   // init, and it overrides whatever the caller's environment said.
   setenv("NCCL_NVLS_ENABLE", "0", 1);
+  if (options.nccl_socket) {
+    // NCCL between nodes as its socket transport alone, the baseline for
+    // Ferry's net transport across (virtual) nodes.
+    setenv("NCCL_P2P_DISABLE", "1", 1);
+    setenv("NCCL_SHM_DISABLE", "1", 1);
+    setenv("NCCL_NET", "Socket", 1);
+  }
 
   std::vector<std::string> candidates;
   if (!options.nccl_path.empty()) candidates.push_back(options.nccl_path);
@@ -133,7 +140,9 @@ std::unique_ptr<Method> start_nccl(const Options& options, Buffers device, int r
   int version = 0;
   api.get_version(&version);
   *note = "nccl: NCCL " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
-          std::to_string(version % 100) + " from " + library.path + ", NCCL_NVLS_ENABLE=0";
+          std::to_string(version % 100) + " from " + library.path + ", NCCL_NVLS_ENABLE=0" +
+          (options.nccl_socket ? ", its socket transport alone (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket)"
+                               : "");
   return std::make_unique<NcclMethod>(api, comm, stream, device, nranks);
 }
 

@@ -24,6 +24,8 @@ const char* const kUsage =
     "  --nccl PATH         libnccl.so.2 to use; else libnccl.so.2 on\n"
     "                      the loader's path (pip's NCCL: <site-packages>/nvidia/nccl/lib/libnccl.so.2);\n"
     "                      none: no NCCL column, NCCL not loaded\n"
+    "  --nccl-net socket   NCCL over its socket transport alone (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1\n"
+    "                      NCCL_NET=Socket): the baseline across nodes; default: NCCL's own choice\n"
     "  --csv FILE          also write the results as CSV\n"
     "  --no-staged         skip the staged (by hand) column\n"
     "  --host              add the host mpi column: the same call on host buffers, no copies\n"
@@ -121,6 +123,10 @@ Options parse_options(int argc, char** argv) {
       options.warmup = parse_count(option, value(), 0);
     } else if (option == "--nccl") {
       options.nccl_path = value();
+    } else if (option == "--nccl-net") {
+      const std::string net = value();
+      if (net != "socket") throw UsageError("--nccl-net takes socket, not " + net);
+      options.nccl_socket = true;
     } else if (option == "--csv") {
       options.csv_path = value();
     } else if (option == "--no-staged") {

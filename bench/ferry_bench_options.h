@@ -38,6 +38,7 @@ struct Options {
   int iters = 100;
   int warmup = 10;
   std::string nccl_path;
+  bool nccl_socket = false;  // --nccl-net socket: NCCL over its socket transport alone
   std::string csv_path;
   bool staged = true;
   bool host = false;  // the host mpi column
