@@ -269,7 +269,9 @@ int query_port(ibv_context*, uint8_t port, ibv_port_attr* attr) {
   attr->active_mtu = IBV_MTU_4096;
   attr->lid = 1;
   attr->link_layer = IBV_LINK_LAYER_INFINIBAND;
-  attr->max_msg_sz = device().max_message;
+  Device& d = device();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  attr->max_msg_sz = d.max_message;
   return 0;
 }
 int query_gid(ibv_context*, uint8_t, int, ibv_gid* gid) {
