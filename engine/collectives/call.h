@@ -55,6 +55,9 @@ struct PeerReach {
   bool any = false;               // a transport reaches every peer,
   bool mapped = false;            // mapping their device memory here (direct, LL, Simple, copy engines),
   SharedSegments* shm = nullptr;  // or through host shared memory
+
+  // The transport a call over this reach carries its bytes on.
+  TransportKind carrier() const { return shm ? TransportKind::kShm : TransportKind::kP2p; }
 };
 
 PeerReach reach_of(Communicator& comm);

@@ -168,7 +168,7 @@ Status allreduce(Communicator& comm, const void* send, void* recv, std::size_t c
   if (uses_fifos(agreed) && !simple_ready(comm, where)) return Status::kOk;  // every rank stages
   if (agreed == AllreduceAlgorithm::kCopyPush && !copy_push_ready(comm, where)) return Status::kOk;
   *ran = true;
-  clock.carries(reach.shm ? TransportKind::kShm : TransportKind::kP2p, count * data_type_size(type));
+  clock.carries(reach.carrier(), count * data_type_size(type));
   if (any_unmapped && reach.mapped) {
     count_allreduce_run(agreed);
     if (on_worker(agreed)) {
@@ -239,7 +239,7 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
   FERRY_CHECK(agree(comm, mine, &all, &everyone, clock));
   if (!everyone) return Status::kOk;
   *ran = true;
-  clock.carries(reach.shm ? TransportKind::kShm : TransportKind::kP2p, bytes);
+  clock.carries(reach.carrier(), bytes);
   if (reach.shm)
     return finish_together(comm, run_shm_bcast(comm, where, buffer, bytes, root), clock);
   if (all_chose(all, kLlPath)) {
@@ -327,7 +327,7 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
   *ran = true;
   std::uint64_t to_others = 0;
   for (int p = 0; p < n; ++p) to_others += p == comm.rank() ? 0 : send_bytes[p];
-  clock.carries(reach.shm ? TransportKind::kShm : TransportKind::kP2p, to_others);
+  clock.carries(reach.carrier(), to_others);
   if (reach.mapped && all_chose(all, kLlPath))
     return finish_alone(
         run_ll_alltoallv(comm, where, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets), clock);

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "engine/bootstrap/verdict.h"
 #include "engine/common/log.h"
@@ -129,9 +130,16 @@ IbNetworkOptions IbNetworkOptions::from_params() {
 }
 
 bool ib_port_here(std::string* why) {
-  std::vector<IbPort> ports = ib_ports(why);
-  if (ports.empty()) return false;
-  return !choose_ib_ports(ports, params().ib_hca, why).empty();
+  // Asked more than once at MPI_Init (the provider auto takes, the settings'
+  // check): the devices are opened and queried once.
+  static const std::pair<bool, std::string> answer = [] {
+    std::string reason;
+    std::vector<IbPort> ports = ib_ports(&reason);
+    const bool chosen = !ports.empty() && !choose_ib_ports(ports, params().ib_hca, &reason).empty();
+    return std::make_pair(chosen, reason);
+  }();
+  if (why) *why = answer.second;
+  return answer.first;
 }
 
 Status make_ib_network(Bootstrap& bootstrap, std::unique_ptr<NetProvider>* out, const IbNetworkOptions& options) {

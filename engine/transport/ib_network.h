@@ -56,7 +56,8 @@ Status make_ib_network(Bootstrap& bootstrap, std::unique_ptr<NetProvider>* out,
                        const IbNetworkOptions& options = IbNetworkOptions::from_params());
 
 // Whether this rank has a port the ib provider would use, and if not why
-// ("no RDMA device", what FERRY_IB_HCA chose from what there is).
+// ("no RDMA device", what FERRY_IB_HCA chose from what there is); the
+// devices are looked at once a process.
 bool ib_port_here(std::string* why);
 
 }  // namespace ferry

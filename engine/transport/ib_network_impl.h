@@ -22,7 +22,6 @@
 
 namespace ferry::ib_detail {
 
-
 constexpr int kSlotsPerQueuePair = 64;  // control records and data arrivals a queue pair can take unpolled
 constexpr int kSendDepth = 128;         // work requests a queue pair has posted at once
 constexpr std::size_t kMaxPieceBytes = std::size_t{1} << 30;
