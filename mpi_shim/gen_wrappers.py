@@ -24,6 +24,7 @@ class Param:
             raise ValueError(f"cannot parse parameter '{text}'")
         self.type = match.group(1).strip() + (" *" if array else "")
         self.name = match.group(2)
+        self.array = array
 
     def declaration(self):
         sep = "" if self.type.endswith("*") else " "

@@ -42,7 +42,21 @@ bool engine_data_type(MPI_Datatype datatype, DataType* type) {
       {MPI_DOUBLE, DataType::kFloat64},       {MPI_C_FLOAT_COMPLEX, DataType::kComplex64},
       {MPI_C_DOUBLE_COMPLEX, DataType::kComplex128},
   };
-  return look_up(kTable, datatype, type);
+  if (look_up(kTable, datatype, type)) return true;
+  // Fortran's types, where the MPI gives them the engine type's size (an
+  // INTEGER is 8 bytes in an MPI built with -fdefault-integer-8).
+  static const Entry kFortranTable[] = {
+      {MPI_INTEGER, DataType::kInt32},         {MPI_REAL, DataType::kFloat32},
+      {MPI_DOUBLE_PRECISION, DataType::kFloat64}, {MPI_COMPLEX, DataType::kComplex64},
+      {MPI_DOUBLE_COMPLEX, DataType::kComplex128}, {MPI_INTEGER1, DataType::kInt8},
+      {MPI_INTEGER2, DataType::kInt16},        {MPI_INTEGER4, DataType::kInt32},
+      {MPI_INTEGER8, DataType::kInt64},        {MPI_REAL4, DataType::kFloat32},
+      {MPI_REAL8, DataType::kFloat64},         {MPI_COMPLEX8, DataType::kComplex64},
+      {MPI_COMPLEX16, DataType::kComplex128},
+  };
+  int size = 0;
+  return look_up(kFortranTable, datatype, type) && PMPI_Type_size(datatype, &size) == MPI_SUCCESS &&
+         static_cast<std::size_t>(size) == data_type_size(*type);
 }
 
 bool engine_reduce_op(MPI_Op op, ReduceOp* reduce_op) {

@@ -16,7 +16,7 @@ jobs=$(nproc)
 
 packages=(build-essential cmake ninja-build python3 pkg-config
           libopenmpi-dev openmpi-bin libpmix-dev libhwloc-dev libibverbs-dev
-          libgtest-dev libbenchmark-dev scalapack-mpi-test)
+          libgtest-dev libbenchmark-dev scalapack-mpi-test gfortran)
 # What the demo needs (the library and one MPI program).
 demo_packages=(build-essential cmake ninja-build python3 pkg-config libopenmpi-dev openmpi-bin libhwloc-dev
                libibverbs-dev)

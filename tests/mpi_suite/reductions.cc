@@ -284,6 +284,13 @@ int main(int argc, char** argv) {
   test_type<unsigned char>({MPI_UNSIGNED_CHAR, "MPI_UNSIGNED_CHAR"}, kArithmeticOps);
   test_type<std::complex<float>>({MPI_C_FLOAT_COMPLEX, "MPI_C_FLOAT_COMPLEX"}, kComplexOps);
   test_type<std::complex<double>>({MPI_C_DOUBLE_COMPLEX, "MPI_C_DOUBLE_COMPLEX"}, kComplexOps);
+  // Fortran's types, as Fortran programs pass them (the engine's where their
+  // size is its type's).
+  test_type<float>({MPI_REAL, "MPI_REAL"}, kArithmeticOps);
+  test_type<double>({MPI_DOUBLE_PRECISION, "MPI_DOUBLE_PRECISION"}, kArithmeticOps);
+  test_type<int32_t>({MPI_INTEGER, "MPI_INTEGER"}, kArithmeticOps);
+  test_type<int64_t>({MPI_INTEGER8, "MPI_INTEGER8"}, kArithmeticOps);
+  test_type<std::complex<double>>({MPI_DOUBLE_COMPLEX, "MPI_DOUBLE_COMPLEX"}, kComplexOps);
   test_user_op();
   test_large_counts();
   return suite::finish();
