@@ -3,7 +3,7 @@
 #                    [EXPECT <regex>])
 #
 # Registers a CTest test that runs <program> (a target or a path) on <ranks>
-# MPI ranks under mpirun, with libferry.so (the `ferry` target) preloaded into
+# MPI ranks under mpirun (MPICH builds: its mpiexec), with libferry.so (the `ferry` target) preloaded into
 # every rank unless NO_PRELOAD. Each ENV assignment is exported to the ranks;
 # FERRY_DEVICE defaults to FERRY_MPI_TEST_DEVICE. The test passes when mpirun
 # exits 0 and its standard output holds a line that is exactly "No Errors"
@@ -40,6 +40,9 @@ endif()
 include_guard(GLOBAL)
 
 find_package(MPI REQUIRED COMPONENTS C)
+if(FERRY_MPI_FLAVOUR STREQUAL "mpich")
+  find_program(FERRY_MPICH_MPIEXEC NAMES mpiexec.mpich mpiexec.hydra mpiexec REQUIRED)
+endif()
 
 set(FERRY_MPI_TEST_DEVICE "emulated" CACHE STRING
     "FERRY_DEVICE exported to MPI tests that do not set their own")
@@ -100,20 +103,29 @@ function(ferry_add_mpi_test)
     endif()
     list(PREPEND exports -x "LD_PRELOAD=${preload}")
   endif()
-  # Sanitized builds: the sanitizers' options (tools/setup.sh sanitize sets
-  # them) reach the ranks.
-  set(sanitizer_flags)
-  if(FERRY_SANITIZER_RUNTIME)
-    set(sanitizer_flags -x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS -x TSAN_OPTIONS)
-  endif()
-
-  # mpirun stops the job itself a little before CTest would, so that ranks
-  # are not left behind and the output so far is still shown.
+  # The launcher stops the job itself a little before CTest would, so that
+  # ranks are not left behind and the output so far is still shown.
   math(EXPR job_timeout "${ARG_TIMEOUT} - 10")
-  set(command
-      ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${ARG_NP} ${FERRY_MPIEXEC_FLAGS}
-      --timeout ${job_timeout} ${MPIEXEC_PREFLAGS} ${sanitizer_flags} ${exports}
-      ${program} ${MPIEXEC_POSTFLAGS} ${ARG_COMMAND})
+  if(FERRY_MPI_FLAVOUR STREQUAL "mpich")
+    # MPICH's launcher (Hydra): -genv NAME VALUE, the time limit from the
+    # environment.
+    list(TRANSFORM exports REPLACE "^-x$" "-genv")
+    list(TRANSFORM exports REPLACE "^([A-Za-z_][A-Za-z0-9_]*)=(.*)$" "\\1;\\2")
+    set(command ${FERRY_MPICH_MPIEXEC} -n ${ARG_NP} ${exports} ${program} ${ARG_COMMAND})
+    set(launcher_environment "MPIEXEC_TIMEOUT=${job_timeout}")
+  else()
+    # Sanitized builds: the sanitizers' options (tools/setup.sh sanitize sets
+    # them) reach the ranks.
+    set(sanitizer_flags)
+    if(FERRY_SANITIZER_RUNTIME)
+      set(sanitizer_flags -x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS -x TSAN_OPTIONS)
+    endif()
+    set(command
+        ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${ARG_NP} ${FERRY_MPIEXEC_FLAGS}
+        --timeout ${job_timeout} ${MPIEXEC_PREFLAGS} ${sanitizer_flags} ${exports}
+        ${program} ${MPIEXEC_POSTFLAGS} ${ARG_COMMAND})
+    set(launcher_environment "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  endif()
   set(expectation)
   if(DEFINED ARG_EXPECT)
     set(expectation "-DFERRY_MPI_TEST_EXPECT=${ARG_EXPECT}")
@@ -124,5 +136,5 @@ function(ferry_add_mpi_test)
   set_tests_properties(${ARG_NAME} PROPERTIES
     TIMEOUT ${ARG_TIMEOUT}
     PROCESSORS ${ARG_NP}
-    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+    ENVIRONMENT "${launcher_environment}")
 endfunction()

@@ -35,7 +35,7 @@ std::unique_ptr<StagedMemory> stage_memory(FunctionId id, bool read, MPI_File fh
   Extent extent;
   if (route_call(id, {buf}, true).route == Route::kPmpi || fh == MPI_FILE_NULL || !extent_of(count, type, &extent))
     return nullptr;
-  auto memory = std::make_unique<StagedMemory>(Staging(id, fh));
+  auto memory = std::make_unique<StagedMemory>(Staging(id, Staging::OnFile{fh}));
   memory->staged =
       read ? memory->staging.inout(const_cast<void*>(buf), extent) : const_cast<void*>(memory->staging.in(buf, extent));
   return memory;

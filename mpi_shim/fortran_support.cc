@@ -1,3 +1,11 @@
+// Open MPI's Fortran layers call its C library's PMPI_ functions, past the C
+// wrappers, so libferry.so carries Fortran bindings of its own there. Built
+// for Open MPI only so far: MPICH's Fortran layer calls some C MPI_ functions
+// (Ferry's) and some PMPI_ ones, and has sentinels of its own.
+#include "mpi_shim/mpi_flavour.h"
+
+#if defined(FERRY_MPI_OPEN_MPI)
+
 #include "mpi_shim/fortran_support.h"
 
 #include <dlfcn.h>
@@ -12,8 +20,6 @@
 namespace ferry::shim::fortran {
 namespace {
 
-// ---- What differs between MPI libraries -----------------------------------
-#if defined(OPEN_MPI)
 // Open MPI's Fortran sentinels are common blocks; every Fortran layer (mpif.h,
 // `use mpi`, `use mpi_f08`) passes the address of the one the loader bound.
 constexpr const char* kBottomName = "mpi_fortran_bottom";
@@ -22,9 +28,6 @@ constexpr const char* kStatusIgnoreName = "mpi_fortran_status_ignore";
 constexpr const char* kStatusesIgnoreName = "mpi_fortran_statuses_ignore";
 // The MPI's own binding of MPI_WIN_GET_ATTR, for attributes it alone knows.
 constexpr const char* kWinGetAttrBinding = "ompi_win_get_attr_f";
-#else
-#error "Fortran bindings: the Fortran sentinels of this MPI library are not known"
-#endif
 
 // The addresses a Fortran sentinel may have: one per name mangling a Fortran
 // compiler may have used (lower case with zero, one or two underscores, upper
@@ -170,3 +173,5 @@ void Buffer_detach(void* /*buffer*/, MPI_Fint* size, MPI_Fint* ierror) {
 }
 
 }  // namespace ferry::shim::fortran
+
+#endif  // FERRY_MPI_OPEN_MPI

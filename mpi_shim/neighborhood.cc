@@ -94,7 +94,7 @@ int handle_Neighbor_allgather_init(const void* sendbuf, int sendcount, MPI_Datat
                                    MPI_Request* request) {
   return allgather(FunctionId::kNeighbor_allgather_init, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                    comm, {request, kPersistent}, [&](const void* s, void* r) {
-                     return PMPIX_Neighbor_allgather_init(s, sendcount, sendtype, r, recvcount, recvtype, comm, info,
+                     return FERRY_PMPI_PERSISTENT_COLLECTIVE(Neighbor_allgather_init)(s, sendcount, sendtype, r, recvcount, recvtype, comm, info,
                                                           request);
                    });
 }
@@ -122,7 +122,7 @@ int handle_Neighbor_allgatherv_init(const void* sendbuf, int sendcount, MPI_Data
                                     MPI_Info info, MPI_Request* request) {
   return allgatherv(FunctionId::kNeighbor_allgatherv_init, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
                     recvtype, comm, {request, kPersistent}, [&](const void* s, void* r) {
-                      return PMPIX_Neighbor_allgatherv_init(s, sendcount, sendtype, r, recvcounts, displs, recvtype,
+                      return FERRY_PMPI_PERSISTENT_COLLECTIVE(Neighbor_allgatherv_init)(s, sendcount, sendtype, r, recvcounts, displs, recvtype,
                                                             comm, info, request);
                     });
 }
@@ -148,7 +148,7 @@ int handle_Neighbor_alltoall_init(const void* sendbuf, int sendcount, MPI_Dataty
                                   MPI_Request* request) {
   return alltoall(FunctionId::kNeighbor_alltoall_init, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
                   {request, kPersistent}, [&](const void* s, void* r) {
-                    return PMPIX_Neighbor_alltoall_init(s, sendcount, sendtype, r, recvcount, recvtype, comm, info,
+                    return FERRY_PMPI_PERSISTENT_COLLECTIVE(Neighbor_alltoall_init)(s, sendcount, sendtype, r, recvcount, recvtype, comm, info,
                                                         request);
                   });
 }
@@ -178,7 +178,7 @@ int handle_Neighbor_alltoallv_init(const void* sendbuf, const int* sendcounts, c
                                    MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info, MPI_Request* request) {
   return alltoallv(FunctionId::kNeighbor_alltoallv_init, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
                    rdispls, recvtype, comm, {request, kPersistent}, [&](const void* s, void* r) {
-                     return PMPIX_Neighbor_alltoallv_init(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls,
+                     return FERRY_PMPI_PERSISTENT_COLLECTIVE(Neighbor_alltoallv_init)(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls,
                                                           recvtype, comm, info, request);
                    });
 }
@@ -210,7 +210,7 @@ int handle_Neighbor_alltoallw_init(const void* sendbuf, const int* sendcounts, c
                                    MPI_Request* request) {
   return alltoallw(FunctionId::kNeighbor_alltoallw_init, sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
                    rdispls, recvtypes, comm, {request, kPersistent}, [&](const void* s, void* r) {
-                     return PMPIX_Neighbor_alltoallw_init(s, sendcounts, sdispls, sendtypes, r, recvcounts, rdispls,
+                     return FERRY_PMPI_PERSISTENT_COLLECTIVE(Neighbor_alltoallw_init)(s, sendcounts, sdispls, sendtypes, r, recvcounts, rdispls,
                                                           recvtypes, comm, info, request);
                    });
 }

@@ -28,7 +28,7 @@ namespace ferry::shim {
 inline constexpr int kEveryTarget = -1;
 
 struct HostStaged {
-  HostStaged(FunctionId id, MPI_Win win, int target) : staging(id, win), target(target) {}
+  HostStaged(FunctionId id, MPI_Win win, int target) : staging(id, Staging::OnWindow{win}), target(target) {}
   // Once: a later copy would overwrite what the program wrote since.
   int deliver() {
     std::lock_guard<std::mutex> lock(mutex);

@@ -37,11 +37,19 @@ class PinnedPool;
 
 class Staging {
  public:
+  // The object whose error handler reports a failure; a window's or a file's
+  // by their tags (handles of different kinds may share a C type: MPICH's).
+  struct OnWindow {
+    MPI_Win win;
+  };
+  struct OnFile {
+    MPI_File file;
+  };
   Staging(FunctionId id, MPI_Comm comm) : id_(id), comm_(comm) {}
   // An RMA call on a window: failures go through the window's error handler.
-  Staging(FunctionId id, MPI_Win win) : id_(id), comm_(MPI_COMM_NULL), win_(win) {}
+  Staging(FunctionId id, OnWindow on) : id_(id), comm_(MPI_COMM_NULL), win_(on.win) {}
   // An I/O call on a file: failures go through the file's error handler.
-  Staging(FunctionId id, MPI_File file) : id_(id), comm_(MPI_COMM_NULL), file_(file), on_file_(true) {}
+  Staging(FunctionId id, OnFile on) : id_(id), comm_(MPI_COMM_NULL), file_(on.file), on_file_(true) {}
   ~Staging();
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;

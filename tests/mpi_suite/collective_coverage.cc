@@ -7,8 +7,8 @@
 // buffers, gaps included, must be equal. A persistent call is started twice,
 // with new send data for the second start.
 #include <mpi.h>
-// After mpi.h, which it needs.
-#include <mpi-ext.h>
+// The persistent collectives by their name in this MPI.
+#include "persistent_collectives.h"
 
 #include <algorithm>
 #include <functional>
@@ -129,7 +129,7 @@ void test_neighbors(MPI_Comm comm, const std::string& topology, int count) {
                    return MPI_Ineighbor_allgather(a, count, t, b, count, t, comm, r);
                  }));
     same_as_host(what("MPIX_Neighbor_allgather_init"), s, started_twice(count, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Neighbor_allgather_init(a, count, t, b, count, t, comm, MPI_INFO_NULL, r);
+                   return SUITE_PERSISTENT(Neighbor_allgather_init)(a, count, t, b, count, t, comm, MPI_INFO_NULL, r);
                  }));
   }
   {  // allgatherv
@@ -148,7 +148,7 @@ void test_neighbors(MPI_Comm comm, const std::string& topology, int count) {
                    return MPI_Ineighbor_allgatherv(a, count, t, b, counts.data(), displs.data(), t, comm, r);
                  }));
     same_as_host(what("MPIX_Neighbor_allgatherv_init"), s, started_twice(count, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Neighbor_allgatherv_init(a, count, t, b, counts.data(), displs.data(), t, comm,
+                   return SUITE_PERSISTENT(Neighbor_allgatherv_init)(a, count, t, b, counts.data(), displs.data(), t, comm,
                                                         MPI_INFO_NULL, r);
                  }));
   }
@@ -162,7 +162,7 @@ void test_neighbors(MPI_Comm comm, const std::string& topology, int count) {
                  }));
     same_as_host(what("MPIX_Neighbor_alltoall_init"), s,
                  started_twice(size_t(count) * outdegree, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Neighbor_alltoall_init(a, count, t, b, count, t, comm, MPI_INFO_NULL, r);
+                   return SUITE_PERSISTENT(Neighbor_alltoall_init)(a, count, t, b, count, t, comm, MPI_INFO_NULL, r);
                  }));
   }
   {  // alltoallv and alltoallw: the same count to every neighbour (both
@@ -185,7 +185,7 @@ void test_neighbors(MPI_Comm comm, const std::string& topology, int count) {
                  }));
     same_as_host(what("MPIX_Neighbor_alltoallv_init"), s,
                  started_twice(out.extent, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Neighbor_alltoallv_init(a, send_counts.data(), out.displs.data(), t, b,
+                   return SUITE_PERSISTENT(Neighbor_alltoallv_init)(a, send_counts.data(), out.displs.data(), t, b,
                                                        recv_counts.data(), in.displs.data(), t, comm, MPI_INFO_NULL, r);
                  }));
     same_as_host(what("MPI_Neighbor_alltoallw"), s, [&](void* a, void* b) {
@@ -198,7 +198,7 @@ void test_neighbors(MPI_Comm comm, const std::string& topology, int count) {
                  }));
     same_as_host(what("MPIX_Neighbor_alltoallw_init"), s,
                  started_twice(out.extent, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Neighbor_alltoallw_init(a, send_counts.data(), send_bytes.data(), send_types.data(), b,
+                   return SUITE_PERSISTENT(Neighbor_alltoallw_init)(a, send_counts.data(), send_bytes.data(), send_types.data(), b,
                                                        recv_counts.data(), recv_bytes.data(), recv_types.data(), comm,
                                                        MPI_INFO_NULL, r);
                  }));
@@ -247,7 +247,7 @@ void test_other_collectives(int count) {
                  }));
     same_as_host(what("MPIX_Reduce_scatter_init", "MPI_MAX"), s,
                  started_twice(total, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Reduce_scatter_init(a, b, counts.data(), t, MPI_MAX, MPI_COMM_WORLD, MPI_INFO_NULL, r);
+                   return SUITE_PERSISTENT(Reduce_scatter_init)(a, b, counts.data(), t, MPI_MAX, MPI_COMM_WORLD, MPI_INFO_NULL, r);
                  }));
   }
   {  // Ialltoallw: per-peer types (int32 runs, and a strided vector to odd peers).
@@ -276,7 +276,7 @@ void test_other_collectives(int count) {
                                          recv_counts.data(), rdispls.data(), recv_types.data(), MPI_COMM_WORLD, r);
                  }));
     same_as_host(what("MPIX_Alltoallw_init"), s, started_twice(send_extent, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Alltoallw_init(a, send_counts.data(), sdispls.data(), send_types.data(), b,
+                   return SUITE_PERSISTENT(Alltoallw_init)(a, send_counts.data(), sdispls.data(), send_types.data(), b,
                                               recv_counts.data(), rdispls.data(), recv_types.data(), MPI_COMM_WORLD,
                                               MPI_INFO_NULL, r);
                  }));
@@ -289,31 +289,31 @@ void test_other_collectives(int count) {
     Sides all{one.send, poisoned<int32_t>(size_t(count) * size)};
     Sides scattered{random_values<int32_t>(size_t(count) * size, id, rank), poisoned<int32_t>(count)};
     same_as_host(what("MPIX_Reduce_init", "MPI_SUM"), one, started_twice(count, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Reduce_init(a, b, count, t, MPI_SUM, root, MPI_COMM_WORLD, MPI_INFO_NULL, r);
+                   return SUITE_PERSISTENT(Reduce_init)(a, b, count, t, MPI_SUM, root, MPI_COMM_WORLD, MPI_INFO_NULL, r);
                  }));
     same_as_host(what("MPIX_Scan_init", "MPI_SUM"), one, started_twice(count, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Scan_init(a, b, count, t, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, r);
+                   return SUITE_PERSISTENT(Scan_init)(a, b, count, t, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, r);
                  }));
     same_as_host(what("MPIX_Exscan_init", "MPI_SUM"), one, started_twice(count, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Exscan_init(a, b, count, t, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, r);
+                   return SUITE_PERSISTENT(Exscan_init)(a, b, count, t, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, r);
                  }));
     same_as_host(what("MPIX_Allgather_init"), all, started_twice(count, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Allgather_init(a, count, t, b, count, t, MPI_COMM_WORLD, MPI_INFO_NULL, r);
+                   return SUITE_PERSISTENT(Allgather_init)(a, count, t, b, count, t, MPI_COMM_WORLD, MPI_INFO_NULL, r);
                  }));
     same_as_host(what("MPIX_Gather_init"), all, started_twice(count, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Gather_init(a, count, t, b, count, t, root, MPI_COMM_WORLD, MPI_INFO_NULL, r);
+                   return SUITE_PERSISTENT(Gather_init)(a, count, t, b, count, t, root, MPI_COMM_WORLD, MPI_INFO_NULL, r);
                  }));
     same_as_host(what("MPIX_Scatter_init"), scattered,
                  started_twice(size_t(count) * size, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Scatter_init(a, count, t, b, count, t, root, MPI_COMM_WORLD, MPI_INFO_NULL, r);
+                   return SUITE_PERSISTENT(Scatter_init)(a, count, t, b, count, t, root, MPI_COMM_WORLD, MPI_INFO_NULL, r);
                  }));
     same_as_host(what("MPIX_Alltoall_init"), Sides{scattered.send, poisoned<int32_t>(size_t(count) * size)},
                  started_twice(size_t(count) * size, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Alltoall_init(a, count, t, b, count, t, MPI_COMM_WORLD, MPI_INFO_NULL, r);
+                   return SUITE_PERSISTENT(Alltoall_init)(a, count, t, b, count, t, MPI_COMM_WORLD, MPI_INFO_NULL, r);
                  }));
     same_as_host(what("MPIX_Reduce_scatter_block_init", "MPI_MIN"), Sides{scattered.send, poisoned<int32_t>(count)},
                  started_twice(size_t(count) * size, [&](void* a, void* b, MPI_Request* r) {
-                   return MPIX_Reduce_scatter_block_init(a, b, count, t, MPI_MIN, MPI_COMM_WORLD, MPI_INFO_NULL, r);
+                   return SUITE_PERSISTENT(Reduce_scatter_block_init)(a, b, count, t, MPI_MIN, MPI_COMM_WORLD, MPI_INFO_NULL, r);
                  }));
   }
 }

@@ -18,8 +18,8 @@
 
 #include "completion.h"
 #include "suite.h"
-// After mpi.h (suite.h): Open MPI's extensions, MPIX_*_init among them.
-#include <mpi-ext.h>
+// The persistent collectives by their name in this MPI.
+#include "persistent_collectives.h"
 
 namespace {
 
@@ -341,12 +341,12 @@ void persistent_collectives() {
   Buffer spread_in(send_total * sizeof(float), Memory::device), spread_out(recv_total * sizeof(float), Memory::device);
   const Case what{"MPIX_*_init", "mixed", "", count, "device", "persistent collectives"};
   std::vector<MPI_Request> requests(3);
-  check_mpi(MPIX_Allreduce_init(sum_in.data(), sum_out.data(), int(count), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
+  check_mpi(SUITE_PERSISTENT(Allreduce_init)(sum_in.data(), sum_out.data(), int(count), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
                                 MPI_INFO_NULL, &requests[0]),
             what);
-  check_mpi(MPIX_Bcast_init(broadcast.data(), int(count), MPI_INT, root, MPI_COMM_WORLD, MPI_INFO_NULL, &requests[1]),
+  check_mpi(SUITE_PERSISTENT(Bcast_init)(broadcast.data(), int(count), MPI_INT, root, MPI_COMM_WORLD, MPI_INFO_NULL, &requests[1]),
             what);
-  check_mpi(MPIX_Alltoallv_init(spread_in.data(), send_counts.data(), send_displs.data(), MPI_FLOAT, spread_out.data(),
+  check_mpi(SUITE_PERSISTENT(Alltoallv_init)(spread_in.data(), send_counts.data(), send_displs.data(), MPI_FLOAT, spread_out.data(),
                                 recv_counts.data(), recv_displs.data(), MPI_FLOAT, MPI_COMM_WORLD, MPI_INFO_NULL,
                                 &requests[2]),
             what);

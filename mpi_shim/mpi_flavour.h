@@ -1,0 +1,27 @@
+// The MPI library libferry.so is built against, and the little that differs
+// between the two ABIs it builds for: Open MPI's (libmpi.so.40) and MPICH's
+// (libmpi.so.12: MPICH, Intel MPI, Cray MPICH, MVAPICH). Everything else in
+// the shim is written against the MPI standard's C interface.
+#pragma once
+
+#include <mpi.h>
+
+#if defined(OPEN_MPI)
+#include <mpi-ext.h>  // MPIX_Query_cuda_support, Open MPI 4.1's persistent collectives
+#define FERRY_MPI_OPEN_MPI 1
+#elif defined(MPICH)
+#define FERRY_MPI_MPICH 1
+#else
+#error "libferry.so builds against Open MPI or an MPICH-ABI library"
+#endif
+
+// MPI 4.0's persistent collectives (MPI_Allreduce_init, ...): standard names
+// from MPI 4.0 (MPICH 4) and in Open MPI 5; Open MPI 4.1 has them as MPIX_
+// extensions only.
+#if MPI_VERSION >= 4 || (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)
+#define FERRY_PERSISTENT_COLLECTIVE(name) MPI_##name
+#define FERRY_PMPI_PERSISTENT_COLLECTIVE(name) PMPI_##name
+#else
+#define FERRY_PERSISTENT_COLLECTIVE(name) MPIX_##name
+#define FERRY_PMPI_PERSISTENT_COLLECTIVE(name) PMPIX_##name
+#endif
