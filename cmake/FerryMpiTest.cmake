@@ -41,6 +41,9 @@ include_guard(GLOBAL)
 
 find_package(MPI REQUIRED COMPONENTS C)
 if(FERRY_MPI_FLAVOUR STREQUAL "mpich")
+  # The launcher of the MPI built against: beside its compiler wrapper.
+  get_filename_component(mpich_bin "${MPI_C_COMPILER}" DIRECTORY)
+  find_program(FERRY_MPICH_MPIEXEC NAMES mpiexec.mpich mpiexec.hydra mpiexec HINTS "${mpich_bin}" NO_DEFAULT_PATH)
   find_program(FERRY_MPICH_MPIEXEC NAMES mpiexec.mpich mpiexec.hydra mpiexec REQUIRED)
 endif()
 
