@@ -3,8 +3,8 @@
 #                    [EXPECT <regex>])
 #
 # Registers a CTest test that runs <program> (a target or a path) on <ranks>
-# MPI ranks under mpirun (MPICH builds: its mpiexec), with libferry.so (the `ferry` target) preloaded into
-# every rank unless NO_PRELOAD. Each ENV assignment is exported to the ranks;
+# MPI ranks under mpirun (in MPICH builds its mpiexec), with libferry.so (the
+# `ferry` target) preloaded into every rank unless NO_PRELOAD. Each ENV assignment is exported to the ranks;
 # FERRY_DEVICE defaults to FERRY_MPI_TEST_DEVICE. The test passes when mpirun
 # exits 0 and its standard output holds a line that is exactly "No Errors"
 # (the MPICH test-suite convention), and also a match of EXPECT's regular

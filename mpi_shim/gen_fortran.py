@@ -184,7 +184,7 @@ def alias_block(function, params, target):
     if not function.persistent_collective:
         return block(function.name)
     # Named as the C function is (mpi_flavour.h).
-    return (f"#if MPI_VERSION >= 4 || (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)\n"
+    return (f"#if defined(FERRY_MPI_STANDARD_PERSISTENT_COLLECTIVES)\n"
             f"{block('MPI_' + function.short)}\n#else\n{block(function.name)}\n#endif")
 
 

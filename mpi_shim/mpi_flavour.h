@@ -19,6 +19,7 @@
 // from MPI 4.0 (MPICH 4) and in Open MPI 5; Open MPI 4.1 has them as MPIX_
 // extensions only.
 #if MPI_VERSION >= 4 || (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)
+#define FERRY_MPI_STANDARD_PERSISTENT_COLLECTIVES 1
 #define FERRY_PERSISTENT_COLLECTIVE(name) MPI_##name
 #define FERRY_PMPI_PERSISTENT_COLLECTIVE(name) PMPI_##name
 #else
