@@ -42,6 +42,26 @@ contains
     end do
   end subroutine
 
+  ! A new case around the ring: this rank's data in h and on the device in
+  ! dsend, its left neighbour's (what this rank receives) in want.
+  subroutine next_ring_case(dsend, h, want)
+    real(8), pointer, contiguous, intent(in) :: dsend(:)
+    real(8), intent(out) :: h(:), want(:)
+    case_id = case_id + 1
+    call random_whole_numbers(h, case_id, rank)
+    call random_whole_numbers(want, case_id, left)
+    call to_device(dsend, h)
+  end subroutine
+
+  ! Receive from the left, send to the right.
+  subroutine post_ring(dsend, drecv, tag, requests)
+    real(8), pointer, contiguous, intent(in) :: dsend(:), drecv(:)
+    integer, intent(in) :: tag
+    type(MPI_Request), intent(out) :: requests(2)
+    call MPI_Irecv(drecv, size(drecv), MPI_DOUBLE_PRECISION, left, tag, MPI_COMM_WORLD, requests(1))
+    call MPI_Isend(dsend, size(dsend), MPI_DOUBLE_PRECISION, right, tag, MPI_COMM_WORLD, requests(2))
+  end subroutine
+
   subroutine collectives()
     integer, parameter :: n = 1001
     real(8), pointer, contiguous :: dsend(:), drecv(:)
@@ -104,10 +124,7 @@ contains
     dsend => device_doubles(n)
     drecv => device_doubles(n)
 
-    case_id = case_id + 1
-    call random_whole_numbers(h, case_id, rank)
-    call random_whole_numbers(want, case_id, left)
-    call to_device(dsend, h)
+    call next_ring_case(dsend, h, want)
     call MPI_Sendrecv(dsend, n, MPI_DOUBLE_PRECISION, right, tag, drecv, n, MPI_DOUBLE_PRECISION, left, tag, &
                       MPI_COMM_WORLD, status, ierr)
     call MPI_Get_count(status, MPI_DOUBLE_PRECISION, received)
@@ -144,23 +161,15 @@ contains
     dsend => device_doubles(n)
     drecv => device_doubles(n)
 
-    case_id = case_id + 1
-    call random_whole_numbers(h, case_id, rank)
-    call random_whole_numbers(want, case_id, left)
-    call to_device(dsend, h)
-    call MPI_Irecv(drecv, n, MPI_DOUBLE_PRECISION, left, tag, MPI_COMM_WORLD, requests(1))
-    call MPI_Isend(dsend, n, MPI_DOUBLE_PRECISION, right, tag, MPI_COMM_WORLD, requests(2))
+    call next_ring_case(dsend, h, want)
+    call post_ring(dsend, drecv, tag, requests)
     call MPI_Waitall(2, requests, statuses, ierr)
     call from_device(got, drecv)
     call check(ierr == MPI_SUCCESS .and. all(got == want) .and. statuses(1)%MPI_SOURCE == left .and. &
                requests(1) == MPI_REQUEST_NULL, 'MPI_Irecv, MPI_Isend, MPI_Waitall')
 
-    case_id = case_id + 1
-    call random_whole_numbers(h, case_id, rank)
-    call random_whole_numbers(want, case_id, left)
-    call to_device(dsend, h)
-    call MPI_Irecv(drecv, n, MPI_DOUBLE_PRECISION, left, tag, MPI_COMM_WORLD, requests(1))
-    call MPI_Isend(dsend, n, MPI_DOUBLE_PRECISION, right, tag, MPI_COMM_WORLD, requests(2))
+    call next_ring_case(dsend, h, want)
+    call post_ring(dsend, drecv, tag, requests)
     done = 0
     do i = 1, 2
       call MPI_Waitany(2, requests, which, MPI_STATUS_IGNORE, ierr)
@@ -196,10 +205,7 @@ contains
     call MPI_Recv_init(drecv, n, MPI_DOUBLE_PRECISION, left, tag, MPI_COMM_WORLD, requests(1))
     call MPI_Send_init(dsend, n, MPI_DOUBLE_PRECISION, right, tag, MPI_COMM_WORLD, requests(2))
     do round = 1, 2
-      case_id = case_id + 1
-      call random_whole_numbers(h, case_id, rank)
-      call random_whole_numbers(want, case_id, left)
-      call to_device(dsend, h)
+      call next_ring_case(dsend, h, want)
       call MPI_Startall(2, requests, ierr)
       call MPI_Waitall(2, requests, MPI_STATUSES_IGNORE, ierr)
       call from_device(got, drecv)
