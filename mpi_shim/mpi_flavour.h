@@ -26,3 +26,18 @@
 #define FERRY_PERSISTENT_COLLECTIVE(name) MPIX_##name
 #define FERRY_PMPI_PERSISTENT_COLLECTIVE(name) PMPIX_##name
 #endif
+
+// MPI 4.0's new calls on buffers (partitioned point-to-point, MPI_Psend_init
+// and its kin; MPI_Isendrecv(_replace)): MPICH 4 and 5, Open MPI 5 (which
+// still says MPI 3.1); none in Open MPI 4.1.
+#if MPI_VERSION >= 4 || (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)
+#define FERRY_MPI_40 1
+#endif
+
+// MPI 4.1 made some array arguments const (MPI_Pready_list's partitions);
+// a wrapper must declare them as the MPI's mpi.h does.
+#if MPI_VERSION > 4 || (MPI_VERSION == 4 && MPI_SUBVERSION >= 1)
+#define FERRY_MPI41_CONST const
+#else
+#define FERRY_MPI41_CONST
+#endif

@@ -1,6 +1,7 @@
-// The nonblocking point-to-point calls on one buffer: through peer memory
-// where the send can go there (point_to_point.h), else staged
-// (staged_requests.h), else the real MPI's as they are.
+// The nonblocking point-to-point calls: through peer memory where the send
+// can go there (point_to_point.h), else staged (staged_requests.h), else the
+// real MPI's as they are. MPI 4.0's MPI_Isendrecv(_replace) are staged, their
+// send announced to a peer that checks receives (peer_pt2pt.h).
 #include "handlers.h"
 #include "mpi_shim/point_to_point.h"
 #include "mpi_shim/staged_requests.h"
@@ -49,5 +50,66 @@ int handle_Irecv(void* buf, int count, MPI_Datatype datatype, int source, int ta
       FunctionId::kIrecv, buf, count, datatype, comm, request, true, Lifetime::kOnce,
       [&](void* b) { return PMPI_Irecv(b, count, datatype, source, tag, comm, request); }, source != MPI_PROC_NULL);
 }
+
+#if defined(FERRY_MPI_40)
+int handle_Isendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
+                     int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
+                     MPI_Request* request) {
+  const FunctionId id = FunctionId::kIsendrecv;
+  auto pmpi = [&](const void* s, void* r) {
+    return PMPI_Isendrecv(s, sendcount, sendtype, dest, sendtag, r, recvcount, recvtype, source, recvtag, comm,
+                          request);
+  };
+  return send_through(id, peer::Mode::kNone, sendbuf, sendcount, sendtype, dest, sendtag, comm, request, [&] {
+    count_bytes(id, sendcount, sendtype);
+    const CheckedReceive checked =
+        source != MPI_PROC_NULL ? checked_receive(comm, recvbuf, recvcount, recvtype) : CheckedReceive{};
+    auto unstaged = [&] {
+      const int result = pmpi(sendbuf, recvbuf);
+      if (result == MPI_SUCCESS && checked.on() && request) track_checked_receive(*request, checked, Lifetime::kOnce);
+      return result;
+    };
+    if (route_call(id, {sendbuf, recvbuf}, true).route == Route::kPmpi) return unstaged();
+    Extent send_extent, recv_extent;
+    if (comm == MPI_COMM_NULL || !request || !extent_of(sendcount, sendtype, &send_extent) ||
+        !extent_of(recvcount, recvtype, &recv_extent))
+      return unstaged();
+    // The receive buffer goes both ways whole, never cut to the status's
+    // count: MPICH leaves the status of this request as it was.
+    Staging staging(id, comm);
+    const void* send = staging.in(sendbuf, send_extent);
+    void* recv = staging.inout(recvbuf, recv_extent);
+    if (staging.failed()) return staging.raise();
+    return end_staged(staging, pmpi(send, recv), request, Lifetime::kOnce, false, checked);
+  });
+}
+
+// The buffer goes both ways whole: the bytes past a shorter message keep
+// what was sent from them.
+int handle_Isendrecv_replace(void* buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source,
+                             int recvtag, MPI_Comm comm, MPI_Request* request) {
+  const FunctionId id = FunctionId::kIsendrecv_replace;
+  auto pmpi = [&](void* b) {
+    return PMPI_Isendrecv_replace(b, count, datatype, dest, sendtag, source, recvtag, comm, request);
+  };
+  return send_through(id, peer::Mode::kNone, buf, count, datatype, dest, sendtag, comm, request, [&] {
+    count_bytes(id, count, datatype);
+    const CheckedReceive checked =
+        source != MPI_PROC_NULL ? checked_receive(comm, buf, count, datatype) : CheckedReceive{};
+    auto unstaged = [&] {
+      const int result = pmpi(buf);
+      if (result == MPI_SUCCESS && checked.on() && request) track_checked_receive(*request, checked, Lifetime::kOnce);
+      return result;
+    };
+    if (route_call(id, {buf}, true).route == Route::kPmpi) return unstaged();
+    Extent extent;
+    if (comm == MPI_COMM_NULL || !request || !extent_of(count, datatype, &extent)) return unstaged();
+    Staging staging(id, comm);
+    void* staged = staging.inout(buf, extent);
+    if (staging.failed()) return staging.raise();
+    return end_staged(staging, pmpi(staged), request, Lifetime::kOnce, false, checked);
+  });
+}
+#endif  // FERRY_MPI_40
 
 }  // namespace ferry::shim

@@ -59,6 +59,9 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     wrapped = set(LISTED.findall(Path(sys.argv[1]).read_text()))
+    # MPI 4.0's persistent collectives are listed by Open MPI 4.1's MPIX_
+    # names and exported under the standard ones where the MPI has those.
+    wrapped |= {"MPI_" + n[len("MPIX_"):] for n in wrapped if n.startswith("MPIX_") and n.endswith("_init")}
     declared = {}
     for header in sys.argv[2:]:
         declared.update(buffer_functions(Path(header).read_text(errors="replace")))

