@@ -61,15 +61,15 @@ int after_probe(MPI_Comm comm, MPI_Message* message, MPI_Status* status) {
 int marker_status_request(const MPI_Status& status, MPI_Request* request) {
   auto* copy = new MPI_Status(status);
   copy->MPI_ERROR = MPI_SUCCESS;
-  auto query = [](void* state, MPI_Status* out) {
+  auto query = [](void* state, MPI_Status* out) -> int {
     *out = *static_cast<MPI_Status*>(state);
     return MPI_SUCCESS;
   };
-  auto release = [](void* state) {
+  auto release = [](void* state) -> int {
     delete static_cast<MPI_Status*>(state);
     return MPI_SUCCESS;
   };
-  auto cancel = [](void*, int) { return MPI_SUCCESS; };
+  auto cancel = [](void*, int) -> int { return MPI_SUCCESS; };
   int rc = PMPI_Grequest_start(query, release, cancel, copy, request);
   if (rc != MPI_SUCCESS) {
     delete copy;

@@ -6,13 +6,19 @@
 
 #include <mpi.h>
 
-#if defined(OPEN_MPI)
+#if defined(MPI_ABI_VERSION)
+// The MPI 5.0 standard ABI (mpi_abi.h, libmpi_abi.so): one libferry.so for
+// every MPI that implements it. MPICH 5 is the one here, so what differs for
+// MPICH holds for it too.
+#define FERRY_MPI_STANDARD_ABI 1
+#define FERRY_MPI_MPICH 1
+#elif defined(OPEN_MPI)
 #include <mpi-ext.h>  // MPIX_Query_cuda_support, Open MPI 4.1's persistent collectives
 #define FERRY_MPI_OPEN_MPI 1
 #elif defined(MPICH)
 #define FERRY_MPI_MPICH 1
 #else
-#error "libferry.so builds against Open MPI or an MPICH-ABI library"
+#error "libferry.so builds against Open MPI, an MPICH-ABI library or the MPI standard ABI"
 #endif
 
 // MPI 4.0's persistent collectives (MPI_Allreduce_init, ...): standard names

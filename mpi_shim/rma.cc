@@ -64,15 +64,15 @@ int check_origin(const void* buffer, int count, MPI_Datatype type, std::size_t t
 
 // A request that is already complete: the R-calls finish before returning.
 int completed_request(MPI_Request* request) {
-  auto query = [](void*, MPI_Status* status) {
+  auto query = [](void*, MPI_Status* status) -> int {
     PMPI_Status_set_elements(status, MPI_BYTE, 0);
     PMPI_Status_set_cancelled(status, 0);
     status->MPI_SOURCE = MPI_UNDEFINED;
     status->MPI_TAG = MPI_UNDEFINED;
     return MPI_SUCCESS;
   };
-  auto release = [](void*) { return MPI_SUCCESS; };
-  auto cancel = [](void*, int) { return MPI_SUCCESS; };
+  auto release = [](void*) -> int { return MPI_SUCCESS; };
+  auto cancel = [](void*, int) -> int { return MPI_SUCCESS; };
   int rc = PMPI_Grequest_start(query, release, cancel, nullptr, request);
   return rc == MPI_SUCCESS ? PMPI_Grequest_complete(*request) : rc;
 }
@@ -177,7 +177,7 @@ int get_accumulate(DeviceWindow& dw, MPI_Win win, FunctionId id, const void* ori
                                                      host_reduction(basic, op)));
 }
 
-constexpr HostOperand kNoOperand{nullptr, 0, MPI_DATATYPE_NULL};
+const HostOperand kNoOperand{nullptr, 0, MPI_DATATYPE_NULL};
 
 }  // namespace
 
@@ -208,7 +208,7 @@ int handle_Put(const void* origin_addr, int origin_count, MPI_Datatype origin_da
                       win);
     });
   };
-  return on_data_window(FunctionId::kPut, win, [&](DeviceWindow& dw) {
+  return on_data_window(FunctionId::kPut, win, [&](DeviceWindow& dw) -> int {
     return move(dw, win, FunctionId::kPut, const_cast<void*>(origin_addr), origin_count, origin_datatype, target_rank,
                 target_disp, target_count, target_datatype, false, false, real);
   }, real);
@@ -225,7 +225,7 @@ int handle_Get(void* origin_addr, int origin_count, MPI_Datatype origin_datatype
       return PMPI_Get(r, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win);
     });
   };
-  return on_data_window(FunctionId::kGet, win, [&](DeviceWindow& dw) {
+  return on_data_window(FunctionId::kGet, win, [&](DeviceWindow& dw) -> int {
     return move(dw, win, FunctionId::kGet, origin_addr, origin_count, origin_datatype, target_rank, target_disp,
                 target_count, target_datatype, false, true, real);
   }, real);
@@ -244,7 +244,7 @@ int handle_Accumulate(const void* origin_addr, int origin_count, MPI_Datatype or
                              target_datatype, op, win);
     });
   };
-  return on_data_window(FunctionId::kAccumulate, win, [&](DeviceWindow& dw) {
+  return on_data_window(FunctionId::kAccumulate, win, [&](DeviceWindow& dw) -> int {
     return get_accumulate(dw, win, FunctionId::kAccumulate, origin_addr, origin_count, origin_datatype, nullptr, 0,
                           MPI_DATATYPE_NULL, target_rank, target_disp, target_count, target_datatype, op, false,
                           real);
@@ -266,7 +266,7 @@ int handle_Get_accumulate(const void* origin_addr, int origin_count, MPI_Datatyp
                                  target_disp, target_count, target_datatype, op, win);
     });
   };
-  return on_data_window(FunctionId::kGet_accumulate, win, [&](DeviceWindow& dw) {
+  return on_data_window(FunctionId::kGet_accumulate, win, [&](DeviceWindow& dw) -> int {
     return get_accumulate(dw, win, FunctionId::kGet_accumulate, origin_addr, origin_count, origin_datatype,
                           result_addr, result_count, result_datatype, target_rank, target_disp, target_count,
                           target_datatype, op, false, real);
@@ -283,7 +283,7 @@ int handle_Fetch_and_op(const void* origin_addr, void* result_addr, MPI_Datatype
       return PMPI_Fetch_and_op(o, r, datatype, target_rank, target_disp, op, win);
     });
   };
-  return on_data_window(FunctionId::kFetch_and_op, win, [&](DeviceWindow& dw) {
+  return on_data_window(FunctionId::kFetch_and_op, win, [&](DeviceWindow& dw) -> int {
     return get_accumulate(dw, win, FunctionId::kFetch_and_op, origin_addr, 1, datatype, result_addr, 1, datatype,
                           target_rank, target_disp, 1, datatype, op, false, real);
   }, real);
@@ -300,7 +300,7 @@ int handle_Compare_and_swap(const void* origin_addr, const void* compare_addr, v
       return PMPI_Compare_and_swap(o, c, r, datatype, target_rank, target_disp, win);
     });
   };
-  return on_data_window(FunctionId::kCompare_and_swap, win, [&](DeviceWindow& dw) {
+  return on_data_window(FunctionId::kCompare_and_swap, win, [&](DeviceWindow& dw) -> int {
     int verdict = real_mpi_compare_and_swap_verdict(origin_addr, compare_addr, result_addr, datatype);
     if (verdict == -1) verdict = basic_type(datatype) == datatype ? MPI_SUCCESS : MPI_ERR_TYPE;
     if (verdict != MPI_SUCCESS) return fail(win, verdict);
@@ -335,7 +335,7 @@ int handle_Rput(const void* origin_addr, int origin_count, MPI_Datatype origin_d
                        win, request);
     });
   };
-  return on_data_window(FunctionId::kRput, win, [&](DeviceWindow& dw) {
+  return on_data_window(FunctionId::kRput, win, [&](DeviceWindow& dw) -> int {
     int rc = move(dw, win, FunctionId::kRput, const_cast<void*>(origin_addr), origin_count, origin_datatype,
                   target_rank, target_disp, target_count, target_datatype, true, false, real);
     if (through_real || rc != MPI_SUCCESS) return rc;
@@ -360,7 +360,7 @@ int handle_Rget(void* origin_addr, int origin_count, MPI_Datatype origin_datatyp
                        win, request);
     });
   };
-  return on_data_window(FunctionId::kRget, win, [&](DeviceWindow& dw) {
+  return on_data_window(FunctionId::kRget, win, [&](DeviceWindow& dw) -> int {
     int rc = move(dw, win, FunctionId::kRget, origin_addr, origin_count, origin_datatype, target_rank, target_disp,
                   target_count, target_datatype, true, true, real);
     if (through_real || rc != MPI_SUCCESS) return rc;
@@ -384,7 +384,7 @@ int handle_Raccumulate(const void* origin_addr, int origin_count, MPI_Datatype o
                               target_datatype, op, win, request);
     });
   };
-  return on_data_window(FunctionId::kRaccumulate, win, [&](DeviceWindow& dw) {
+  return on_data_window(FunctionId::kRaccumulate, win, [&](DeviceWindow& dw) -> int {
     const int rc = get_accumulate(dw, win, FunctionId::kRaccumulate, origin_addr, origin_count, origin_datatype,
                                   nullptr, 0, MPI_DATATYPE_NULL, target_rank, target_disp, target_count,
                                   target_datatype, op, true, real);
@@ -410,7 +410,7 @@ int handle_Rget_accumulate(const void* origin_addr, int origin_count, MPI_Dataty
                                   target_disp, target_count, target_datatype, op, win, request);
     });
   };
-  return on_data_window(FunctionId::kRget_accumulate, win, [&](DeviceWindow& dw) {
+  return on_data_window(FunctionId::kRget_accumulate, win, [&](DeviceWindow& dw) -> int {
     const int rc = get_accumulate(dw, win, FunctionId::kRget_accumulate, origin_addr, origin_count,
                                   origin_datatype, result_addr, result_count, result_datatype, target_rank,
                                   target_disp, target_count, target_datatype, op, true, real);

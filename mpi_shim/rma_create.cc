@@ -331,7 +331,7 @@ int handle_Win_create_dynamic(MPI_Info info, MPI_Comm comm, MPI_Win* win) {
   record_route(FunctionId::kWin_create_dynamic, {Route::kEngine, "device runtime in use"});
   parts.flavor = MPI_WIN_FLAVOR_DYNAMIC;
   parts.real_memory = true;
-  return create_window(FunctionId::kWin_create_dynamic, comm, parts, win, [&](MPI_Win* w) {
+  return create_window(FunctionId::kWin_create_dynamic, comm, parts, win, [&](MPI_Win* w) -> int {
     // An MPI whose one-sided components cannot serve a dynamic window here
     // (Open MPI's osc/ucx without a network) refuses it on every rank: the
     // window then takes device regions only, on a handle-only real window.

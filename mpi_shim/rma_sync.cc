@@ -57,7 +57,7 @@ void clear_real_pending(DeviceWindow& dw, int target) {
 }  // namespace
 
 int handle_Win_fence(int assert, MPI_Win win) {
-  return on_window(FunctionId::kWin_fence, win, [&](DeviceWindow& dw) {
+  return on_window(FunctionId::kWin_fence, win, [&](DeviceWindow& dw) -> int {
     Window& w = *dw.window;
     if (w.any_lock_held() || w.access_group_open() || w.exposure_open()) return fail(win, MPI_ERR_RMA_SYNC);
     // The real MPI's first: its fence may need every rank's progress, which
@@ -68,42 +68,42 @@ int handle_Win_fence(int assert, MPI_Win win) {
     clear_real_pending(dw, kEveryTarget);
     if (rc != MPI_SUCCESS) return rc;
     return engine_result(win, FunctionId::kWin_fence, w.fence(!(assert & MPI_MODE_NOSUCCEED)));
-  }, [&] {
+  }, [&]() -> int {
     return sync_across(win, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_fence(assert, win)); });
   });
 }
 
 int handle_Win_post(MPI_Group group, int assert, MPI_Win win) {
-  return on_window(FunctionId::kWin_post, win, [&](DeviceWindow& dw) {
+  return on_window(FunctionId::kWin_post, win, [&](DeviceWindow& dw) -> int {
     if (dw.window->exposure_open() || dw.engine_exposure_done) return fail(win, MPI_ERR_RMA_SYNC);
     std::vector<int> origins;
     if (int rc = window_ranks(dw, group, &origins); rc != MPI_SUCCESS) return fail(win, rc);
     const int rc = engine_result(win, FunctionId::kWin_post, dw.window->post(origins));
     return real_half(dw, rc, [&] { return PMPI_Win_post(group, assert, win); });
-  }, [&] { return sync_across(win, [&] { return PMPI_Win_post(group, assert, win); }); });
+  }, [&]() -> int { return sync_across(win, [&] { return PMPI_Win_post(group, assert, win); }); });
 }
 
 int handle_Win_start(MPI_Group group, int assert, MPI_Win win) {
-  return on_window(FunctionId::kWin_start, win, [&](DeviceWindow& dw) {
+  return on_window(FunctionId::kWin_start, win, [&](DeviceWindow& dw) -> int {
     if (dw.window->access_group_open() || dw.window->any_lock_held()) return fail(win, MPI_ERR_RMA_SYNC);
     std::vector<int> targets;
     if (int rc = window_ranks(dw, group, &targets); rc != MPI_SUCCESS) return fail(win, rc);
     const int rc = engine_result(win, FunctionId::kWin_start, dw.window->start(targets));
     return real_half(dw, rc, [&] { return PMPI_Win_start(group, assert, win); });
-  }, [&] { return sync_across(win, [&] { return PMPI_Win_start(group, assert, win); }); });
+  }, [&]() -> int { return sync_across(win, [&] { return PMPI_Win_start(group, assert, win); }); });
 }
 
 int handle_Win_complete(MPI_Win win) {
-  return on_window(FunctionId::kWin_complete, win, [&](DeviceWindow& dw) {
+  return on_window(FunctionId::kWin_complete, win, [&](DeviceWindow& dw) -> int {
     if (!dw.window->access_group_open()) return fail(win, MPI_ERR_RMA_SYNC);
     const int rc = engine_result(win, FunctionId::kWin_complete, dw.window->complete());
     clear_real_pending(dw, kEveryTarget);
     return real_half(dw, rc, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_complete(win)); });
-  }, [&] { return sync_across(win, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_complete(win)); }); });
+  }, [&]() -> int { return sync_across(win, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_complete(win)); }); });
 }
 
 int handle_Win_wait(MPI_Win win) {
-  return on_window(FunctionId::kWin_wait, win, [&](DeviceWindow& dw) {
+  return on_window(FunctionId::kWin_wait, win, [&](DeviceWindow& dw) -> int {
     int rc = MPI_SUCCESS;
     if (!dw.engine_exposure_done) {
       if (!dw.window->exposure_open()) return fail(win, MPI_ERR_RMA_SYNC);
@@ -111,12 +111,12 @@ int handle_Win_wait(MPI_Win win) {
     }
     dw.engine_exposure_done = false;
     return real_half(dw, rc, [&] { return PMPI_Win_wait(win); });
-  }, [&] { return sync_across(win, [&] { return PMPI_Win_wait(win); }); });
+  }, [&]() -> int { return sync_across(win, [&] { return PMPI_Win_wait(win); }); });
 }
 
 // The engine's epoch may end at one test and the real MPI's at a later one.
 int handle_Win_test(MPI_Win win, int* flag) {
-  return on_window(FunctionId::kWin_test, win, [&](DeviceWindow& dw) {
+  return on_window(FunctionId::kWin_test, win, [&](DeviceWindow& dw) -> int {
     if (!dw.engine_exposure_done) {
       if (!dw.window->exposure_open()) return fail(win, MPI_ERR_RMA_SYNC);
       bool done = false;
@@ -128,7 +128,7 @@ int handle_Win_test(MPI_Win win, int* flag) {
     const int rc = PMPI_Win_test(win, flag);
     if (rc == MPI_SUCCESS && *flag) dw.engine_exposure_done = false;
     return rc;
-  }, [&] {
+  }, [&]() -> int {
     // Reconciled only once the epoch ended.
     const int rc = PMPI_Win_test(win, flag);
     if (rc != MPI_SUCCESS || !*flag) return rc;
@@ -137,21 +137,21 @@ int handle_Win_test(MPI_Win win, int* flag) {
 }
 
 int handle_Win_lock(int lock_type, int rank, int assert, MPI_Win win) {
-  return on_window(FunctionId::kWin_lock, win, [&](DeviceWindow& dw) {
+  return on_window(FunctionId::kWin_lock, win, [&](DeviceWindow& dw) -> int {
     Window& w = *dw.window;
     if (lock_type != MPI_LOCK_EXCLUSIVE && lock_type != MPI_LOCK_SHARED) return fail(win, MPI_ERR_LOCKTYPE);
     if (rank == MPI_PROC_NULL) return MPI_SUCCESS;
     if (rank < 0 || rank >= w.size()) return fail(win, MPI_ERR_RANK);
     if (w.locked(rank) || w.access_group_open()) return fail(win, MPI_ERR_RMA_SYNC);
     return engine_result(win, FunctionId::kWin_lock, w.lock(rank, lock_type == MPI_LOCK_EXCLUSIVE));
-  }, [&] {
+  }, [&]() -> int {
     if (rank != rank_in_window(win)) return PMPI_Win_lock(lock_type, rank, assert, win);
     return sync_across(win, [&] { return PMPI_Win_lock(lock_type, rank, assert, win); }, true);
   });
 }
 
 int handle_Win_unlock(int rank, MPI_Win win) {
-  return on_window(FunctionId::kWin_unlock, win, [&](DeviceWindow& dw) {
+  return on_window(FunctionId::kWin_unlock, win, [&](DeviceWindow& dw) -> int {
     Window& w = *dw.window;
     if (rank == MPI_PROC_NULL) return MPI_SUCCESS;
     if (rank < 0 || rank >= w.size()) return fail(win, MPI_ERR_RANK);
@@ -164,21 +164,21 @@ int handle_Win_unlock(int rank, MPI_Win win) {
     dw.real_locked[t] = 0;
     const int real_rc = complete_host_staged(win, rank, PMPI_Win_unlock(rank, win));
     return rc != MPI_SUCCESS ? rc : real_rc;
-  }, [&] {
+  }, [&]() -> int {
     auto unlock = [&] { return complete_host_staged(win, rank, PMPI_Win_unlock(rank, win)); };
     return rank == rank_in_window(win) ? sync_across(win, unlock) : unlock();
   });
 }
 
 int handle_Win_lock_all(int assert, MPI_Win win) {
-  return on_window(FunctionId::kWin_lock_all, win, [&](DeviceWindow& dw) {
+  return on_window(FunctionId::kWin_lock_all, win, [&](DeviceWindow& dw) -> int {
     if (dw.window->any_lock_held() || dw.window->access_group_open()) return fail(win, MPI_ERR_RMA_SYNC);
     return engine_result(win, FunctionId::kWin_lock_all, dw.window->lock_all());
-  }, [&] { return sync_across(win, [&] { return PMPI_Win_lock_all(assert, win); }, true); });
+  }, [&]() -> int { return sync_across(win, [&] { return PMPI_Win_lock_all(assert, win); }, true); });
 }
 
 int handle_Win_unlock_all(MPI_Win win) {
-  return on_window(FunctionId::kWin_unlock_all, win, [&](DeviceWindow& dw) {
+  return on_window(FunctionId::kWin_unlock_all, win, [&](DeviceWindow& dw) -> int {
     if (!dw.window->lock_all_held()) return fail(win, MPI_ERR_RMA_SYNC);
     const int rc = engine_result(win, FunctionId::kWin_unlock_all, dw.window->unlock_all());
     if (!dw.real_memory) return rc;
@@ -187,7 +187,7 @@ int handle_Win_unlock_all(MPI_Win win) {
     dw.real_lock_all = false;
     const int real_rc = complete_host_staged(win, kEveryTarget, PMPI_Win_unlock_all(win));
     return rc != MPI_SUCCESS ? rc : real_rc;
-  }, [&] {
+  }, [&]() -> int {
     return sync_across(win, [&] { return complete_host_staged(win, kEveryTarget, PMPI_Win_unlock_all(win)); });
   });
 }
@@ -202,7 +202,7 @@ int flush_one(MPI_Win win, FunctionId id, int rank) {
     return complete_host_staged(
         win, rank, id == FunctionId::kWin_flush ? PMPI_Win_flush(rank, win) : PMPI_Win_flush_local(rank, win));
   };
-  return on_window(id, win, [&](DeviceWindow& dw) {
+  return on_window(id, win, [&](DeviceWindow& dw) -> int {
     Window& w = *dw.window;
     if (rank == MPI_PROC_NULL) return MPI_SUCCESS;
     if (rank < 0 || rank >= w.size()) return fail(win, MPI_ERR_RANK);
@@ -219,7 +219,7 @@ int flush_every(MPI_Win win, FunctionId id) {
     return complete_host_staged(
         win, kEveryTarget, id == FunctionId::kWin_flush_all ? PMPI_Win_flush_all(win) : PMPI_Win_flush_local_all(win));
   };
-  return on_window(id, win, [&](DeviceWindow& dw) {
+  return on_window(id, win, [&](DeviceWindow& dw) -> int {
     if (!dw.window->any_lock_held()) return fail(win, MPI_ERR_RMA_SYNC);
     const int rc = engine_result(win, id, dw.window->flush());
     const bool pending = std::find(dw.real_pending.begin(), dw.real_pending.end(), 1) != dw.real_pending.end();
@@ -237,13 +237,13 @@ int handle_Win_flush_all(MPI_Win win) { return flush_every(win, FunctionId::kWin
 int handle_Win_flush_local_all(MPI_Win win) { return flush_every(win, FunctionId::kWin_flush_local_all); }
 
 int handle_Win_sync(MPI_Win win) {
-  return on_window(FunctionId::kWin_sync, win, [&](DeviceWindow& dw) {
+  return on_window(FunctionId::kWin_sync, win, [&](DeviceWindow& dw) -> int {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     // The real MPI's only inside an epoch open there.
     const bool real_epoch = dw.real_lock_all || std::find(dw.real_locked.begin(), dw.real_locked.end(), 1) !=
                                                     dw.real_locked.end();
     return real_epoch ? PMPI_Win_sync(win) : MPI_SUCCESS;
-  }, [&] { return sync_across(win, [&] { return PMPI_Win_sync(win); }); });
+  }, [&]() -> int { return sync_across(win, [&] { return PMPI_Win_sync(win); }); });
 }
 
 }  // namespace ferry::shim

@@ -48,6 +48,13 @@ void init(int* argc, char*** argv) {
   suite_device_init();
 }
 
+bool mpi_library_is(const char* name) {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_Get_library_version(version, &length);
+  return std::string(version, size_t(length)).find(name) != std::string::npos;
+}
+
 int finish() {
   long total_failures = 0;
   MPI_Allreduce(&g_failures, &total_failures, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);

@@ -32,6 +32,10 @@ int finish();
 
 int world_rank();
 int world_size();
+// Whether MPI_Get_library_version names `name` ("Open MPI", "MPICH"): an
+// MPI's own faults are told apart at run time, since one build of a program
+// may run on several (the MPI standard ABI).
+bool mpi_library_is(const char* name);
 // A fresh id per case, identical on every rank because all ranks run the same
 // sequence of cases. Seeds the case's data.
 uint64_t next_case_id();
