@@ -1,7 +1,9 @@
 // The nonblocking point-to-point calls: through peer memory where the send
 // can go there (point_to_point.h), else staged (staged_requests.h), else the
 // real MPI's as they are. MPI 4.0's MPI_Isendrecv(_replace) are staged, their
-// send announced to a peer that checks receives (peer_pt2pt.h).
+// send announced to a peer that checks receives (peer_pt2pt.h), and not
+// cancellable: MPICH leaves their statuses unwritten, so a staged one's
+// copies never depend on a status.
 #include "handlers.h"
 #include "mpi_shim/point_to_point.h"
 #include "mpi_shim/staged_requests.h"
@@ -80,7 +82,7 @@ int handle_Isendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, 
     const void* send = staging.in(sendbuf, send_extent);
     void* recv = staging.inout(recvbuf, recv_extent);
     if (staging.failed()) return staging.raise();
-    return end_staged(staging, pmpi(send, recv), request, Lifetime::kOnce, false, checked);
+    return end_staged(staging, pmpi(send, recv), request, Lifetime::kOnce, false, checked, false);
   });
 }
 
@@ -107,7 +109,7 @@ int handle_Isendrecv_replace(void* buf, int count, MPI_Datatype datatype, int de
     Staging staging(id, comm);
     void* staged = staging.inout(buf, extent);
     if (staging.failed()) return staging.raise();
-    return end_staged(staging, pmpi(staged), request, Lifetime::kOnce, false, checked);
+    return end_staged(staging, pmpi(staged), request, Lifetime::kOnce, false, checked, false);
   });
 }
 #endif  // FERRY_MPI_40

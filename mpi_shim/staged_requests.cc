@@ -32,10 +32,12 @@ MPI_Count count_of(const MPI_Status& status) {
 }
 
 // Copies the outputs of a request that completed with status to the user's
-// buffers; a cancelled one leaves them alone, since nothing arrived.
-int deliver(Staging& staging, bool receive, const MPI_Status& status) {
+// buffers; a cancelled one leaves them alone, since nothing arrived. One
+// that cannot be cancelled never asks the status (MPICH leaves an
+// MPI_Isendrecv's status unwritten).
+int deliver(Staging& staging, bool receive, const MPI_Status& status, bool cancellable) {
   int cancelled = 0;
-  PMPI_Test_cancelled(&status, &cancelled);
+  if (cancellable) PMPI_Test_cancelled(&status, &cancelled);
   if (cancelled) return MPI_SUCCESS;
   if (receive) staging.received(status);
   return staging.finish(MPI_SUCCESS);
@@ -55,7 +57,7 @@ class StagedRequest final : public TrackedRequest {
  private:
   int complete(MPI_Status& status) override {
     Staging* staging = delivered() ? nullptr : staging_.get();
-    int result = staging ? deliver(*staging, receive_, status) : MPI_SUCCESS;
+    int result = staging ? deliver(*staging, receive_, status, cancellable()) : MPI_SUCCESS;
     if (result != MPI_SUCCESS || !checked_.on()) return result;
     if (delivered()) {
       // MPI_Request_get_status received the marker's data already.
@@ -68,7 +70,7 @@ class StagedRequest final : public TrackedRequest {
   }
 
   int early_complete(MPI_Status& status) override {
-    int result = staging_ ? deliver(*staging_, receive_, status) : MPI_SUCCESS;
+    int result = staging_ ? deliver(*staging_, receive_, status, cancellable()) : MPI_SUCCESS;
     if (result != MPI_SUCCESS || !checked_.on()) return result;
     result = peer::after_receive(checked_.comm, checked_.buf, checked_.count, checked_.type, &status, posted_);
     checked_bytes_ = count_of(status);
@@ -93,7 +95,7 @@ class StagedRequest final : public TrackedRequest {
 }  // namespace
 
 int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime lifetime, bool receive,
-               const CheckedReceive& checked) {
+               const CheckedReceive& checked, bool cancellable) {
   if (!request) return staging.finish(mpi_result);
   if (mpi_result != MPI_SUCCESS) return mpi_result;
   if (!staging.staged_any()) {
@@ -103,14 +105,16 @@ int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime 
   // Done already, as Open MPI's collectives on one rank are: it hands every
   // such call one shared, completed request, so the outputs go back now.
   int done = 0;
-  MPI_Status status;
+  MPI_Status status{};
   // A checked receive is finished at its completion (never one from
   // MPI_PROC_NULL, whose request Open MPI shares among all such receives).
   if (lifetime == Lifetime::kOnce && !checked.on() &&
       PMPI_Request_get_status(*request, &done, &status) == MPI_SUCCESS && done)
-    return deliver(staging, receive, status);
-  track(*request,
-        std::make_unique<StagedRequest>(std::make_unique<Staging>(std::move(staging)), receive, checked, lifetime));
+    return deliver(staging, receive, status, cancellable);
+  auto tracked = std::make_unique<StagedRequest>(std::make_unique<Staging>(std::move(staging)), receive, checked,
+                                                 lifetime);
+  if (!cancellable) tracked->make_uncancellable();
+  track(*request, std::move(tracked));
   return mpi_result;
 }
 

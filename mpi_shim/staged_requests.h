@@ -37,9 +37,11 @@ inline CheckedReceive checked_receive(MPI_Comm comm, void* buf, int count, MPI_D
 // when anything was staged and the call succeeded; a persistent request
 // starts inactive. A point-to-point receive copies back only what arrived
 // (Staging::received).
-// A checked receive is tracked even when nothing was staged.
+// A checked receive is tracked even when nothing was staged. One not
+// cancellable: MPI_Cancel of it does nothing, and its status is never asked
+// whether it was.
 int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime lifetime = Lifetime::kOnce,
-               bool receive = false, const CheckedReceive& checked = {});
+               bool receive = false, const CheckedReceive& checked = {}, bool cancellable = true);
 
 // A receive into a buffer that was not staged, checked when it completes
 // (never one from MPI_PROC_NULL: Open MPI shares the request of every such
