@@ -185,7 +185,10 @@ void test_probe(ProbeKind kind) {
 
 // A receive shorter than the message: MPI_ERR_TRUNCATE (MPI_ERRORS_RETURN is
 // set), the sender completes, and the next message on the tag is intact.
+// Not on Open MPI 5.0, which writes past the receive buffer there (host
+// buffers without Ferry alike: the heap is corrupted).
 void test_truncate(Memory receive_memory) {
+  if (mpi_library_is("Open MPI v5.")) return;
   const uint64_t id = next_case_id();
   const int rank = world_rank();
   const Case what{"MPI_Recv too short", "MPI_DOUBLE", "", kLarge, "", ""};

@@ -503,6 +503,9 @@ void accumulate_types() {
   for (const Entry& e : entries) {
     Case what{call_names[int(e.call)], e.type_name, e.op_name, kTypedCount};
     if (e.host_refuses && std::string(suite_device_backend()) == "host") continue;
+    // Open MPI 5.0's own two runs of this one differ (host buffers without
+    // Ferry alike).
+    if (e.type == MPI_INT && e.op == MPI_LAND && mpi_library_is("Open MPI v5.")) continue;
     const Outcome real =
         e.host_refuses ? reduce_local_reference(e.type, e.op, e.call) : typed_case(e.type, e.op, e.call, false, what);
     const Outcome ours = typed_case(e.type, e.op, e.call, true, what);
