@@ -19,3 +19,15 @@ string(FIND "${wrappers}" "return PMPI_Barrier(comm);" where)
 if(where EQUAL -1)
   message(FATAL_ERROR "a buffers-policy wrapper has no pass-through fast path")
 endif()
+# A function the MPI may lack ("if MACRO"): its wrapper and handler are
+# compiled only where mpi_flavour.h defines MACRO.
+file(WRITE ${WORK}/guarded.txt "buffers int MPI_Pready(int partition, MPI_Request request) if FERRY_MPI_40\n")
+execute_process(COMMAND ${PYTHON} ${GENERATOR} ${WORK}/guarded.txt ${WORK}/guarded RESULT_VARIABLE rc)
+file(READ ${WORK}/guarded/wrappers.cc wrappers)
+file(READ ${WORK}/guarded/handlers.h handlers)
+string(REGEX MATCH "#if defined\\(FERRY_MPI_40\\)\nextern \"C\" FERRY_EXPORT int MPI_Pready\\([^#]*\n#endif" wrapper_guarded "${wrappers}")
+string(REGEX MATCH "#if defined\\(FERRY_MPI_40\\)\nint handle_Pready\\(int partition, MPI_Request request\\);\n#endif"
+       handler_guarded "${handlers}")
+if(NOT rc EQUAL 0 OR NOT wrapper_guarded OR NOT handler_guarded)
+  message(FATAL_ERROR "a function with 'if FERRY_MPI_40' is not compiled under that condition alone")
+endif()
