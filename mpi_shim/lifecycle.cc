@@ -133,3 +133,15 @@ extern "C" __attribute__((visibility("default"))) int MPIX_Query_cuda_support(vo
     return 0;
   }
 }
+
+#if defined(FERRY_MPI_MPICH) && defined(MPIX_GPU_SUPPORT_CUDA)
+// MPICH's form of the question (mpi.h): CUDA as above; the other kinds of
+// GPU are MPICH's own answer.
+extern "C" __attribute__((visibility("default"))) int MPIX_GPU_query_support(int gpu_type, int* is_supported) {
+  if (gpu_type == MPIX_GPU_SUPPORT_CUDA && is_supported && MPIX_Query_cuda_support()) {
+    *is_supported = 1;
+    return MPI_SUCCESS;
+  }
+  return PMPIX_GPU_query_support(gpu_type, is_supported);
+}
+#endif

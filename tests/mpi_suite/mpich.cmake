@@ -14,7 +14,7 @@
 
 set(mpich_programs
     bottom collective_coverage communicators data_movement file_io matched_probe net_messages
-    offer_progress peer_messages persistent point_to_point rma_dynamic threads)
+    offer_progress peer_messages persistent point_to_point rma_dynamic threads gpu_support)
 set(mpich_ranks 2 3 4)
 set(mpich_two_ranks_only collective_coverage communicators)
 # MPICH 5 (PyPI's wheel, tools/mpi_wheels.sh) has neither MPICH 4.0.2 fault:
