@@ -201,8 +201,22 @@ def body(function, binding):
     return f"""  try {{
 {statements}
   }} catch (...) {{
-    fortran::set_error(ierror, fail_from_wrapper(MPI_COMM_WORLD, FunctionId::k{function.short}));
+    fortran::set_error(ierror, {failure_call(function)});
   }}"""
+
+
+def failure_call(function):
+    """Reports an escaped exception through the error handler of the call's
+    communicator, window or file (its Fortran handle converted), as the C
+    wrapper does."""
+    reporters = {"MPI_Comm": ("fail_from_wrapper", "Comm"), "MPI_Win": ("fail_from_wrapper_win", "Win"),
+                 "MPI_File": ("fail_from_wrapper_file", "File")}
+    for kind in reporters:
+        for p in function.params:
+            if p.type == kind:
+                reporter, handle = reporters[kind]
+                return f"{reporter}(PMPI_{handle}_f2c(*{p.name}), FunctionId::k{function.short})"
+    return f"fail_from_wrapper(MPI_COMM_WORLD, FunctionId::k{function.short})"
 
 
 def fortran_wrappers(functions):
