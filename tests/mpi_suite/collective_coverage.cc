@@ -8,7 +8,7 @@
 // with new send data for the second start.
 #include <mpi.h>
 // The persistent collectives by their name in this MPI.
-#include "persistent_collectives.h"
+#include "mpi40_calls.h"
 
 #include <algorithm>
 #include <functional>

@@ -19,7 +19,7 @@
 #include "completion.h"
 #include "suite.h"
 // The persistent collectives by their name in this MPI.
-#include "persistent_collectives.h"
+#include "mpi40_calls.h"
 
 namespace {
 

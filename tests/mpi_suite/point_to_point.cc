@@ -129,7 +129,7 @@ void test_sendrecv(const Datatype& type, long count, Layout layout, bool replace
   if (replace) {
     const Buffer buffer = make_buffer(outgoing, send_memory(layout, rank), offset);
     if (nonblocking) {
-#if SUITE_HAS_ISENDRECV
+#if SUITE_MPI_40
       MPI_Request request = MPI_REQUEST_NULL;
       check_mpi(MPI_Isendrecv_replace(buffer.data(), count, type.handle, dest, tag, source, tag, MPI_COMM_WORLD,
                                       &request),
@@ -146,7 +146,7 @@ void test_sendrecv(const Datatype& type, long count, Layout layout, bool replace
     const std::vector<T> recv_initial = poisoned<T>(count + kSlack);
     const Operands operands = place(layout, id, rank, /*in_place=*/false, &outgoing, &recv_initial);
     if (nonblocking) {
-#if SUITE_HAS_ISENDRECV
+#if SUITE_MPI_40
       MPI_Request request = MPI_REQUEST_NULL;
       check_mpi(MPI_Isendrecv(operands.send_arg(), count, type.handle, dest, tag, operands.recv_arg(),
                               count + kSlack, type.handle, source, tag, MPI_COMM_WORLD, &request),
@@ -191,7 +191,7 @@ void test_type(const Datatype& type) {
       }
       test_sendrecv<T>(type, count, layout, false);
       test_sendrecv<T>(type, count, layout, true);
-      if (SUITE_HAS_ISENDRECV) {
+      if (SUITE_MPI_40) {
         test_sendrecv<T>(type, count, layout, false, true);
         test_sendrecv<T>(type, count, layout, true, true);
       }
@@ -206,7 +206,7 @@ void test_large_counts() {
   test_send_recv<int32_t>({MPI_INT, "MPI_INT"}, large, Layout::offset, Mode::synchronous);
   test_sendrecv<uint8_t>({MPI_UINT8_T, "MPI_UINT8_T"}, large, Layout::offset, false);
   test_sendrecv<float>({MPI_FLOAT, "MPI_FLOAT"}, large, Layout::mixed_ranks, true);
-  if (SUITE_HAS_ISENDRECV) {
+  if (SUITE_MPI_40) {
     test_sendrecv<uint8_t>({MPI_UINT8_T, "MPI_UINT8_T"}, large, Layout::device, false, true);
     test_sendrecv<double>({MPI_DOUBLE, "MPI_DOUBLE"}, large, Layout::offset, true, true);
   }

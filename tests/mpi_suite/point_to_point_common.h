@@ -7,14 +7,8 @@
 
 #include <vector>
 
+#include "mpi40_calls.h"
 #include "suite.h"
-
-// MPI 4.0's MPI_Isendrecv(_replace): MPICH 4 and 5, Open MPI 5.
-#if MPI_VERSION >= 4 || (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)
-#define SUITE_HAS_ISENDRECV 1
-#else
-#define SUITE_HAS_ISENDRECV 0
-#endif
 
 namespace suite {
 
