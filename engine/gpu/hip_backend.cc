@@ -28,7 +28,7 @@ namespace {
 // maps it to kOutOfMemory or kGpuError.
 Status from_hip(hipError_t error, const char* what) {
   if (error == hipSuccess) return Status::kOk;
-  hipGetLastError();
+  (void)hipGetLastError();
   FERRY_WARN(Gpu, "%s: %s", what, hipGetErrorString(error));
   return error == hipErrorOutOfMemory ? Status::kOutOfMemory : Status::kGpuError;
 }
@@ -55,7 +55,7 @@ class HipBackend final : public Backend {
   std::uint64_t device_key(int device) const override {
     hipUUID uuid{};
     if (hipDeviceGetUuid(&uuid, device) != hipSuccess) {
-      hipGetLastError();
+      (void)hipGetLastError();
       return static_cast<std::uint64_t>(device);
     }
     std::uint64_t key = 1469598103934665603ull;  // FNV-1a over the UUID
@@ -145,7 +145,7 @@ class HipBackend final : public Backend {
     FERRY_CHECK(FERRY_HIP(hipStreamCreateWithFlags(&s, hipStreamNonBlocking)));
     Status status = FERRY_HIP(hipStreamWriteValue32(s, word, value, 0));
     if (ok(status)) status = FERRY_HIP(hipStreamSynchronize(s));
-    hipStreamDestroy(s);
+    (void)hipStreamDestroy(s);
     return status;
   }
 

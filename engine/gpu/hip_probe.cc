@@ -18,7 +18,7 @@ bool hip_device_present(int* count, std::string* why_not) {
     int n = 0;
     const hipError_t error = hipGetDeviceCount(&n);
     if (error != hipSuccess || n == 0) {
-      hipGetLastError();
+      (void)hipGetLastError();
       reason = error == hipSuccess ? std::string("the HIP runtime finds no device")
                                    : std::string("the HIP runtime cannot run: ") + hipGetErrorString(error) + " (" +
                                          hipGetErrorName(error) + ")";
@@ -45,7 +45,7 @@ bool hip_query_pointer(const void* ptr, PointerInfo* info) {
                                        HIP_POINTER_ATTRIBUTE_RANGE_SIZE,     HIP_POINTER_ATTRIBUTE_BUFFER_ID};
   void* values[] = {&memory_type, &is_managed, &ordinal, &range_start, &range_size, &buffer_id};
   if (hipDrvPointerGetAttributes(6, attributes, values, const_cast<void*>(ptr)) != hipSuccess) {
-    hipGetLastError();  // host memory HIP never saw: not an error of the caller's
+    (void)hipGetLastError();  // host memory HIP never saw: not an error of the caller's
     return false;
   }
   if (memory_type != hipMemoryTypeDevice && !is_managed) return false;  // pinned host memory is host memory
