@@ -145,3 +145,14 @@ extern "C" __attribute__((visibility("default"))) int MPIX_GPU_query_support(int
   return PMPIX_GPU_query_support(gpu_type, is_supported);
 }
 #endif
+
+// Open MPI 5's ROCm counterpart (declared in its mpi-ext.h; 4.1 has none):
+// in a HIP build, the same answer as MPIX_Query_cuda_support; 0 in others,
+// whose device buffers are not AMD GPU memory.
+extern "C" __attribute__((visibility("default"))) int MPIX_Query_rocm_support(void) {
+#ifdef FERRY_HAVE_HIP
+  return MPIX_Query_cuda_support();
+#else
+  return 0;
+#endif
+}

@@ -54,8 +54,10 @@ void print_networks() {
 
 void print_report() {
   std::printf("Ferry %d.%d.%d\n\n", FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR, FERRY_VERSION_PATCH);
-#ifdef FERRY_HAVE_CUDA
+#if defined(FERRY_HAVE_CUDA)
   std::printf("built with: CUDA backend, emulated device\n");
+#elif defined(FERRY_HAVE_HIP)
+  std::printf("built with: HIP backend (not yet run on AMD hardware), emulated device\n");
 #else
   std::printf("built with: emulated device (no CUDA toolkit at build time)\n");
 #endif

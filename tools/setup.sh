@@ -7,6 +7,9 @@
 #   tools/setup.sh fuzz [seconds]   each fuzz target under libFuzzer (clang) for that long (60)
 #   tools/setup.sh mpich   libferry.so built for MPICH's ABI (FERRY_MPI=mpich), the MPI
 #                          suite's programs that run under MPICH so far
+#   tools/setup.sh hip     the HIP/ROCm build (FERRY_GPU=hip, Debian's hipcc and
+#                          libamdhip64-dev), its unit tests and part of the MPI suite on
+#                          the emulated device (no AMD GPU is needed, or used)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -134,6 +137,11 @@ fuzz() {
   done
 }
 
+# What the HIP build runs without an AMD GPU: every unit test, and the MPI
+# suite's device-buffer programs most of the engine stands under, on the
+# emulated device (the backend selection's fallback without a GPU).
+hip_mpi_tests='^mpi_suite[.](data_movement|reductions|errors|rma|nonblocking_engine)[.](np2|np3|np4|staged[.]np3|shm[.]np3)$'
+
 # Open MPI refuses root unless told; CI and containers run as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -171,8 +179,16 @@ case "$mode" in
     cmake --build "$build_dir-mpich" -j "$jobs"
     ctest --test-dir "$build_dir-mpich" -L mpich --output-on-failure --timeout 900
     ;;
+  hip)
+    packages+=(hipcc libamdhip64-dev)
+    install_missing
+    cmake -S . -B "$build_dir-hip" -G Ninja -DFERRY_GPU=hip >/dev/null
+    cmake --build "$build_dir-hip" -j "$jobs"
+    ctest --test-dir "$build_dir-hip" -L unit --output-on-failure --timeout 900
+    ctest --test-dir "$build_dir-hip" -R "$hip_mpi_tests" --output-on-failure --timeout 900
+    ;;
   *)
-    echo "usage: tools/setup.sh demo|test|sanitize|fuzz [seconds]|mpich" >&2
+    echo "usage: tools/setup.sh demo|test|sanitize|fuzz [seconds]|mpich|hip" >&2
     exit 2
     ;;
 esac

@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-#include "engine/collectives/device_sync.cuh"
 #include "engine/collectives/worker.h"
 #include "engine/collectives/worker_common.h"
+#include "engine/gpu/runtime_device.cuh"
 
 namespace ferry {
 
@@ -33,14 +33,18 @@ static __device__ void copy_item(WorkItem* to, const WorkItem* from) {
   for (unsigned i = threadIdx.x; i < sizeof(WorkItem) / 8; i += blockDim.x) dst[i] = src[i];
 }
 
+// The doorbell's readers: warp 0 on NVIDIA, the first half of wavefront 0
+// on AMD (whose votes and shuffles act over the active threads).
+constexpr unsigned kDoorbellLanes = kDoorbellWords / 2;
+static_assert(kDoorbellLanes <= kWarpSize, "the doorbell's readers are threads of one warp");
+
 // One lane's 16 bytes of the doorbell, read uncached.
 __device__ __forceinline__ void read_doorbell(const Mailbox* box, unsigned lane, std::uint64_t* low,
                                               std::uint64_t* high) {
-  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*low), "=l"(*high) : "l"(box->doorbell + 2 * lane)
-               : "memory");
+  volatile_load_16(box->doorbell + 2 * lane, low, high);
 }
 
-// Warp 0 of the leader block: waits until the doorbell holds call `sequence`
+// The doorbell's readers in the leader block: waits until the doorbell holds call `sequence`
 // (then its payload words are in `words`), or for stop or idle. Returns
 // true when the call arrived. Every lane reads 16 bytes of the doorbell in
 // each round: one PCIe round trip brings the whole item. (Keeping three
@@ -48,7 +52,6 @@ __device__ __forceinline__ void read_doorbell(const Mailbox* box, unsigned lane,
 // README, The engine worker.)
 static __device__ bool wait_doorbell(const Mailbox* box, std::uint64_t sequence, std::int64_t idle_ns,
                                      std::uint32_t* words) {
-  constexpr unsigned kWarp = 0xffffffffu;
   const unsigned lane = threadIdx.x;
   const std::uint32_t flag = doorbell_flag(sequence);
   const std::uint64_t since = now_ns();
@@ -56,25 +59,25 @@ static __device__ bool wait_doorbell(const Mailbox* box, std::uint64_t sequence,
     std::uint64_t low, high;
     read_doorbell(box, lane, &low, &high);
     const std::uint64_t stop = lane == 0 ? *reinterpret_cast<const volatile std::uint64_t*>(&box->stop) : 0;
-    const int used = __shfl_sync(kWarp, low >> 32 == flag ? doorbell_words(static_cast<std::uint32_t>(low)) : 0, 0);
+    const int used = warp_shfl(low >> 32 == flag ? doorbell_words(static_cast<std::uint32_t>(low)) : 0, 0);
     const bool mine = used > 0 && (static_cast<int>(2 * lane) >= used || low >> 32 == flag) &&
                       (static_cast<int>(2 * lane + 1) >= used || high >> 32 == flag);
-    if (__all_sync(kWarp, mine)) {
+    if (warp_all(mine)) {
       if (static_cast<int>(2 * lane) < used) words[2 * lane] = static_cast<std::uint32_t>(low);
       if (static_cast<int>(2 * lane + 1) < used) words[2 * lane + 1] = static_cast<std::uint32_t>(high);
-      __syncwarp();
+      warp_sync();
       return true;
     }
     const bool leave = stop != 0 || static_cast<std::int64_t>(now_ns() - since) > idle_ns;
-    if (__shfl_sync(kWarp, leave, 0)) return false;
+    if (warp_shfl(leave, 0)) return false;
   }
 }
 
-// Warp 0 of block 0: hands a shared item's doorbell words and sequence on
+// The doorbell's readers in block 0: hand a shared item's doorbell words and sequence on
 // to the other blocks.
 static __device__ void publish(WorkerState* state, const std::uint32_t* words, int used, std::uint64_t sequence) {
   const std::uint64_t flag = static_cast<std::uint64_t>(doorbell_flag(sequence)) << 32;
-  for (int i = threadIdx.x; i < used; i += 32)
+  for (int i = threadIdx.x; i < used; i += kDoorbellLanes)
     reinterpret_cast<volatile std::uint64_t*>(state->words)[i] = flag | words[i];
   if (threadIdx.x == 0) {
     reinterpret_cast<volatile std::uint64_t*>(state->sequence)[0] = flag | static_cast<std::uint32_t>(sequence);
@@ -82,33 +85,27 @@ static __device__ void publish(WorkerState* state, const std::uint32_t* words, i
   }
 }
 
-// Warp 0 of another block: waits until block 0 publishes an item newer than
+// The doorbell's readers in another block: wait until block 0 publishes an item newer than
 // the one flagged `last`, or leaves. Returns true with the item's words and
 // sequence; false when block 0 left and published nothing new.
 static __device__ bool wait_published(const WorkerState* state, std::uint32_t last, std::uint64_t launch,
                                       std::uint32_t* words, std::uint64_t* sequence) {
-  constexpr unsigned kWarp = 0xffffffffu;
   const unsigned lane = threadIdx.x;
   for (bool leaving = false;;) {
     std::uint64_t low, high, sequence_low = 0, sequence_high = 0;
-    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(low), "=l"(high) : "l"(state->words + 2 * lane)
-                 : "memory");
-    if (lane == 0)
-      asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
-                   : "=l"(sequence_low), "=l"(sequence_high)
-                   : "l"(state->sequence)
-                   : "memory");
-    const std::uint32_t flag = __shfl_sync(kWarp, static_cast<std::uint32_t>(low >> 32), 0);
+    volatile_load_16(state->words + 2 * lane, &low, &high);
+    if (lane == 0) volatile_load_16(state->sequence, &sequence_low, &sequence_high);
+    const std::uint32_t flag = warp_shfl(static_cast<std::uint32_t>(low >> 32), 0);
     if (flag != last && flag != 0) {
-      const int used = __shfl_sync(kWarp, doorbell_words(static_cast<std::uint32_t>(low)), 0);
+      const int used = warp_shfl(doorbell_words(static_cast<std::uint32_t>(low)), 0);
       const bool mine = (static_cast<int>(2 * lane) >= used || low >> 32 == flag) &&
                         (static_cast<int>(2 * lane + 1) >= used || high >> 32 == flag) &&
                         (lane != 0 || (sequence_low >> 32 == flag && sequence_high >> 32 == flag));
-      if (__all_sync(kWarp, mine)) {
+      if (warp_all(mine)) {
         if (static_cast<int>(2 * lane) < used) words[2 * lane] = static_cast<std::uint32_t>(low);
         if (static_cast<int>(2 * lane + 1) < used) words[2 * lane + 1] = static_cast<std::uint32_t>(high);
         if (lane == 0) *sequence = (sequence_high & 0xffffffffu) << 32 | (sequence_low & 0xffffffffu);
-        __syncwarp();
+        warp_sync();
         // Acquire: an item in WorkerState::item was written before the words.
         __threadfence();
         return true;
@@ -118,7 +115,7 @@ static __device__ bool wait_published(const WorkerState* state, std::uint32_t la
     // Block 0 publishes before it leaves (a release): one more look after
     // seeing it leave finds anything it published.
     if (leaving) return false;
-    leaving = __shfl_sync(kWarp, lane == 0 && load_acquire_gpu(&state->left_launch) >= launch, 0);
+    leaving = warp_shfl(lane == 0 && load_acquire_gpu(&state->left_launch) >= launch, 0);
   }
 }
 

@@ -12,11 +12,10 @@
 #include "engine/collectives/ll_device.cuh"
 #include "engine/collectives/worker_common.h"
 #include "engine/core/pack_device.cuh"
+#include "engine/gpu/runtime_device.cuh"
 
 namespace ferry {
 namespace ll128 {
-
-constexpr unsigned kFullWarp = 0xffffffffu;
 
 // A lane's part of line l: 16 data bytes for lanes 0-6 of its eight, 8 for
 // lane 7 (whose other 8 carry the flag); fewer at the end of the data.
@@ -31,10 +30,10 @@ static __device__ Part part_of(std::size_t line, unsigned lane_in_line, std::siz
 }
 
 __device__ __forceinline__ void store_lane(void* at, std::uint64_t low, std::uint64_t high) {
-  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(at), "l"(low), "l"(high) : "memory");
+  volatile_store_16(at, low, high);
 }
 __device__ __forceinline__ void load_lane(const void* at, std::uint64_t* low, std::uint64_t* high) {
-  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*low), "=l"(*high) : "l"(at) : "memory");
+  volatile_load_16(at, low, high);
 }
 
 // The lines of an LL128 call shared by `blocks` blocks go to warps,
@@ -43,17 +42,17 @@ __device__ __forceinline__ void load_lane(const void* at, std::uint64_t* low, st
 // is uniform across the warp, so a line's eight stores (and loads) issue as
 // one instruction: the line's atomicity needs that.
 constexpr int kUnroll = 1;  // lines a lane has in flight (4 ran ptxas out of memory)
-constexpr unsigned kLinesPerWarpBatch = 32 / kLl128LanesPerLine;
+constexpr unsigned kLinesPerWarpBatch = kWarpSize / kLl128LanesPerLine;
 
 struct Walk {
   std::size_t first, stride;  // in lines
   unsigned line_in_batch, lane_in_line;
   __device__ Walk(unsigned block, unsigned blocks) {
-    const unsigned warps_per_block = blockDim.x / 32;
+    const unsigned warps_per_block = blockDim.x / kWarpSize;
     const std::size_t lines_per_warp = kLinesPerWarpBatch * kUnroll;
-    first = (static_cast<std::size_t>(block) * warps_per_block + threadIdx.x / 32) * lines_per_warp;
+    first = (static_cast<std::size_t>(block) * warps_per_block + threadIdx.x / kWarpSize) * lines_per_warp;
     stride = static_cast<std::size_t>(blocks) * warps_per_block * lines_per_warp;
-    line_in_batch = threadIdx.x % 32 / kLl128LanesPerLine;
+    line_in_batch = threadIdx.x % kWarpSize / kLl128LanesPerLine;
     lane_in_line = threadIdx.x % kLl128LanesPerLine;
   }
   __device__ std::size_t line(std::size_t base, int u) const { return base + u * kLinesPerWarpBatch + line_in_batch; }
@@ -75,7 +74,7 @@ static __device__ bool wait_lines(const char* const (&at)[kUnroll], const bool (
     bool missing = false;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) missing = missing || (active[u] && flag_lane && high[u] != flag_word);
-    if (!__any_sync(kFullWarp, missing)) {
+    if (!warp_any(missing)) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         if (flag_lane) high[u] = 0;
@@ -85,7 +84,7 @@ static __device__ bool wait_lines(const char* const (&at)[kUnroll], const bool (
       return true;
     }
     if (spins % ll::WaitLimit::kSpinsPerCheck == ll::WaitLimit::kSpinsPerCheck - 1 &&
-        __any_sync(kFullWarp, limit.passed()))
+        warp_any(limit.passed()))
       return false;
   }
 }
@@ -116,7 +115,7 @@ __device__ __forceinline__ void send_share(const LlAllreduceArgs& a, std::size_t
       if (p == a.rank) continue;
       char* slot =
           static_cast<char*>(ll::peer_buffer(a, p)) + ll128_line_offset(a.parity, a.rank, 0, a.nranks) + lane_offset;
-      __syncwarp();
+      warp_sync();
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         if (active[u]) store_lane(slot + walk.line(base, u) * kLl128LineBytes, low[u], high[u]);
@@ -160,7 +159,7 @@ __device__ __forceinline__ bool allreduce_share(const LlAllreduceArgs& a, unsign
         const char* at[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) at[u] = slot + (active[u] ? walk.line(base, u) : 0) * kLl128LineBytes;
-        __syncwarp();
+        warp_sync();
         ok = wait_lines(at, active, flag_lane, flag_word, limit, data);
       }
 #pragma unroll

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "engine/collectives/device_sync.cuh"
+#include "engine/gpu/runtime_device.cuh"
 #include "engine/collectives/worker_common.h"
 #include "engine/core/pack_device.cuh"
 
@@ -19,9 +19,7 @@ namespace ferry {
 namespace ll {
 
 __device__ __forceinline__ void store_line(void* at, std::uint32_t data0, std::uint32_t data1, std::uint32_t flag) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(at), "r"(data0), "r"(flag), "r"(data1),
-               "r"(flag)
-               : "memory");
+  volatile_store_16(at, data0, flag, data1, flag);
 }
 
 // A bounded wait's limit, set only once a wait has spun a while: a call
@@ -50,14 +48,8 @@ class WaitLimit {
 static __device__ bool wait_chunk(const void* at, std::uint32_t flag, WaitLimit& limit, uint4* data) {
   for (unsigned spins = 0;; ++spins) {
     std::uint32_t a0, f0, a1, f1, b0, g0, b1, g1;
-    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(a0), "=r"(f0), "=r"(a1), "=r"(f1)
-                 : "l"(at)
-                 : "memory");
-    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(b0), "=r"(g0), "=r"(b1), "=r"(g1)
-                 : "l"(static_cast<const char*>(at) + sizeof(LlLine))
-                 : "memory");
+    volatile_load_16(at, &a0, &f0, &a1, &f1);
+    volatile_load_16(static_cast<const char*>(at) + sizeof(LlLine), &b0, &g0, &b1, &g1);
     if (f0 == flag && f1 == flag && g0 == flag && g1 == flag) {
       *data = make_uint4(a0, a1, b0, b1);
       return true;
@@ -75,17 +67,17 @@ static __device__ uint4 load_bytes(const unsigned char* at, int valid) {
   if (address % 8 == 0 && valid % 8 == 0) {
 #pragma unroll
     for (int w = 0; w < 2; ++w)
-      if (w < valid / 8) word[w] = __ldcg(reinterpret_cast<const unsigned long long*>(at) + w);
+      if (w < valid / 8) word[w] = load_cg(reinterpret_cast<const unsigned long long*>(at) + w);
   } else if (address % 4 == 0 && valid % 4 == 0) {
     std::uint32_t part[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int w = 0; w < 4; ++w)
-      if (w < valid / 4) part[w] = __ldcg(reinterpret_cast<const unsigned*>(at) + w);
+      if (w < valid / 4) part[w] = load_cg(reinterpret_cast<const unsigned*>(at) + w);
     memcpy(word, part, 16);
   } else {
     unsigned char b[16];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) b[i] = i < valid ? __ldcg(at + i) : 0;
+    for (int i = 0; i < 16; ++i) b[i] = i < valid ? load_cg(at + i) : 0;
     memcpy(word, b, 16);
   }
   uint4 v;
@@ -131,7 +123,7 @@ __device__ __forceinline__ int chunk_valid(std::size_t c, std::size_t bytes) {
 static __device__ uint4 load_chunk(const unsigned char* buffer, std::size_t c, std::size_t bytes) {
   const unsigned char* at = buffer + c * kLlChunkBytes;
   if (reinterpret_cast<std::uintptr_t>(at) % 16 == 0 && (c + 1) * kLlChunkBytes <= bytes)
-    return __ldcg(reinterpret_cast<const uint4*>(at));
+    return load_cg(reinterpret_cast<const uint4*>(at));
   return load_bytes(at, chunk_valid(c, bytes));
 }
 

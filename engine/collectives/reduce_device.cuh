@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/collectives/device_sync.cuh"
+#include "engine/gpu/runtime_device.cuh"
 #include "engine/core/executor.h"
 #include "engine/core/pack_device.cuh"
 

@@ -308,8 +308,8 @@ Status launch_simple(gpu::Backend* backend, const SimpleArgs& args, gpu::Stream 
     FERRY_CHECK(backend->stream_synchronize(stream));
     return run_simple_on_host(backend, args);
   }
-#ifdef FERRY_HAVE_CUDA
-  return cuda_launch_simple(args, stream);
+#ifdef FERRY_HAVE_GPU_KERNELS
+  return gpu_launch_simple(args, stream);
 #else
   return Status::kUnsupported;
 #endif

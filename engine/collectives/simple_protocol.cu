@@ -2,11 +2,10 @@
 // rank's steps (simple_protocol.h) for the regions dealt to it. Thread 0
 // waits for the FIFO counters; every thread moves data; after a barrier,
 // thread 0 publishes the new counters with system-scope release stores.
-#include <cuda_runtime.h>
-
-#include "engine/collectives/device_sync.cuh"
-#include "engine/core/pack_device.cuh"
 #include "engine/collectives/simple_protocol.h"
+#include "engine/core/pack_device.cuh"
+#include "engine/gpu/gpu_runtime.h"
+#include "engine/gpu/runtime_device.cuh"
 
 namespace ferry {
 namespace {
@@ -192,7 +191,7 @@ struct CudaSimple {
 
 }  // namespace
 
-Status cuda_launch_simple(const SimpleArgs& args, gpu::Stream stream) {
+Status gpu_launch_simple(const SimpleArgs& args, gpu::Stream stream) {
   CudaSimple visitor{args, reinterpret_cast<cudaStream_t>(stream)};
   if (!dispatch_reduction(args.type, args.op, visitor)) return Status::kUnsupported;
   if (visitor.error != cudaSuccess) {

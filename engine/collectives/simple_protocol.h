@@ -191,8 +191,8 @@ Status launch_simple(gpu::Backend* backend, const SimpleArgs& args, gpu::Stream 
 // the same order).
 Status run_simple_on_host(gpu::Backend* backend, const SimpleArgs& args);
 
-#ifdef FERRY_HAVE_CUDA
-Status cuda_launch_simple(const SimpleArgs& args, gpu::Stream stream);
+#ifdef FERRY_HAVE_GPU_KERNELS
+Status gpu_launch_simple(const SimpleArgs& args, gpu::Stream stream);
 #endif
 
 }  // namespace ferry

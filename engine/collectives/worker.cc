@@ -337,13 +337,21 @@ int worker_blocks() {
 }
 
 std::size_t ll_call_max_bytes(int nranks) { return std::min(ll_max_bytes(nranks), worker_max_bytes()); }
-std::size_t ll128_call_max_bytes(int nranks) { return std::min(ll128_max_bytes(nranks), worker_max_bytes()); }
+std::size_t ll128_call_max_bytes(int nranks) {
+#ifdef FERRY_HAVE_HIP
+  // Where lines do not arrive whole (AMD GPUs), LL128 runs no call: the
+  // model and FERRY_TUNE's rules pass it by.
+  const gpu::Backend* backend = gpu::active_backend();
+  if (backend && !backend->whole_line_stores()) return 0;
+#endif
+  return std::min(ll128_max_bytes(nranks), worker_max_bytes());
+}
 
 std::unique_ptr<WorkerDevice> make_worker_device(gpu::Backend* backend, int device, int blocks) {
   if (backend->execution_site() == gpu::ExecutionSite::kHost)
     return std::make_unique<EmulatedWorkerDevice>(backend, blocks);
-#ifdef FERRY_HAVE_CUDA
-  return make_cuda_worker_device(device, blocks);
+#ifdef FERRY_HAVE_GPU_KERNELS
+  return make_gpu_worker_device(device, blocks);
 #else
   return nullptr;
 #endif

@@ -8,13 +8,11 @@
 // ll_device.cuh, ll128_device.cuh, reduce_device.cuh, pack_device.cuh.
 // Loads of user and peer buffers bypass L1 (ld.global.cg): a kernel that
 // outlives many calls must not see a previous call's data.
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
-#include "engine/collectives/device_sync.cuh"
+#include "engine/gpu/runtime_device.cuh"
 #include "engine/collectives/doorbell_device.cuh"
 #include "engine/collectives/ll128_device.cuh"
 #include "engine/collectives/ll_device.cuh"
@@ -22,6 +20,7 @@
 #include "engine/collectives/worker.h"
 #include "engine/collectives/worker_common.h"
 #include "engine/core/pack_device.cuh"
+#include "engine/gpu/gpu_runtime.h"
 #ifdef FERRY_WORKER_TIMELINE
 #include <cstdio>
 
@@ -35,7 +34,7 @@ constexpr int kWorkerThreads = 512;
 
 Status from_cuda(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return Status::kOk;
-  cudaGetLastError();
+  (void)cudaGetLastError();
   FERRY_WARN(Coll, "engine worker: %s: %s", what, cudaGetErrorString(error));
   return Status::kGpuError;
 }
@@ -174,7 +173,7 @@ __device__ __forceinline__ bool writes_only_local(WorkKind kind) {
 __global__ void __launch_bounds__(kWorkerThreads, 4)
     worker_loop(Mailbox* box, WorkerState* state, std::uint64_t launch, std::uint64_t next, std::uint64_t last_shared,
                 std::int64_t idle_ns) {
-  static_assert(kDoorbellWords == 2 * 32, "one warp reads the doorbell, two words a lane");
+  static_assert(kDoorbellWords == 2 * kDoorbellLanes, "the doorbell's readers take two words a lane");
   __shared__ WorkItem item;
   __shared__ std::uint32_t words[kDoorbellWords];
   __shared__ std::uint64_t taken;  // the sequence to run; 0: leave
@@ -185,7 +184,7 @@ __global__ void __launch_bounds__(kWorkerThreads, 4)
 #ifdef FERRY_WORKER_TIMELINE
     std::uint64_t arrived_ns = 0;
 #endif
-    if (threadIdx.x < 32) {
+    if (threadIdx.x < kDoorbellLanes) {
       std::uint64_t published = 0;
       const bool arrived =
           leader ? wait_doorbell(box, next, idle_ns, words) : wait_published(state, last, launch, words, &published);
@@ -235,7 +234,7 @@ __global__ void __launch_bounds__(kWorkerThreads, 4)
         copy_item(&state->item, &item);
         __threadfence();
         __syncthreads();
-        if (threadIdx.x < 32) publish(state, words, doorbell_words(words[0]), sequence);
+        if (threadIdx.x < kDoorbellLanes) publish(state, words, doorbell_words(words[0]), sequence);
       }
     }
 
@@ -331,9 +330,9 @@ class CudaWorkerDevice final : public WorkerDevice {
                    device_, items, double(ns[kTimelineTake]) / items, double(ns[kTimelineRun]) / items,
                    double(ns[kTimelineFence]) / items);
 #endif
-    if (stream_) cudaStreamDestroy(stream_);
-    if (state_) cudaFree(state_);
-    if (box_) cudaFreeHost(box_);
+    if (stream_) (void)cudaStreamDestroy(stream_);
+    if (state_) (void)cudaFree(state_);
+    if (box_) (void)cudaFreeHost(box_);
   }
 
   Mailbox* mailbox() override { return box_; }
@@ -370,7 +369,7 @@ class CudaWorkerDevice final : public WorkerDevice {
 
 }  // namespace
 
-std::unique_ptr<WorkerDevice> make_cuda_worker_device(int device, int blocks) {
+std::unique_ptr<WorkerDevice> make_gpu_worker_device(int device, int blocks) {
   return CudaWorkerDevice::create(device, blocks);
 }
 

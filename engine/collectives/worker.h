@@ -211,8 +211,8 @@ class WorkerDevice {
 // built). blocks: the worker's thread blocks (the emulated device's one
 // thread reports for all of them).
 std::unique_ptr<WorkerDevice> make_worker_device(gpu::Backend* backend, int device, int blocks);
-#ifdef FERRY_HAVE_CUDA
-std::unique_ptr<WorkerDevice> make_cuda_worker_device(int device, int blocks);
+#ifdef FERRY_HAVE_GPU_KERNELS
+std::unique_ptr<WorkerDevice> make_gpu_worker_device(int device, int blocks);
 #endif
 
 // Runs one work item on the emulated device's host views (the worker

@@ -78,7 +78,7 @@ struct Words {
   const char* words[5];  // up to the first null
 };
 constexpr Words kWords[] = {
-    {"device", {"auto", "cuda", "emulated"}},
+    {"device", {"auto", "cuda", "hip", "emulated"}},
     {"route", {"auto", "staged", "pmpi"}},
     {"debug", {"", "WARN", "INFO", "TRACE"}},
     {"gpu_leader", {"auto", "on", "off"}},

@@ -83,8 +83,8 @@ Status launch_direct_reduce(gpu::Backend* backend, const DirectReduceArgs& args,
     FERRY_CHECK(backend->stream_synchronize(stream));
     return run_direct_reduce_on_host(backend, args);
   }
-#ifdef FERRY_HAVE_CUDA
-  return cuda_launch_direct_reduce(args, stream);
+#ifdef FERRY_HAVE_GPU_KERNELS
+  return gpu_launch_direct_reduce(args, stream);
 #else
   return Status::kUnsupported;
 #endif
@@ -97,8 +97,8 @@ Status launch_copies(gpu::Backend* backend, const CopyListArgs& args, gpu::Strea
     FERRY_CHECK(backend->stream_synchronize(stream));
     return run_copies_on_host(backend, args);
   }
-#ifdef FERRY_HAVE_CUDA
-  return cuda_launch_copies(args, stream);
+#ifdef FERRY_HAVE_GPU_KERNELS
+  return gpu_launch_copies(args, stream);
 #else
   return Status::kUnsupported;
 #endif

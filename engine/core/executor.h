@@ -80,9 +80,9 @@ class CopyListLauncher {
 Status run_direct_reduce_on_host(gpu::Backend* backend, const DirectReduceArgs& args);
 Status run_copies_on_host(gpu::Backend* backend, const CopyListArgs& args);
 
-#ifdef FERRY_HAVE_CUDA
-Status cuda_launch_direct_reduce(const DirectReduceArgs& args, gpu::Stream stream);
-Status cuda_launch_copies(const CopyListArgs& args, gpu::Stream stream);
+#ifdef FERRY_HAVE_GPU_KERNELS
+Status gpu_launch_direct_reduce(const DirectReduceArgs& args, gpu::Stream stream);
+Status gpu_launch_copies(const CopyListArgs& args, gpu::Stream stream);
 #endif
 
 }  // namespace ferry

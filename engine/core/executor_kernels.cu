@@ -1,11 +1,10 @@
 // GPU kernels of the collectives. The direct reduce reads its inputs from
 // mapped peer memory over NVLink, reduces, and stores the result into one or
 // more outputs (local or mapped): one pass, no staging buffers.
-#include <cuda_runtime.h>
-
 #include "engine/core/executor.h"
 #include "engine/core/pack_device.cuh"
 #include "engine/core/reduce_common.h"
+#include "engine/gpu/gpu_runtime.h"
 
 namespace ferry {
 namespace {
@@ -71,8 +70,8 @@ __global__ void __launch_bounds__(kThreads) copy_list(CopyListArgs args) {
 int grid_limit() {
   static const int limit = [] {
     int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    (void)cudaGetDevice(&device);
+    (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     return sms > 0 ? sms * 4 : 512;
   }();
   return limit;
@@ -110,7 +109,7 @@ struct CudaDirectReduce {
 
 }  // namespace
 
-Status cuda_launch_direct_reduce(const DirectReduceArgs& args, gpu::Stream stream) {
+Status gpu_launch_direct_reduce(const DirectReduceArgs& args, gpu::Stream stream) {
   CudaDirectReduce visitor{args, reinterpret_cast<cudaStream_t>(stream)};
   if (!dispatch_reduction(args.type, args.op, visitor)) return Status::kUnsupported;
   if (visitor.error != cudaSuccess) {
@@ -120,7 +119,7 @@ Status cuda_launch_direct_reduce(const DirectReduceArgs& args, gpu::Stream strea
   return Status::kOk;
 }
 
-Status cuda_launch_copies(const CopyListArgs& args, gpu::Stream stream) {
+Status gpu_launch_copies(const CopyListArgs& args, gpu::Stream stream) {
   std::uint64_t largest = 0;
   for (int k = 0; k < args.count; ++k) largest = largest > args.bytes[k] ? largest : args.bytes[k];
   // Enough threads for 4-byte accesses, the narrowest but bytes.

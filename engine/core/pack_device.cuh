@@ -7,6 +7,7 @@
 
 #include "engine/core/executor.h"
 #include "engine/core/reduce_common.h"
+#include "engine/gpu/runtime_device.cuh"
 
 namespace ferry {
 
@@ -36,7 +37,7 @@ __device__ __forceinline__ void copy_words(const unsigned char* src, unsigned ch
     Word v[Unroll];
 #pragma unroll
     for (int u = 0; u < Unroll; ++u)
-      if (base + u * stride < words) v[u] = __ldcg(from + base + u * stride);
+      if (base + u * stride < words) v[u] = load_cg(from + base + u * stride);
 #pragma unroll
     for (int u = 0; u < Unroll; ++u)
       if (base + u * stride < words) to[base + u * stride] = v[u];
@@ -63,8 +64,8 @@ __device__ __forceinline__ void copy_list_part(const CopyListArgs& c, unsigned b
     if (word == 16) copy_words<uint4, Unroll>(src + head, dst + head, words, first, stride);
     if (word == 4) copy_words<unsigned, Unroll>(src + head, dst + head, words, first, stride);
     const std::size_t tail = word == 1 ? 0 : head + words * word;
-    for (std::size_t i = first; i < head; i += stride) dst[i] = __ldcg(src + i);
-    for (std::size_t i = tail + first; i < bytes; i += stride) dst[i] = __ldcg(src + i);
+    for (std::size_t i = first; i < head; i += stride) dst[i] = load_cg(src + i);
+    for (std::size_t i = tail + first; i < bytes; i += stride) dst[i] = load_cg(src + i);
   }
 }
 

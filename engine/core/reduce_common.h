@@ -7,6 +7,10 @@
 
 #include "engine/common/types.h"
 
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>  // __host__, __device__ (nvcc has its own)
+#endif
+
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define FERRY_HOST_DEVICE __host__ __device__ __forceinline__
 #else

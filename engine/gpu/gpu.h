@@ -1,5 +1,5 @@
-// One small runtime API over the device backends: CUDA, and a host-emulated
-// device for machines without a GPU (DESIGN.md, "The host-emulated device").
+// One small runtime API over the device backends: CUDA, HIP (AMD GPUs), and
+// a host-emulated device for machines without a GPU (DESIGN.md, "The host-emulated device").
 // Only engine/gpu maps a vendor runtime; everything above calls this.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 namespace ferry::gpu {
 
-enum class BackendKind : int { kNone = 0, kCuda = 1, kEmulated = 2 };
+enum class BackendKind : int { kNone = 0, kCuda = 1, kEmulated = 2, kHip = 3 };
 
 const char* backend_kind_name(BackendKind kind);
 
@@ -74,6 +74,11 @@ class Backend {
   // Kernels update device memory atomically (a window's accumulate
   // without its lock).
   virtual bool device_atomics() const { return false; }
+  // Eight threads of a warp storing a 128-byte aligned line, 16 bytes each in
+  // one instruction, deliver it to a peer whole: LL128 rests on it (as
+  // NCCL's does on NVIDIA GPUs). AMD GPUs promise no such thing, so the HIP
+  // backend says no and LL128 does not run there.
+  virtual bool whole_line_stores() const { return true; }
   virtual int device_count() const = 0;
   // One line per device, for ferry-info.
   virtual std::string describe_devices() const = 0;
@@ -220,6 +225,12 @@ std::string cuda_unavailable_reason();
 // A sentence for the user when FERRY_DEVICE names a backend that cannot
 // run here (device allocations then fail); empty otherwise.
 std::string device_setting_problem();
+
+// The HIP backend if it was compiled in and an AMD GPU is usable, else
+// nullptr. Without the amdgpu driver, HIP is never started to find out.
+Backend* hip_backend();
+// Why hip_backend() is null; empty when it is not.
+std::string hip_unavailable_reason();
 
 // Device-to-device copies the CUDA backend's copy() made through its copy
 // graph so far (0 without CUDA); for tests.

@@ -1,6 +1,6 @@
 #include "engine/pgas/atomics.h"
 
-#include <cuda_runtime.h>
+#include "engine/gpu/gpu_runtime.h"
 
 namespace ferry {
 namespace {
@@ -21,6 +21,22 @@ struct AtomicSum {
   __device__ float operator()(float* p, float v) const { return atomicAdd_system(p, v); }
   __device__ double operator()(double* p, double v) const { return atomicAdd_system(p, v); }
 };
+#ifdef FERRY_GPU_HIP
+// (HIP 5.2 has no atomicMin_system for long long: the builtin serves every
+// integer type.)
+struct AtomicMin {
+  template <typename T>
+  __device__ T operator()(T* p, T v) const {
+    return __hip_atomic_fetch_min(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+  }
+};
+struct AtomicMax {
+  template <typename T>
+  __device__ T operator()(T* p, T v) const {
+    return __hip_atomic_fetch_max(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+  }
+};
+#else
 struct AtomicMin {
   template <typename T>
   __device__ T operator()(T* p, T v) const { return atomicMin_system(p, v); }
@@ -29,6 +45,7 @@ struct AtomicMax {
   template <typename T>
   __device__ T operator()(T* p, T v) const { return atomicMax_system(p, v); }
 };
+#endif
 template <typename Bits>
 struct AtomicBits {
   __device__ int operator()(int* p, int v) const { return Bits::apply(p, v); }
@@ -86,7 +103,7 @@ Status launch_integer(DataType type, void* target, const void* origin, void* res
 
 }  // namespace
 
-Status cuda_atomic_accumulate(void* target, const void* origin, void* result, std::size_t count, DataType type,
+Status gpu_atomic_accumulate(void* target, const void* origin, void* result, std::size_t count, DataType type,
                               ReduceOp op, gpu::Stream stream) {
   if (!gpu_atomic_supported(type, op)) return Status::kUnsupported;
   if (count == 0) return Status::kOk;

@@ -25,11 +25,11 @@ inline bool gpu_atomic_supported(DataType type, ReduceOp op) {
   }
 }
 
-#ifdef FERRY_HAVE_CUDA
+#ifdef FERRY_HAVE_GPU_KERNELS
 // target[i] = target[i] op origin[i] element by element, atomically; result
 // (if not null) receives each element's value from before. All three in
 // device memory (target may be a peer's, mapped), aligned to the element.
-Status cuda_atomic_accumulate(void* target, const void* origin, void* result, std::size_t count, DataType type,
+Status gpu_atomic_accumulate(void* target, const void* origin, void* result, std::size_t count, DataType type,
                               ReduceOp op, gpu::Stream stream);
 #endif
 

@@ -400,8 +400,8 @@ Status Window::accumulate(const void* origin, void* result, int target, char* at
       }
       char* before = result ? static_cast<char*>(result) + s.result : nullptr;
       char* before_here = before && !device_aligned(before, element_bytes) ? result_copy : before;
-#ifdef FERRY_HAVE_CUDA
-      FERRY_CHECK(cuda_atomic_accumulate(at + s.target, operand, before_here, s.bytes / element_bytes, type,
+#ifdef FERRY_HAVE_GPU_KERNELS
+      FERRY_CHECK(gpu_atomic_accumulate(at + s.target, operand, before_here, s.bytes / element_bytes, type,
                                          op.reduce, stream_));
 #endif
       if (before_here != before) FERRY_CHECK(backend_->copy_async(before, result_copy, s.bytes, stream_));

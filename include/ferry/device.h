@@ -23,7 +23,11 @@
  * Ordering: put/p/atomics from one thread to one target are not ordered with
  * each other until fence(); signal() orders everything the calling thread
  * (for block and warp forms: the whole block or warp) wrote before it.
- * quiet() completes every earlier write of the calling thread everywhere. */
+ * quiet() completes every earlier write of the calling thread everywhere.
+ *
+ * The same header compiles in HIP kernels (hipcc, AMD GPUs), where a warp
+ * is a wavefront (warpSize threads, 64 on CDNA GPUs); Ferry's HIP build has
+ * not yet run on AMD hardware. */
 #ifndef FERRY_DEVICE_H
 #define FERRY_DEVICE_H
 
@@ -45,12 +49,32 @@ int ferry_win_device_handle(MPI_Win win, ferry_window_device_t* handle);
 }
 #endif
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(__HIPCC__)
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>
+#endif
 
 namespace ferry::device {
+
+// What differs between NVIDIA and AMD GPUs, in one place.
+namespace detail {
+#if defined(__HIPCC__)
+constexpr unsigned kWarpSize = warpSize;
+__device__ __forceinline__ void sync_warp() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+}
+__device__ __forceinline__ void trap() { __builtin_trap(); }
+#else
+constexpr unsigned kWarpSize = 32;
+__device__ __forceinline__ void sync_warp() { __syncwarp(); }
+__device__ __forceinline__ void trap() { __trap(); }
+#endif
+}  // namespace detail
 
 enum class SignalOp { kSet, kAdd };
 enum class Compare { kEq, kNe, kGt, kGe, kLt, kLe };
@@ -64,7 +88,7 @@ __device__ __forceinline__ char* address(const ferry_window_device_t& w, int ran
   char* base = static_cast<char*>(w.peers[rank]);
   if (base == nullptr) {
     printf("ferry: window rank %d is not reachable from this GPU\n", rank);
-    __trap();
+    detail::trap();
   }
   return base + offset;
 }
@@ -97,12 +121,14 @@ __device__ __forceinline__ void put(const ferry_window_device_t& w, int rank, st
                                     std::size_t bytes) {
   detail::copy(address(w, rank, offset), static_cast<const char*>(src), bytes, 0, 1);
 }
-// The 32 threads of a warp copy together; all must call with the same arguments.
+// The threads of a warp (32; a wavefront's 64 on AMD) copy together; all
+// must call with the same arguments.
 __device__ __forceinline__ void put_warp(const ferry_window_device_t& w, int rank, std::size_t offset,
                                          const void* src, std::size_t bytes) {
-  detail::copy(address(w, rank, offset), static_cast<const char*>(src), bytes, threadIdx.x % 32, 32);
+  detail::copy(address(w, rank, offset), static_cast<const char*>(src), bytes, threadIdx.x % detail::kWarpSize,
+               detail::kWarpSize);
   __threadfence_system();
-  __syncwarp();
+  detail::sync_warp();
 }
 // Every thread of the block copies together; all must call with the same arguments.
 __device__ __forceinline__ void put_block(const ferry_window_device_t& w, int rank, std::size_t offset,
@@ -119,8 +145,9 @@ __device__ __forceinline__ void get(const ferry_window_device_t& w, int rank, st
 }
 __device__ __forceinline__ void get_warp(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
                                          std::size_t bytes) {
-  detail::copy(static_cast<char*>(dst), address(w, rank, offset), bytes, threadIdx.x % 32, 32);
-  __syncwarp();
+  detail::copy(static_cast<char*>(dst), address(w, rank, offset), bytes, threadIdx.x % detail::kWarpSize,
+               detail::kWarpSize);
+  detail::sync_warp();
 }
 __device__ __forceinline__ void get_block(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
                                           std::size_t bytes) {
@@ -161,7 +188,13 @@ __device__ __forceinline__ T compare_swap(const ferry_window_device_t& w, int ra
 // ---- Ordering --------------------------------------------------------------
 
 // Orders this thread's earlier writes before its later ones, at every target.
-__device__ __forceinline__ void fence() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+__device__ __forceinline__ void fence() {
+#if defined(__HIPCC__)
+  __atomic_thread_fence(__ATOMIC_ACQ_REL);  // system scope
+#else
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+#endif
+}
 // Completes this thread's earlier writes: peer stores over NVLink are done
 // once ordered, so quiet is a system fence as well.
 __device__ __forceinline__ void quiet() { __threadfence_system(); }
@@ -172,6 +205,17 @@ namespace detail {
 
 // One release store or add at system scope: the write carries the order of
 // everything this thread wrote before it, with no separate full fence.
+#if defined(__HIPCC__)
+__device__ __forceinline__ void store_release(unsigned long long* word, unsigned long long value) {
+  __hip_atomic_store(word, value, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+__device__ __forceinline__ void add_release(unsigned long long* word, unsigned long long value) {
+  __hip_atomic_fetch_add(word, value, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+__device__ __forceinline__ unsigned long long load_acquire(const unsigned long long* word) {
+  return __hip_atomic_load(word, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+#else
 __device__ __forceinline__ void store_release(unsigned long long* word, unsigned long long value) {
   asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
 }
@@ -183,6 +227,7 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
   asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(value) : "l"(word) : "memory");
   return value;
 }
+#endif
 
 }  // namespace detail
 
@@ -240,6 +285,27 @@ __host__ __device__ constexpr std::size_t footprint(std::size_t bytes) { return 
 
 namespace detail {
 
+#if defined(__HIPCC__)
+// AMD: relaxed system-scope 8-byte atomics, a pair as two of them (each
+// word still arrives whole, which is all a flagged word needs).
+__device__ __forceinline__ void store_word(unsigned long long* at, unsigned data, unsigned flag) {
+  const unsigned long long word = (static_cast<unsigned long long>(flag) << 32) | data;
+  __hip_atomic_store(at, word, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+__device__ __forceinline__ void store_two_words(unsigned long long* at, unsigned data0, unsigned data1,
+                                                unsigned flag) {
+  store_word(at, data0, flag);
+  store_word(at + 1, data1, flag);
+}
+__device__ __forceinline__ unsigned long long load_word(const unsigned long long* at) {
+  return __hip_atomic_load(at, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+__device__ __forceinline__ void load_two_words(const unsigned long long* at, unsigned long long* first,
+                                               unsigned long long* second) {
+  *first = load_word(at);
+  *second = load_word(at + 1);
+}
+#else
 __device__ __forceinline__ void store_word(unsigned long long* at, unsigned data, unsigned flag) {
   const unsigned long long word = (static_cast<unsigned long long>(flag) << 32) | data;
   asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(at), "l"(word) : "memory");
@@ -259,6 +325,7 @@ __device__ __forceinline__ unsigned long long load_word(const unsigned long long
   asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(word) : "l"(at) : "memory");
   return word;
 }
+#endif
 // Data word i of a message of bytes, zero-padded past the end.
 __device__ __forceinline__ unsigned data_word(const unsigned char* src, std::size_t bytes, std::size_t i) {
   if (4 * i + 4 <= bytes && reinterpret_cast<std::uintptr_t>(src) % 4 == 0)
@@ -351,6 +418,6 @@ __device__ __forceinline__ void barrier_block(const ferry_window_device_t& w) {
 }
 
 }  // namespace ferry::device
-#endif /* __CUDACC__ */
+#endif /* __CUDACC__ || __HIPCC__ */
 
 #endif /* FERRY_DEVICE_H */

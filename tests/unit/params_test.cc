@@ -58,7 +58,7 @@ TEST(Params, ValueOutsideItsWordsKeepsDefaultAndIsReported) {
   EXPECT_EQ(p.device, "auto");
   EXPECT_EQ(p.nbc, "staged");  // matched without regard to case
   ASSERT_EQ(problems.size(), 2u);
-  EXPECT_NE(problems[0].find("FERRY_DEVICE=gpu is not one of auto, cuda, emulated"), std::string::npos);
+  EXPECT_NE(problems[0].find("FERRY_DEVICE=gpu is not one of auto, cuda, hip, emulated"), std::string::npos);
   EXPECT_NE(problems[1].find("FERRY_ROUTE=bogus is not one of auto, staged, pmpi"), std::string::npos);
 }
 
