@@ -60,17 +60,12 @@ class PartitionedRequest final : public TrackedRequest {
   bool holds(int partition) const { return partition >= 0 && partition < layout_.partitions; }
 
   // A send: partitions [low, high] to the host copy, one copy.
-  int ready(int low, int high) {
-    const std::ptrdiff_t from = low * layout_.stride + layout_.first;
-    const std::size_t bytes = static_cast<std::size_t>((high - low) * layout_.stride) + layout_.bytes;
-    return copy(host_ + from, device_ + from, bytes);
-  }
+  int ready(int low, int high) { return copy_partitions(low, high); }
 
   // A receive: partition to the device, the first time it is reported.
   int arrived(int partition) {
     if (copied_[partition].exchange(true, std::memory_order_acq_rel)) return MPI_SUCCESS;
-    const std::ptrdiff_t at = partition * layout_.stride + layout_.first;
-    return copy(device_ + at, host_ + at, layout_.bytes);
+    return copy_partitions(partition, partition);
   }
 
   bool holds_memory_in_flight() const override { return true; }
@@ -83,9 +78,7 @@ class PartitionedRequest final : public TrackedRequest {
       if (copied_[low].exchange(true, std::memory_order_acq_rel)) continue;
       int high = low;
       while (high + 1 < layout_.partitions && !copied_[high + 1].exchange(true, std::memory_order_acq_rel)) ++high;
-      const std::ptrdiff_t from = low * layout_.stride + layout_.first;
-      const std::size_t bytes = static_cast<std::size_t>((high - low) * layout_.stride) + layout_.bytes;
-      if (const int result = copy(device_ + from, host_ + from, bytes); result != MPI_SUCCESS) return result;
+      if (const int result = copy_partitions(low, high); result != MPI_SUCCESS) return result;
       low = high;
     }
     return MPI_SUCCESS;
@@ -97,6 +90,15 @@ class PartitionedRequest final : public TrackedRequest {
     if (!receive_) return MPI_SUCCESS;
     for (int p = 0; p < layout_.partitions; ++p) copied_[p].store(false, std::memory_order_relaxed);
     return staging_->restart();
+  }
+
+  // Partitions [low, high] in one copy: to the host copy for a send, to the
+  // device for a receive.
+  int copy_partitions(int low, int high) {
+    const std::ptrdiff_t from = low * layout_.stride + layout_.first;
+    const std::size_t bytes = static_cast<std::size_t>((high - low) * layout_.stride) + layout_.bytes;
+    if (receive_) return copy(device_ + from, host_ + from, bytes);
+    return copy(host_ + from, device_ + from, bytes);
   }
 
   int copy(void* dst, const void* src, std::size_t bytes) {
