@@ -63,7 +63,7 @@ void check_links(SelfTest& test, ferry::gpu::Backend* backend) {
   std::unique_ptr<ferry::Communicator> comm;
   if (!ok(ferry::Communicator::create(std::move(bootstrap), &comm))) return test.fail(check, "engine set-up failed");
 
-  const std::size_t bytes = backend->kind() == ferry::gpu::BackendKind::kCuda ? (256u << 20) : (16u << 20);
+  const std::size_t bytes = backend->physical_devices() ? (256u << 20) : (16u << 20);
   std::vector<std::uint8_t> host(bytes);
   for (std::size_t i = 0; i < bytes; ++i) host[i] = link_pattern(me, i);
   void* mine = nullptr;

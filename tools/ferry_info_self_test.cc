@@ -98,13 +98,13 @@ void check_device_memory(SelfTest& test, ferry::gpu::Backend* backend) {
 // timed (whether the driver allows peer access is NVML's check).
 void check_peer_access(SelfTest& test, ferry::gpu::Backend* backend) {
   const char* check = "peer access";
-  if (!backend || backend->kind() != ferry::gpu::BackendKind::kCuda)
-    return test.skip(check, "needs CUDA devices (the device backend is " +
+  if (!backend || !backend->physical_devices())
+    return test.skip(check, "needs GPUs (the device backend is " +
                                 std::string(ferry::gpu::backend_kind_name(backend ? backend->kind()
                                                                                   : ferry::gpu::BackendKind::kNone)) +
                                 ")");
   const int devices = backend->device_count();
-  if (devices < 2) return test.skip(check, "one CUDA device: no pair to test");
+  if (devices < 2) return test.skip(check, "one GPU: no pair to test");
   constexpr std::size_t kBytes = 64 << 20;
   constexpr int kRepeats = 5;
   std::vector<unsigned char> pattern(kBytes), back(kBytes);
@@ -247,12 +247,12 @@ int self_test() {
   } else {
     test.fail("device backend", "FERRY_DEVICE=" + ferry::params().device + ": no usable device backend");
   }
-  if (kind == ferry::gpu::BackendKind::kCuda) {
-    test.pass("GPUs visible", std::to_string(backend->device_count()) + " CUDA device(s); hwloc sees " +
-                                  std::to_string(found.gpus) + " GPU(s) on the PCI bus");
+  if (backend && backend->physical_devices()) {
+    test.pass("GPUs visible", std::to_string(backend->device_count()) + " " + ferry::gpu::backend_kind_name(kind) +
+                                  " device(s); hwloc sees " + std::to_string(found.gpus) + " GPU(s) on the PCI bus");
   } else if (found.gpus > 0) {
     test.fail("GPUs visible", "hwloc sees " + std::to_string(found.gpus) +
-                                  " GPU(s) on the PCI bus, but Ferry does not use them (no CUDA backend in this "
+                                  " GPU(s) on the PCI bus, but Ferry does not use them (no GPU backend in this "
                                   "build, no driver, or FERRY_DEVICE=emulated)");
   } else {
     test.skip("GPUs visible", "no GPU on the PCI bus; Ferry runs on the emulated device");
