@@ -47,6 +47,8 @@ constexpr unsigned kLinesPerWarpBatch = kWarpSize / kLl128LanesPerLine;
 struct Walk {
   std::size_t first, stride;  // in lines
   unsigned line_in_batch, lane_in_line;
+  bool flag_lane;           // this lane's high 8 bytes carry the flag
+  std::size_t lane_offset;  // this lane's bytes within a line
   __device__ Walk(unsigned block, unsigned blocks) {
     const unsigned warps_per_block = blockDim.x / kWarpSize;
     const std::size_t lines_per_warp = kLinesPerWarpBatch * kUnroll;
@@ -54,6 +56,8 @@ struct Walk {
     stride = static_cast<std::size_t>(blocks) * warps_per_block * lines_per_warp;
     line_in_batch = threadIdx.x % kWarpSize / kLl128LanesPerLine;
     lane_in_line = threadIdx.x % kLl128LanesPerLine;
+    flag_lane = lane_in_line == kLl128LanesPerLine - 1;
+    lane_offset = lane_in_line * 16;
   }
   __device__ std::size_t line(std::size_t base, int u) const { return base + u * kLinesPerWarpBatch + line_in_batch; }
 };
@@ -97,8 +101,6 @@ __device__ __forceinline__ void send_share(const LlAllreduceArgs& a, std::size_t
   const auto* input = static_cast<const unsigned char*>(a.input);
   const Walk walk(block, blocks);
   const std::uint64_t flag_word = ll128_flag_word(a.flag);
-  const bool flag_lane = walk.lane_in_line == kLl128LanesPerLine - 1;
-  const std::size_t lane_offset = walk.lane_in_line * 16;
   for (std::size_t base = walk.first; base < lines; base += walk.stride) {
     std::uint64_t low[kUnroll], high[kUnroll];
     bool active[kUnroll];
@@ -109,12 +111,12 @@ __device__ __forceinline__ void send_share(const LlAllreduceArgs& a, std::size_t
       const Part part = part_of(line, walk.lane_in_line, bytes);
       const uint4 own = active[u] ? ll::load_bytes(input + part.offset, part.valid) : make_uint4(0, 0, 0, 0);
       low[u] = static_cast<std::uint64_t>(own.y) << 32 | own.x;
-      high[u] = flag_lane ? flag_word : static_cast<std::uint64_t>(own.w) << 32 | own.z;
+      high[u] = walk.flag_lane ? flag_word : static_cast<std::uint64_t>(own.w) << 32 | own.z;
     }
     for (int p = 0; p < a.nranks; ++p) {
       if (p == a.rank) continue;
-      char* slot =
-          static_cast<char*>(ll::peer_buffer(a, p)) + ll128_line_offset(a.parity, a.rank, 0, a.nranks) + lane_offset;
+      char* slot = static_cast<char*>(ll::peer_buffer(a, p)) + ll128_line_offset(a.parity, a.rank, 0, a.nranks) +
+                   walk.lane_offset;
       warp_sync();
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
@@ -133,8 +135,6 @@ __device__ __forceinline__ bool allreduce_share(const LlAllreduceArgs& a, unsign
   const auto* input = static_cast<const unsigned char*>(a.input);
   const Walk walk(block, blocks);
   const std::uint64_t flag_word = ll128_flag_word(a.flag);
-  const bool flag_lane = walk.lane_in_line == kLl128LanesPerLine - 1;
-  const std::size_t lane_offset = walk.lane_in_line * 16;
   ll::WaitLimit limit(a.timeout_ms);
   bool ok = true;
   const void* own_buffer = ll::peer_buffer(a, a.rank);
@@ -155,12 +155,12 @@ __device__ __forceinline__ bool allreduce_share(const LlAllreduceArgs& a, unsign
           data[u] = active[u] ? ll::load_bytes(input + part[u].offset, part[u].valid) : make_uint4(0, 0, 0, 0);
       } else {
         const char* slot =
-            static_cast<const char*>(own_buffer) + ll128_line_offset(a.parity, r, 0, a.nranks) + lane_offset;
+            static_cast<const char*>(own_buffer) + ll128_line_offset(a.parity, r, 0, a.nranks) + walk.lane_offset;
         const char* at[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) at[u] = slot + (active[u] ? walk.line(base, u) : 0) * kLl128LineBytes;
         warp_sync();
-        ok = wait_lines(at, active, flag_lane, flag_word, limit, data);
+        ok = wait_lines(at, active, walk.flag_lane, flag_word, limit, data);
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
