@@ -12,15 +12,28 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread and rank
 
-// Input r and output k: inline, or past kInlineRanks from the table.
+// Input r and output k: inline, or with a table (more than kInlineRanks of
+// either) from the table. Kernels without a table index only the inline
+// arrays: selecting between them and the table at run time made the
+// compiler copy the arguments to local memory.
+template <bool kTable>
 __device__ __forceinline__ const void* input_of(const DirectReduceArgs& a, int r) {
-  return r < kInlineRanks ? a.inputs[r] : a.table[r];
+  if constexpr (kTable) {
+    return r < kInlineRanks ? a.inputs[r] : a.table[r];
+  } else {
+    return a.inputs[r];
+  }
 }
+template <bool kTable>
 __device__ __forceinline__ void* output_of(const DirectReduceArgs& a, int k) {
-  return k < kInlineRanks ? a.outputs[k] : const_cast<void*>(a.table[a.ninputs + k]);
+  if constexpr (kTable) {
+    return k < kInlineRanks ? a.outputs[k] : const_cast<void*>(a.table[a.ninputs + k]);
+  } else {
+    return a.outputs[k];
+  }
 }
 
-template <typename T, ReduceOp Op>
+template <typename T, ReduceOp Op, bool kTable>
 __global__ void __launch_bounds__(kThreads) direct_reduce_packed(DirectReduceArgs args, std::size_t packs) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * kThreads * kUnroll;
   for (std::size_t base = static_cast<std::size_t>(blockIdx.x) * kThreads * kUnroll + threadIdx.x; base < packs;
@@ -29,14 +42,14 @@ __global__ void __launch_bounds__(kThreads) direct_reduce_packed(DirectReduceArg
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const std::size_t p = base + u * kThreads;
-      if (p < packs) acc[u] = static_cast<const Pack<T>*>(input_of(args, 0))[p];
+      if (p < packs) acc[u] = static_cast<const Pack<T>*>(input_of<kTable>(args, 0))[p];
     }
     for (int r = 1; r < args.ninputs; ++r) {
       Pack<T> in[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const std::size_t p = base + u * kThreads;
-        if (p < packs) in[u] = static_cast<const Pack<T>*>(input_of(args, r))[p];
+        if (p < packs) in[u] = static_cast<const Pack<T>*>(input_of<kTable>(args, r))[p];
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) acc[u] = reduce_pack<T, Op>(acc[u], in[u]);
@@ -45,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) direct_reduce_packed(DirectReduceArg
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const std::size_t p = base + u * kThreads;
-        if (p < packs) static_cast<Pack<T>*>(output_of(args, k))[p] = acc[u];
+        if (p < packs) static_cast<Pack<T>*>(output_of<kTable>(args, k))[p] = acc[u];
       }
     }
   }
@@ -53,13 +66,14 @@ __global__ void __launch_bounds__(kThreads) direct_reduce_packed(DirectReduceArg
 
 // Elements from first on, one at a time: the tail after the packs, or all of
 // it when a buffer is not 16-byte aligned.
-template <typename T, ReduceOp Op>
+template <typename T, ReduceOp Op, bool kTable>
 __global__ void __launch_bounds__(kThreads) direct_reduce_scalar(DirectReduceArgs args, std::size_t first) {
   for (std::size_t i = first + static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x; i < args.count;
        i += static_cast<std::size_t>(gridDim.x) * kThreads) {
-    T acc = static_cast<const T*>(input_of(args, 0))[i];
-    for (int r = 1; r < args.ninputs; ++r) acc = reduce<T, Op>(acc, static_cast<const T*>(input_of(args, r))[i]);
-    for (int k = 0; k < args.noutputs; ++k) static_cast<T*>(output_of(args, k))[i] = acc;
+    T acc = static_cast<const T*>(input_of<kTable>(args, 0))[i];
+    for (int r = 1; r < args.ninputs; ++r)
+      acc = reduce<T, Op>(acc, static_cast<const T*>(input_of<kTable>(args, r))[i]);
+    for (int k = 0; k < args.noutputs; ++k) static_cast<T*>(output_of<kTable>(args, k))[i] = acc;
   }
 }
 
@@ -96,12 +110,23 @@ struct CudaDirectReduce {
     for (int k = 0; k < args.noutputs && k < kInlineRanks; ++k)
       aligned = aligned && reinterpret_cast<std::uintptr_t>(args.outputs[k]) % 16 == 0;
     const std::size_t packs = aligned ? args.count / Pack<T>::kCount : 0;
+    const bool table = args.table != nullptr;
     if (packs > 0) {
-      direct_reduce_packed<T, Op><<<blocks_for((packs + kUnroll - 1) / kUnroll), kThreads, 0, stream>>>(args, packs);
+      const unsigned blocks = blocks_for((packs + kUnroll - 1) / kUnroll);
+      if (table) {
+        direct_reduce_packed<T, Op, true><<<blocks, kThreads, 0, stream>>>(args, packs);
+      } else {
+        direct_reduce_packed<T, Op, false><<<blocks, kThreads, 0, stream>>>(args, packs);
+      }
     }
     const std::size_t first = packs * Pack<T>::kCount;
     if (first < args.count) {
-      direct_reduce_scalar<T, Op><<<blocks_for(args.count - first), kThreads, 0, stream>>>(args, first);
+      const unsigned blocks = blocks_for(args.count - first);
+      if (table) {
+        direct_reduce_scalar<T, Op, true><<<blocks, kThreads, 0, stream>>>(args, first);
+      } else {
+        direct_reduce_scalar<T, Op, false><<<blocks, kThreads, 0, stream>>>(args, first);
+      }
     }
     error = cudaGetLastError();
   }
