@@ -14,8 +14,8 @@ constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread an
 
 // Input r and output k: inline, or with a table (more than kInlineRanks of
 // either) from the table. Kernels without a table index only the inline
-// arrays: selecting between them and the table at run time made the
-// compiler copy the arguments to local memory.
+// arrays: choosing between them and the table at run time made every call
+// slower (bench/RESULTS.md).
 template <bool kTable>
 __device__ __forceinline__ const void* input_of(const DirectReduceArgs& a, int r) {
   if constexpr (kTable) {
