@@ -93,11 +93,8 @@ namespace {
 // An error code of class MPI_ERR_OTHER whose string names the peer that
 // ended (MPI_Error_string, and the message of MPI_ERRORS_ARE_FATAL).
 int ended_peer_code() {
-  int code = MPI_ERR_OTHER;
-  if (PMPI_Add_error_code(MPI_ERR_OTHER, &code) != MPI_SUCCESS) return MPI_ERR_OTHER;
   const std::string text = "ferry: a peer process has ended: " + last_ended_peer();
-  PMPI_Add_error_string(code, text.c_str());
-  return code;
+  return error_code_saying(MPI_ERR_OTHER, text.c_str());
 }
 
 }  // namespace

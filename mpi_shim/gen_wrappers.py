@@ -81,10 +81,120 @@ def parse(path):
         if not match:
             sys.exit(f"{path}:{number}: not a signature: {line}")
         policy, ret, name, params, guard = match.groups()
-        if policy not in ("buffers", "pt2pt", "always", "lifecycle"):
+        if policy not in ("buffers", "pt2pt", "always", "lifecycle", "large"):
             sys.exit(f"{path}:{number}: unknown policy '{policy}'")
         functions.append(Function(policy, ret, name, params, guard))
+    by_name = {f.name: f for f in functions if f.policy != "large"}
+    for f in functions:
+        if f.policy != "large":
+            continue
+        stem = f.name[:-len("_c")] if f.name.endswith("_c") else None
+        f.base = by_name.get(stem) or by_name.get("MPIX_" + stem[len("MPI_"):]) if stem else None
+        if not f.base:
+            sys.exit(f"{path}: {f.name}: a large-count call needs its call without _c in the list")
+        if len(f.params) != len(f.base.params):
+            sys.exit(f"{path}: {f.name}: its parameters do not pair with {f.base.name}'s")
     return functions
+
+
+# How a large-count parameter reaches its int counterpart.
+WIDE = ("MPI_Count", "MPI_Aint")
+# Pointer parameters that are outputs only (the call writes them).
+OUTPUT_ONLY = ("size", "disp_unit")
+# void * parameters that are not data the call reads or writes.
+NOT_DATA = ("baseptr", "buffer_addr")
+
+
+def large_wrapper(f):
+    """MPI_X_c: counts that fit an int go through handle_X; past that, the
+    real MPI's own where the call names no device memory (and, for
+    point-to-point, no message may be a marker of peer memory), else
+    MPI_ERR_COUNT through the call's error handler."""
+    base = f.base
+    checks, arrays, before, args, after = [], [], [], [], []
+    comm = next((p.name for p in f.params if p.type == "MPI_Comm"), None)
+    has_root = "true, root" if any(p.name == "root" for p in f.params) else "false, 0"
+    side = "kSend"
+    for wide, narrow in zip(f.params, base.params):
+        if wide.type.replace(" ", "") == narrow.type.replace(" ", ""):
+            args.append(wide.name)
+        elif wide.type in ("const " + w + " *" for w in WIDE) and narrow.type == "const int *" and comm:
+            # displs takes the side of the counts before it.
+            if wide.name.startswith(("send", "sdispl")):
+                side = "kSend"
+            elif wide.name.startswith(("recv", "rdispl")):
+                side = "kRecv"
+            local = f"{wide.name}_int"
+            arrays.append(f"    std::vector<int> {local};")
+            arrays.append(f"    const bool {local}_fits = narrow({wide.name}, large_array_length(FunctionId::k{base.short}, "
+                          f"{comm}, ArraySide::{side}, {has_root}), &{local});")
+            checks.append(f"!{local}_fits")
+            args.append(f"narrowed({wide.name}, {local})")
+        elif wide.type in WIDE and narrow.type in ("int", "MPI_Aint"):
+            # MPI_Count to MPI_Aint: the same width here.
+            if narrow.type == "int":
+                checks.append(f"!fits_int({wide.name})")
+            args.append(f"static_cast<{narrow.type}>({wide.name})")
+        elif wide.type in (w + " *" for w in WIDE) and narrow.type in ("int *", "MPI_Aint *"):
+            local, local_type = f"{wide.name}_narrow", narrow.type[:-2]
+            if wide.name in OUTPUT_ONLY:
+                before.append(f"    {local_type} {local} = 0;")
+            else:
+                if local_type == "int":
+                    checks.append(f"!fits_int(*{wide.name})")
+                before.append(f"    {local_type} {local} = static_cast<{local_type}>(*{wide.name});")
+            args.append(f"&{local}")
+            after.append(f"*{wide.name} = {local};")
+        else:
+            sys.exit(f"{f.name}: no conversion from {wide.type} {wide.name} to {narrow.type}")
+    buffers = [p.name for p in f.params if p.type.replace(" ", "") in ("void*", "constvoid*") and p.name not in NOT_DATA]
+    refuse = []
+    if buffers:
+        refuse.append("names_device_memory({" + ", ".join(buffers) + "})")
+    if base.policy == "pt2pt":
+        refuse.append("ferry::shim::peer::active()")
+    raise_call = "raise_error(MPI_COMM_WORLD, count_beyond_int())"
+    for p in f.params:
+        if p.type in ("MPI_Comm", "MPI_Win", "MPI_File"):
+            kind = {"MPI_Comm": "raise_error", "MPI_Win": "raise_win_error", "MPI_File": "raise_file_error"}[p.type]
+            raise_call = f"{kind}({p.name}, count_beyond_int())"
+            break
+    real = f"P{f.name}({f.argument_list()})"
+    beyond = "\n" + "\n".join(arrays) if arrays else ""
+    if checks:
+        refused = f"\n      if ({' || '.join(refuse)}) return {raise_call};" if refuse else ""
+        beyond += f"""
+    if ({' || '.join(checks)}) {{{refused}
+      return {real};
+    }}"""
+    call = f"handle_{base.short}({', '.join(args)})"
+    if after:
+        finish = f"""
+    const int result = {call};
+    if (result == MPI_SUCCESS) {{
+      {' '.join(after)}
+    }}
+    return result;"""
+    else:
+        finish = f"\n    return {call};"
+    fast_path = ""
+    if base.policy == "buffers":
+        fast_path = f"""
+  if (!observing() && !ferry::gpu::device_runtime_active()) return {real};"""
+    elif base.policy == "pt2pt":
+        fast_path = f"""
+  if (!observing() && !ferry::gpu::device_runtime_active() && !ferry::shim::peer::active())
+    return {real};"""
+    prepared = "\n".join(before)
+    prepared = "\n" + prepared if prepared else ""
+    return f"""extern "C" FERRY_EXPORT int {f.name}({f.parameter_list()}) {{{fast_path}
+  try {{{beyond}{prepared}
+    CallSpan span(FunctionId::k{base.short});
+    count_call(FunctionId::k{base.short});{finish}
+  }} catch (...) {{
+    return {base.failure_call()};
+  }}
+}}"""
 
 
 def guarded(function, text):
@@ -95,6 +205,8 @@ def guarded(function, text):
 
 
 def function_ids(functions):
+    # A large-count call is counted, traced and routed as its call without _c.
+    functions = [f for f in functions if f.policy != "large"]
     enum = "\n".join(f"  k{f.short}," for f in functions)
     names = "\n".join(f'    "{f.name}",' for f in functions)
     return f"""// Generated by gen_wrappers.py from mpi_functions.txt. Do not edit.
@@ -119,7 +231,8 @@ inline const char* function_name(FunctionId id) {{
 
 
 def handlers(functions):
-    decls = "\n".join(guarded(f, f"int handle_{f.short}({f.parameter_list()});") for f in functions)
+    decls = "\n".join(guarded(f, f"int handle_{f.short}({f.parameter_list()});") for f in functions
+                      if f.policy != "large")
     return f"""// Generated by gen_wrappers.py from mpi_functions.txt. Do not edit.
 #pragma once
 
@@ -136,6 +249,9 @@ namespace ferry::shim {{
 def wrappers(functions):
     bodies = []
     for f in functions:
+        if f.policy == "large":
+            bodies.append(guarded(f, large_wrapper(f)))
+            continue
         # A process with no device runtime has no device buffers: its calls go
         # straight to the real MPI unless the stats want to count them. Outside
         # the try block, so the compiler can make it a tail call (nothing there
@@ -167,6 +283,7 @@ def wrappers(functions):
 #include "function_ids.h"
 #include "handlers.h"
 #include "mpi_shim/call_span.h"
+#include "mpi_shim/large_count.h"
 #include "mpi_shim/peer_pt2pt.h"
 #include "mpi_shim/wrapper_support.h"
 

@@ -55,6 +55,18 @@ void after_init() {
 
 }  // namespace
 
+int error_code_saying(int error_class, const char* text) {
+#if defined(FERRY_MPI_MPICH)
+  (void)text;
+  return error_class;
+#else
+  int code = error_class;
+  if (PMPI_Add_error_code(error_class, &code) != MPI_SUCCESS) return error_class;
+  PMPI_Add_error_string(code, text);
+  return code;
+#endif
+}
+
 int raise_error(MPI_Comm comm, int error_class) {
   PMPI_Comm_call_errhandler(comm == MPI_COMM_NULL ? MPI_COMM_WORLD : comm, error_class);
   return error_class;

@@ -40,6 +40,12 @@
 #define FERRY_MPI_40 1
 #endif
 
+// MPI 4.0's large-count calls (MPI_Send_c, ...): MPICH 4 and 5, the
+// standard ABI; not Open MPI 4.1 or 5.0 (which says MPI 3.1).
+#if MPI_VERSION >= 4
+#define FERRY_MPI_LARGE_COUNT 1
+#endif
+
 // MPI 4.1 made some array arguments const (MPI_Pready_list's partitions);
 // a wrapper must declare them as the MPI's mpi.h does.
 #if MPI_VERSION > 4 || (MPI_VERSION == 4 && MPI_SUBVERSION >= 1)

@@ -15,6 +15,11 @@ int fail_from_wrapper(MPI_Comm comm, FunctionId id);
 int fail_from_wrapper_win(MPI_Win win, FunctionId id);
 int fail_from_wrapper_file(MPI_File file, FunctionId id);
 
+// An error code of error_class whose string (MPI_Error_string, the message of
+// MPI_ERRORS_ARE_FATAL) is text. MPICH gives a code of a predefined class
+// made this way a garbled string: there, error_class itself.
+int error_code_saying(int error_class, const char* text);
+
 // Reports an error class through comm's error handler and returns it, as the
 // real MPI does for its own errors.
 int raise_error(MPI_Comm comm, int error_class);

@@ -30,6 +30,11 @@ ALLOWED = {
     "MPI_Keyval_create": "extra_state for callbacks",
     "MPI_Grequest_start": "extra_state for callbacks",
     "MPI_Register_datarep": "extra_state for callbacks",
+    "MPI_Register_datarep_c": "extra_state for callbacks",
+    "MPIX_Grequest_start": "extra_state for callbacks (MPICH)",
+    "MPIX_Grequest_class_allocate": "extra_state for callbacks (MPICH)",
+    # The predefined attribute copy callback: attribute values, not data.
+    "MPI_DUP_FN": "attribute values (MPICH declares the callback as a function)",
     # The tool interface's values are host variables of the MPI library's own.
     "MPI_T_cvar_handle_alloc": "object handle",
     "MPI_T_cvar_read": "a control variable's value, host memory",
@@ -38,9 +43,17 @@ ALLOWED = {
     "MPI_T_pvar_read": "a performance variable's value, host memory",
     "MPI_T_pvar_write": "a performance variable's value, host memory",
     "MPI_T_pvar_readreset": "a performance variable's value, host memory",
+    "MPI_T_event_copy": "an event's data, host memory of a tool",
+    "MPI_T_event_read": "an event's data, host memory of a tool",
+    "MPI_T_event_handle_alloc": "object handle",
+    "MPI_T_event_handle_free": "user data for the callback",
+    "MPI_T_event_register_callback": "user data for the callback",
 }
 
-DECLARATION = re.compile(r"\b(?:OMPI_DECLSPEC\s+)?int\s+(MPIX?_\w+)\s*\(([^)]*)\)\s*(?:__mpi_interface\w*\([^)]*\)\s*)?;")
+# Open MPI's declarations and MPICH's (its attribute macros after the
+# parameters: MPICH_ATTR_POINTER_WITH_TYPE_TAG(1,3) MPICH_API_PUBLIC).
+DECLARATION = re.compile(r"\b(?:OMPI_DECLSPEC\s+)?int\s+(MPIX?_\w+)\s*\(([^)]*)\)\s*"
+                         r"(?:(?:__mpi_interface\w*|MPICH_ATTR\w*)\s*\([^)]*\)\s*|(?:MPICH|ROMIO)_API_PUBLIC\s*)*;")
 LISTED = re.compile(r"^\w+\s+int\s+(MPIX?_\w+)\(", re.M)
 
 

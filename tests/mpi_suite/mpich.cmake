@@ -31,6 +31,9 @@ endif()
 if(FERRY_MPI_HAS_PARTITIONED)
   list(APPEND mpich_programs partitioned)
 endif()
+if(FERRY_MPI_HAS_LARGE_COUNT)
+  list(APPEND mpich_programs large_count)
+endif()
 foreach(program IN LISTS mpich_programs)
   add_executable(mpi_suite_${program} ${program}.cc)
   target_link_libraries(mpi_suite_${program} PRIVATE ferry_mpi_suite)
@@ -60,3 +63,16 @@ ferry_add_mpi_test(NAME mpi_suite.mpich.data_movement.engine.np2 NP 2 COMMAND mp
                    EXPECT "ferry stats rank 0: MPI_Bcast +[0-9]+ +[0-9]+ +[1-9]")
 list(APPEND suite_tests mpi_suite.mpich.data_movement.engine.np2)
 set_tests_properties(${suite_tests} PROPERTIES LABELS "mpi_suite;mpich")
+
+# Every function MPICH's headers declare with a buffer (its large-count
+# calls among them) has a wrapper, or a reason in the checker's allow-list
+# to pass through.
+set(mpich_headers)
+foreach(dir IN LISTS MPI_C_INCLUDE_DIRS)
+  file(GLOB found ${dir}/mpi.h ${dir}/mpi_proto.h ${dir}/mpio.h)
+  list(APPEND mpich_headers ${found})
+endforeach()
+add_test(NAME mpich.mpi_header_coverage
+         COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/check_mpi_coverage.py
+                 ${PROJECT_SOURCE_DIR}/mpi_shim/mpi_functions.txt ${mpich_headers})
+set_tests_properties(mpich.mpi_header_coverage PROPERTIES LABELS mpich)
