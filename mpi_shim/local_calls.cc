@@ -1,11 +1,16 @@
 // Calls that move data inside this process: MPI_Reduce_local (on the GPU for
 // predefined types and ops, otherwise staged), packing and unpacking
 // (staged), and memory handed to or taken from the MPI library: MPI_Alloc_mem
-// asked for device memory, and a device buffer given to MPI_Buffer_attach.
+// asked for device memory, and a device buffer given to MPI_Buffer_attach
+// (MPI 4.1: MPI_Comm_attach_buffer, MPI_Session_attach_buffer).
 #include <algorithm>
 #include <cstdlib>
+#include <cstdint>
+#include <map>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 #include "engine/collectives/collectives.h"
 #include "engine/common/log.h"
@@ -71,13 +76,57 @@ std::unordered_map<void*, gpu::Backend*>& device_allocations() {
 }
 
 // The host memory the real MPI packs buffered sends into while the
-// application's attached buffer is device memory (one at a time, as MPI has).
+// application's attached buffer is device memory: one for the process, and
+// (MPI 4.1) one a communicator or session, by its handle.
 struct ShadowedBuffer {
   void* device = nullptr;
   void* host = nullptr;
 };
+enum class Owner { kProcess, kComm, kSession };
+using OwnerKey = std::pair<Owner, std::uintptr_t>;
 std::mutex shadow_mutex;
-ShadowedBuffer shadowed_buffer;
+std::map<OwnerKey, ShadowedBuffer> shadowed_buffers;
+
+template <typename Handle>
+OwnerKey owner_key(Owner owner, Handle handle) {
+  if constexpr (std::is_pointer_v<Handle>) {
+    return {owner, reinterpret_cast<std::uintptr_t>(handle)};
+  } else {
+    return {owner, static_cast<std::uintptr_t>(handle)};
+  }
+}
+
+// Attaches buffer through attach (the real MPI's call, on the memory given
+// to it): device memory is shadowed by host memory of its size.
+template <typename Attach>
+int attach_shadowed(OwnerKey owner, MPI_Comm errors, void* buffer, int size, Attach attach) {
+  if (size <= 0 || gpu::classify(buffer).kind != gpu::MemoryKind::kDevice) return attach(buffer);
+  void* host = std::malloc(static_cast<std::size_t>(size));
+  if (!host) return raise_error(errors, MPI_ERR_NO_MEM);
+  const int result = attach(host);
+  if (result != MPI_SUCCESS) {
+    std::free(host);
+    return result;
+  }
+  std::lock_guard<std::mutex> lock(shadow_mutex);
+  shadowed_buffers[owner] = {buffer, host};
+  return MPI_SUCCESS;
+}
+
+// After the real MPI's detach gave result: the application's device pointer
+// where it gave the shadow.
+int detach_shadowed(OwnerKey owner, void* buffer_addr, int result) {
+  if (result != MPI_SUCCESS || !buffer_addr) return result;
+  void** detached = static_cast<void**>(buffer_addr);
+  std::lock_guard<std::mutex> lock(shadow_mutex);
+  auto it = shadowed_buffers.find(owner);
+  if (it != shadowed_buffers.end() && *detached == it->second.host) {
+    *detached = it->second.device;
+    std::free(it->second.host);
+    shadowed_buffers.erase(it);
+  }
+  return result;
+}
 
 }  // namespace
 
@@ -181,30 +230,33 @@ int handle_Free_mem(void* base) {
 }
 
 int handle_Buffer_attach(void* buffer, int size) {
-  if (size <= 0 || gpu::classify(buffer).kind != gpu::MemoryKind::kDevice) return PMPI_Buffer_attach(buffer, size);
-  void* host = std::malloc(static_cast<std::size_t>(size));
-  if (!host) return raise_error(kNoComm, MPI_ERR_NO_MEM);
-  const int result = PMPI_Buffer_attach(host, size);
-  if (result != MPI_SUCCESS) {
-    std::free(host);
-    return result;
-  }
-  std::lock_guard<std::mutex> lock(shadow_mutex);
-  shadowed_buffer = {buffer, host};
-  return MPI_SUCCESS;
+  return attach_shadowed(owner_key(Owner::kProcess, 0), kNoComm, buffer, size,
+                         [size](void* given) { return PMPI_Buffer_attach(given, size); });
 }
 
 int handle_Buffer_detach(void* buffer_addr, int* size) {
-  const int result = PMPI_Buffer_detach(buffer_addr, size);
-  if (result != MPI_SUCCESS || !buffer_addr) return result;
-  void** detached = static_cast<void**>(buffer_addr);
-  std::lock_guard<std::mutex> lock(shadow_mutex);
-  if (shadowed_buffer.host && *detached == shadowed_buffer.host) {
-    *detached = shadowed_buffer.device;
-    std::free(shadowed_buffer.host);
-    shadowed_buffer = {};
-  }
-  return result;
+  return detach_shadowed(owner_key(Owner::kProcess, 0), buffer_addr, PMPI_Buffer_detach(buffer_addr, size));
 }
+
+#if defined(FERRY_MPI_41)
+int handle_Comm_attach_buffer(MPI_Comm comm, void* buffer, int size) {
+  return attach_shadowed(owner_key(Owner::kComm, comm), comm, buffer, size,
+                         [comm, size](void* given) { return PMPI_Comm_attach_buffer(comm, given, size); });
+}
+
+int handle_Comm_detach_buffer(MPI_Comm comm, void* buffer_addr, int* size) {
+  return detach_shadowed(owner_key(Owner::kComm, comm), buffer_addr, PMPI_Comm_detach_buffer(comm, buffer_addr, size));
+}
+
+int handle_Session_attach_buffer(MPI_Session session, void* buffer, int size) {
+  return attach_shadowed(owner_key(Owner::kSession, session), kNoComm, buffer, size,
+                         [session, size](void* given) { return PMPI_Session_attach_buffer(session, given, size); });
+}
+
+int handle_Session_detach_buffer(MPI_Session session, void* buffer_addr, int* size) {
+  return detach_shadowed(owner_key(Owner::kSession, session), buffer_addr,
+                         PMPI_Session_detach_buffer(session, buffer_addr, size));
+}
+#endif
 
 }  // namespace ferry::shim

@@ -50,6 +50,9 @@
 // a wrapper must declare them as the MPI's mpi.h does.
 #if MPI_VERSION > 4 || (MPI_VERSION == 4 && MPI_SUBVERSION >= 1)
 #define FERRY_MPI41_CONST const
+// MPI 4.1's calls on buffers: a buffered send's buffer attached to a
+// communicator or a session (MPI_Comm_attach_buffer, ...). MPICH 5.
+#define FERRY_MPI_41 1
 #else
 #define FERRY_MPI41_CONST
 #endif

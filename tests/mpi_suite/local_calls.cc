@@ -3,7 +3,8 @@
 // one buffer on the host), MPI_Pack/MPI_Unpack of a strided type and their
 // external32 forms, MPI_Alloc_mem asked for device memory (used by a
 // collective, then freed), and MPI_Buffer_attach of device memory with a
-// buffered send. Each result is checked against a host reference.
+// buffered send (MPI 4.1: attached to a communicator, and to a session).
+// Each result is checked against a host reference.
 #include <cstring>
 #include <functional>
 
@@ -204,6 +205,45 @@ void test_buffer_attach() {
   suite_device_free(attached);
 }
 
+#if MPI_VERSION > 4 || (MPI_VERSION == 4 && MPI_SUBVERSION >= 1)
+// MPI 4.1: a device buffer attached to a communicator carries its buffered
+// sends; one attached to a session comes back from its detach.
+void test_comm_and_session_buffers() {
+  const long count = 129;
+  const int bytes = int(count * sizeof(float)) + MPI_BSEND_OVERHEAD;
+  const Case what{"MPI_Comm_attach_buffer + MPI_Bsend", "MPI_FLOAT", "", count, "device attached buffer"};
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  void* attached = suite_device_malloc(bytes);
+  check_mpi(MPI_Comm_attach_buffer(comm, attached, bytes), what);
+  const uint64_t id = next_case_id();
+  const int rank = world_rank(), size = world_size();
+  Buffer send = make_buffer(random_values<float>(count, id, rank), Memory::device);
+  Buffer recv = make_buffer(poisoned<float>(count), Memory::device);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Irecv(recv.data(), int(count), MPI_FLOAT, (rank + size - 1) % size, 6, comm, &request), what);
+  check_mpi(MPI_Bsend(send.data(), int(count), MPI_FLOAT, (rank + 1) % size, 6, comm), what);
+  check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), what);
+  expect_buffer(what, recv, random_values<float>(count, id, (rank + size - 1) % size));
+  void* detached = nullptr;
+  MPI_Count detached_bytes = 0;
+  check_mpi(MPI_Comm_detach_buffer_c(comm, &detached, &detached_bytes), what);
+  expect(detached == attached && detached_bytes == bytes, what, "MPI_Comm_detach_buffer_c did not give it back");
+  MPI_Comm_free(&comm);
+
+  const Case session_case{"MPI_Session_attach_buffer", "", "", 0, "device attached buffer"};
+  MPI_Session session;
+  check_mpi(MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &session), session_case);
+  check_mpi(MPI_Session_attach_buffer(session, attached, bytes), session_case);
+  int session_bytes = 0;
+  detached = nullptr;
+  check_mpi(MPI_Session_detach_buffer(session, &detached, &session_bytes), session_case);
+  expect(detached == attached && session_bytes == bytes, session_case, "MPI_Session_detach_buffer did not give it back");
+  check_mpi(MPI_Session_finalize(&session), session_case);
+  suite_device_free(attached);
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -223,5 +263,8 @@ int main(int argc, char** argv) {
   test_packing();
   test_alloc_mem();
   test_buffer_attach();
+#if MPI_VERSION > 4 || (MPI_VERSION == 4 && MPI_SUBVERSION >= 1)
+  test_comm_and_session_buffers();
+#endif
   return suite::finish();
 }
