@@ -33,6 +33,16 @@ ALLOWED = {
     "MPI_Register_datarep_c": "extra_state for callbacks",
     "MPIX_Grequest_start": "extra_state for callbacks (MPICH)",
     "MPIX_Grequest_class_allocate": "extra_state for callbacks (MPICH)",
+    "MPIX_Op_create_x": "extra_state for callbacks (MPICH 5)",
+    "MPIX_Comm_create_errhandler_x": "extra_state for callbacks (MPICH 5)",
+    "MPIX_File_create_errhandler_x": "extra_state for callbacks (MPICH 5)",
+    "MPIX_Session_create_errhandler_x": "extra_state for callbacks (MPICH 5)",
+    "MPIX_Win_create_errhandler_x": "extra_state for callbacks (MPICH 5)",
+    "MPIX_Async_start": "extra_state for callbacks (MPICH 5)",
+    "MPIX_Async_spawn": "extra_state for callbacks (MPICH 5)",
+    "MPIX_Info_set_hex": "an info value, host memory",
+    "MPI_Abi_get_fortran_booleans": "Fortran's logical values, host memory",
+    "MPI_Abi_set_fortran_booleans": "Fortran's logical values, host memory",
     # The predefined attribute copy callback: attribute values, not data.
     "MPI_DUP_FN": "attribute values (MPICH declares the callback as a function)",
     # The tool interface's values are host variables of the MPI library's own.
@@ -43,6 +53,13 @@ ALLOWED = {
     "MPI_T_pvar_read": "a performance variable's value, host memory",
     "MPI_T_pvar_write": "a performance variable's value, host memory",
     "MPI_T_pvar_readreset": "a performance variable's value, host memory",
+    # MPICH 5's GPU-stream extension: calls ordered on a GPU stream of an
+    # MPICH built with GPU support, whose buffers are that MPICH's to move;
+    # not intercepted (README).
+    **{f"MPIX_{name}{large}": "MPICH's GPU-stream extension, not intercepted"
+       for name in ("Send_enqueue", "Recv_enqueue", "Isend_enqueue", "Irecv_enqueue", "Allreduce_enqueue",
+                    "Stream_send", "Stream_recv", "Stream_isend", "Stream_irecv")
+       for large in ("", "_c")},
     "MPI_T_event_copy": "an event's data, host memory of a tool",
     "MPI_T_event_read": "an event's data, host memory of a tool",
     "MPI_T_event_handle_alloc": "object handle",
