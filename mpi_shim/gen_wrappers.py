@@ -105,89 +105,110 @@ OUTPUT_ONLY = ("size", "disp_unit")
 NOT_DATA = ("baseptr", "buffer_addr")
 
 
+class Narrowing:
+    """How a large-count call's arguments reach its call without _c: the
+    statements before the call, the checks that the values fit, the
+    arguments, and the outputs written back after it."""
+
+    def __init__(self, f):
+        base = f.base
+        self.arrays, self.checks, self.before, self.args, self.after = [], [], [], [], []
+        comm = next((p.name for p in f.params if p.type == "MPI_Comm"), None)
+        root = "true, root" if any(p.name == "root" for p in f.params) else "false, 0"
+        side = "kSend"
+        for wide, narrow in zip(f.params, base.params):
+            if wide.type.replace(" ", "") == narrow.type.replace(" ", ""):
+                self.args.append(wide.name)
+            elif wide.type in ("const " + w + " *" for w in WIDE) and narrow.type == "const int *" and comm:
+                # displs takes the side of the counts before it.
+                if wide.name.startswith(("send", "sdispl")):
+                    side = "kSend"
+                elif wide.name.startswith(("recv", "rdispl")):
+                    side = "kRecv"
+                local = f"{wide.name}_int"
+                length = f"large_array_length(FunctionId::k{base.short}, {comm}, ArraySide::{side}, {root})"
+                self.arrays.append(f"    std::vector<int> {local};")
+                self.arrays.append(f"    const bool {local}_fits = narrow({wide.name}, {length}, &{local});")
+                self.checks.append(f"!{local}_fits")
+                self.args.append(f"narrowed({wide.name}, {local})")
+            elif wide.type in WIDE and narrow.type in ("int", "MPI_Aint"):
+                # MPI_Count to MPI_Aint: the same width here.
+                if narrow.type == "int":
+                    self.checks.append(f"!fits_int({wide.name})")
+                self.args.append(f"static_cast<{narrow.type}>({wide.name})")
+            elif wide.type in (w + " *" for w in WIDE) and narrow.type in ("int *", "MPI_Aint *"):
+                local, local_type = f"{wide.name}_narrow", narrow.type[:-2]
+                if wide.name in OUTPUT_ONLY:
+                    self.before.append(f"    {local_type} {local} = 0;")
+                else:
+                    if local_type == "int":
+                        self.checks.append(f"!fits_int(*{wide.name})")
+                    self.before.append(f"    {local_type} {local} = static_cast<{local_type}>(*{wide.name});")
+                self.args.append(f"&{local}")
+                self.after.append(f"*{wide.name} = {local};")
+            else:
+                sys.exit(f"{f.name}: no conversion from {wide.type} {wide.name} to {narrow.type}")
+
+
+def refusal(f):
+    """The condition under which a call past an int fails, and how."""
+    buffers = [p.name for p in f.params
+               if p.type.replace(" ", "") in ("void*", "constvoid*") and p.name not in NOT_DATA]
+    conditions = []
+    if buffers:
+        conditions.append("names_device_memory({" + ", ".join(buffers) + "})")
+    if f.base.policy == "pt2pt":
+        conditions.append("ferry::shim::peer::active()")
+    raise_call = "raise_error(MPI_COMM_WORLD, count_beyond_int())"
+    raisers = {"MPI_Comm": "raise_error", "MPI_Win": "raise_win_error", "MPI_File": "raise_file_error"}
+    handle = next((p for p in f.params if p.type in raisers), None)
+    if handle:
+        raise_call = f"{raisers[handle.type]}({handle.name}, count_beyond_int())"
+    return " || ".join(conditions), raise_call
+
+
+def fast_path(policy, real_call):
+    """A process with no device runtime has no device buffers: its calls go
+    straight to the real MPI unless the stats want to count them. Outside
+    the try block, so the compiler can make it a tail call (nothing there
+    throws)."""
+    if policy == "buffers":
+        return f"""
+  if (!observing() && !ferry::gpu::device_runtime_active()) return {real_call};"""
+    if policy == "pt2pt":
+        return f"""
+  if (!observing() && !ferry::gpu::device_runtime_active() && !ferry::shim::peer::active())
+    return {real_call};"""
+    return ""
+
+
 def large_wrapper(f):
-    """MPI_X_c: counts that fit an int go through handle_X; past that, the
+    """MPI_X_c: values that fit an int go through handle_X; past that, the
     real MPI's own where the call names no device memory (and, for
     point-to-point, no message may be a marker of peer memory), else
     MPI_ERR_COUNT through the call's error handler."""
-    base = f.base
-    checks, arrays, before, args, after = [], [], [], [], []
-    comm = next((p.name for p in f.params if p.type == "MPI_Comm"), None)
-    has_root = "true, root" if any(p.name == "root" for p in f.params) else "false, 0"
-    side = "kSend"
-    for wide, narrow in zip(f.params, base.params):
-        if wide.type.replace(" ", "") == narrow.type.replace(" ", ""):
-            args.append(wide.name)
-        elif wide.type in ("const " + w + " *" for w in WIDE) and narrow.type == "const int *" and comm:
-            # displs takes the side of the counts before it.
-            if wide.name.startswith(("send", "sdispl")):
-                side = "kSend"
-            elif wide.name.startswith(("recv", "rdispl")):
-                side = "kRecv"
-            local = f"{wide.name}_int"
-            arrays.append(f"    std::vector<int> {local};")
-            arrays.append(f"    const bool {local}_fits = narrow({wide.name}, large_array_length(FunctionId::k{base.short}, "
-                          f"{comm}, ArraySide::{side}, {has_root}), &{local});")
-            checks.append(f"!{local}_fits")
-            args.append(f"narrowed({wide.name}, {local})")
-        elif wide.type in WIDE and narrow.type in ("int", "MPI_Aint"):
-            # MPI_Count to MPI_Aint: the same width here.
-            if narrow.type == "int":
-                checks.append(f"!fits_int({wide.name})")
-            args.append(f"static_cast<{narrow.type}>({wide.name})")
-        elif wide.type in (w + " *" for w in WIDE) and narrow.type in ("int *", "MPI_Aint *"):
-            local, local_type = f"{wide.name}_narrow", narrow.type[:-2]
-            if wide.name in OUTPUT_ONLY:
-                before.append(f"    {local_type} {local} = 0;")
-            else:
-                if local_type == "int":
-                    checks.append(f"!fits_int(*{wide.name})")
-                before.append(f"    {local_type} {local} = static_cast<{local_type}>(*{wide.name});")
-            args.append(f"&{local}")
-            after.append(f"*{wide.name} = {local};")
-        else:
-            sys.exit(f"{f.name}: no conversion from {wide.type} {wide.name} to {narrow.type}")
-    buffers = [p.name for p in f.params if p.type.replace(" ", "") in ("void*", "constvoid*") and p.name not in NOT_DATA]
-    refuse = []
-    if buffers:
-        refuse.append("names_device_memory({" + ", ".join(buffers) + "})")
-    if base.policy == "pt2pt":
-        refuse.append("ferry::shim::peer::active()")
-    raise_call = "raise_error(MPI_COMM_WORLD, count_beyond_int())"
-    for p in f.params:
-        if p.type in ("MPI_Comm", "MPI_Win", "MPI_File"):
-            kind = {"MPI_Comm": "raise_error", "MPI_Win": "raise_win_error", "MPI_File": "raise_file_error"}[p.type]
-            raise_call = f"{kind}({p.name}, count_beyond_int())"
-            break
+    base, n = f.base, Narrowing(f)
     real = f"P{f.name}({f.argument_list()})"
-    beyond = "\n" + "\n".join(arrays) if arrays else ""
-    if checks:
-        refused = f"\n      if ({' || '.join(refuse)}) return {raise_call};" if refuse else ""
+    beyond = "\n" + "\n".join(n.arrays) if n.arrays else ""
+    if n.checks:
+        condition, raise_call = refusal(f)
+        refused = f"\n      if ({condition}) return {raise_call};" if condition else ""
         beyond += f"""
-    if ({' || '.join(checks)}) {{{refused}
+    if ({' || '.join(n.checks)}) {{{refused}
       return {real};
     }}"""
-    call = f"handle_{base.short}({', '.join(args)})"
-    if after:
+    call = f"handle_{base.short}({', '.join(n.args)})"
+    if n.after:
         finish = f"""
     const int result = {call};
     if (result == MPI_SUCCESS) {{
-      {' '.join(after)}
+      {' '.join(n.after)}
     }}
     return result;"""
     else:
         finish = f"\n    return {call};"
-    fast_path = ""
-    if base.policy == "buffers":
-        fast_path = f"""
-  if (!observing() && !ferry::gpu::device_runtime_active()) return {real};"""
-    elif base.policy == "pt2pt":
-        fast_path = f"""
-  if (!observing() && !ferry::gpu::device_runtime_active() && !ferry::shim::peer::active())
-    return {real};"""
-    prepared = "\n".join(before)
-    prepared = "\n" + prepared if prepared else ""
-    return f"""extern "C" FERRY_EXPORT int {f.name}({f.parameter_list()}) {{{fast_path}
+    prepared = "".join("\n" + line for line in n.before)
+    return f"""extern "C" FERRY_EXPORT int {f.name}({f.parameter_list()}) {{{fast_path(base.policy, real)}
   try {{{beyond}{prepared}
     CallSpan span(FunctionId::k{base.short});
     count_call(FunctionId::k{base.short});{finish}
@@ -252,19 +273,8 @@ def wrappers(functions):
         if f.policy == "large":
             bodies.append(guarded(f, large_wrapper(f)))
             continue
-        # A process with no device runtime has no device buffers: its calls go
-        # straight to the real MPI unless the stats want to count them. Outside
-        # the try block, so the compiler can make it a tail call (nothing there
-        # throws).
-        fast_path = ""
-        if f.policy == "buffers":
-            fast_path = f"""
-  if (!observing() && !ferry::gpu::device_runtime_active()) return {f.pmpi}({f.argument_list()});"""
-        elif f.policy == "pt2pt":
-            fast_path = f"""
-  if (!observing() && !ferry::gpu::device_runtime_active() && !ferry::shim::peer::active())
-    return {f.pmpi}({f.argument_list()});"""
-        bodies.append(guarded(f, f"""extern "C" FERRY_EXPORT int {f.exported}({f.parameter_list()}) {{{fast_path}
+        passed = fast_path(f.policy, f"{f.pmpi}({f.argument_list()})")
+        bodies.append(guarded(f, f"""extern "C" FERRY_EXPORT int {f.exported}({f.parameter_list()}) {{{passed}
   try {{
     CallSpan span(FunctionId::k{f.short});
     count_call(FunctionId::k{f.short});
