@@ -33,6 +33,7 @@ HANDLES = {
     "MPI_File": ("File", "MPI_FILE_NULL"),
     "MPI_Message": ("Message", "MPI_MESSAGE_NULL"),
     "MPI_Request": ("Request", "MPI_REQUEST_NULL"),
+    "MPI_Session": ("Session", "MPI_SESSION_NULL"),  # MPI 4.0
 }
 
 # Handle arguments a call reads as well as writes; every other handle passed
@@ -55,6 +56,11 @@ HAND_WRITTEN = {
     # Fortran cannot receive the buffer's address.
     "Buffer_detach": "void *buffer, MPI_Fint *size, MPI_Fint *ierror",
 }
+
+# Not bound: MPI 4.1's detach calls hand back an address Fortran cannot
+# receive as C does (MPI_Buffer_detach's binding is hand-written), and no
+# MPI here has both MPI 4.1 and Ferry's Fortran bindings (Open MPI's).
+NOT_BOUND = {"Comm_detach_buffer", "Session_detach_buffer"}
 
 # Open MPI's Fortran layer has a second name for calls whose address
 # argument may be a TYPE(C_PTR); the same binding serves both.
@@ -222,7 +228,7 @@ def failure_call(function):
 def fortran_wrappers(functions):
     parts = []
     # Fortran's large-count bindings are calls of their own; not bound here.
-    for f in (f for f in functions if f.policy != "large"):
+    for f in (f for f in functions if f.policy != "large" and f.short not in NOT_BOUND):
         if f.short in HAND_WRITTEN:
             params = HAND_WRITTEN[f.short]
             binding = None
