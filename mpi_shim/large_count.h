@@ -52,7 +52,8 @@ inline const int* narrowed(const void* original, const std::vector<int>& values)
 bool names_device_memory(std::initializer_list<const void*> buffers);
 
 // An error code of class MPI_ERR_COUNT whose string says that counts past
-// an int do not reach device memory through Ferry (error_code_saying).
+// an int do not reach device memory through Ferry (error_code_saying); each
+// call is logged under FERRY_DEBUG=INFO.
 int count_beyond_int();
 
 }  // namespace ferry::shim

@@ -4,8 +4,8 @@
 // asked for device memory, and a device buffer given to MPI_Buffer_attach
 // (MPI 4.1: MPI_Comm_attach_buffer, MPI_Session_attach_buffer).
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <type_traits>
