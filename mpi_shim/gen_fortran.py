@@ -19,7 +19,7 @@ and has sentinels of its own).
 import sys
 from pathlib import Path
 
-from gen_wrappers import guarded, parse
+from gen_wrappers import FAILURE_REPORTERS, guarded, parse
 
 # Handle types: the suffix of their PMPI_<kind>_f2c / _c2f conversions and
 # their null handle.
@@ -215,14 +215,11 @@ def failure_call(function):
     """Reports an escaped exception through the error handler of the call's
     communicator, window or file (its Fortran handle converted), as the C
     wrapper does."""
-    reporters = {"MPI_Comm": ("fail_from_wrapper", "Comm"), "MPI_Win": ("fail_from_wrapper_win", "Win"),
-                 "MPI_File": ("fail_from_wrapper_file", "File")}
-    for kind in reporters:
-        for p in function.params:
-            if p.type == kind:
-                reporter, handle = reporters[kind]
-                return f"{reporter}(PMPI_{handle}_f2c(*{p.name}), FunctionId::k{function.short})"
-    return f"fail_from_wrapper(MPI_COMM_WORLD, FunctionId::k{function.short})"
+    handle = function.error_handle()
+    if not handle:
+        return f"fail_from_wrapper(MPI_COMM_WORLD, FunctionId::k{function.short})"
+    kind = HANDLES[handle.type][0]
+    return f"{FAILURE_REPORTERS[handle.type]}(PMPI_{kind}_f2c(*{handle.name}), FunctionId::k{function.short})"
 
 
 def fortran_wrappers(functions):

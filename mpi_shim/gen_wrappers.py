@@ -58,17 +58,27 @@ class Function:
     def argument_list(self):
         return ", ".join(p.name for p in self.params)
 
-    def failure_call(self):
-        """Reports an escaped exception through the call's error handler."""
+    def error_handle(self):
+        """The parameter whose error handler reports the call's errors: its
+        communicator, else its window or file; None: MPI_COMM_WORLD's."""
         for p in self.params:
             if p.type == "MPI_Comm":
-                return f"fail_from_wrapper({p.name}, FunctionId::k{self.short})"
-        for p in self.params:
-            if p.type == "MPI_Win":
-                return f"fail_from_wrapper_win({p.name}, FunctionId::k{self.short})"
-            if p.type == "MPI_File":
-                return f"fail_from_wrapper_file({p.name}, FunctionId::k{self.short})"
-        return f"fail_from_wrapper(MPI_COMM_WORLD, FunctionId::k{self.short})"
+                return p
+        return next((p for p in self.params if p.type in ("MPI_Win", "MPI_File")), None)
+
+    def failure_call(self):
+        """Reports an escaped exception through the call's error handler."""
+        handle = self.error_handle()
+        if not handle:
+            return f"fail_from_wrapper(MPI_COMM_WORLD, FunctionId::k{self.short})"
+        return f"{FAILURE_REPORTERS[handle.type]}({handle.name}, FunctionId::k{self.short})"
+
+
+# By the kind of handle whose error handler is used (wrapper_support.h):
+# what reports an escaped exception, and what raises an error of Ferry's own.
+FAILURE_REPORTERS = {"MPI_Comm": "fail_from_wrapper", "MPI_Win": "fail_from_wrapper_win",
+                     "MPI_File": "fail_from_wrapper_file"}
+ERROR_RAISERS = {"MPI_Comm": "raise_error", "MPI_Win": "raise_win_error", "MPI_File": "raise_file_error"}
 
 
 def parse(path):
@@ -159,11 +169,9 @@ def refusal(f):
         conditions.append("names_device_memory({" + ", ".join(buffers) + "})")
     if f.base.policy == "pt2pt":
         conditions.append("ferry::shim::peer::active()")
-    raise_call = "raise_error(MPI_COMM_WORLD, count_beyond_int())"
-    raisers = {"MPI_Comm": "raise_error", "MPI_Win": "raise_win_error", "MPI_File": "raise_file_error"}
-    handle = next((p for p in f.params if p.type in raisers), None)
-    if handle:
-        raise_call = f"{raisers[handle.type]}({handle.name}, count_beyond_int())"
+    handle = f.error_handle()
+    raise_call = (f"{ERROR_RAISERS[handle.type]}({handle.name}, count_beyond_int())" if handle
+                  else "raise_error(MPI_COMM_WORLD, count_beyond_int())")
     return " || ".join(conditions), raise_call
 
 
