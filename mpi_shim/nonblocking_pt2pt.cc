@@ -66,11 +66,7 @@ int handle_Isendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, 
     count_bytes(id, sendcount, sendtype);
     const CheckedReceive checked =
         source != MPI_PROC_NULL ? checked_receive(comm, recvbuf, recvcount, recvtype) : CheckedReceive{};
-    auto unstaged = [&] {
-      const int result = pmpi(sendbuf, recvbuf);
-      if (result == MPI_SUCCESS && checked.on() && request) track_checked_receive(*request, checked, Lifetime::kOnce);
-      return result;
-    };
+    auto unstaged = [&] { return unstaged_result(pmpi(sendbuf, recvbuf), request, checked, Lifetime::kOnce); };
     if (route_call(id, {sendbuf, recvbuf}, true).route == Route::kPmpi) return unstaged();
     Extent send_extent, recv_extent;
     if (comm == MPI_COMM_NULL || !request || !extent_of(sendcount, sendtype, &send_extent) ||
@@ -98,11 +94,7 @@ int handle_Isendrecv_replace(void* buf, int count, MPI_Datatype datatype, int de
     count_bytes(id, count, datatype);
     const CheckedReceive checked =
         source != MPI_PROC_NULL ? checked_receive(comm, buf, count, datatype) : CheckedReceive{};
-    auto unstaged = [&] {
-      const int result = pmpi(buf);
-      if (result == MPI_SUCCESS && checked.on() && request) track_checked_receive(*request, checked, Lifetime::kOnce);
-      return result;
-    };
+    auto unstaged = [&] { return unstaged_result(pmpi(buf), request, checked, Lifetime::kOnce); };
     if (route_call(id, {buf}, true).route == Route::kPmpi) return unstaged();
     Extent extent;
     if (comm == MPI_COMM_NULL || !request || !extent_of(count, datatype, &extent)) return unstaged();

@@ -98,10 +98,7 @@ int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime 
                const CheckedReceive& checked, bool cancellable) {
   if (!request) return staging.finish(mpi_result);
   if (mpi_result != MPI_SUCCESS) return mpi_result;
-  if (!staging.staged_any()) {
-    if (checked.on()) track_checked_receive(*request, checked, lifetime);
-    return mpi_result;
-  }
+  if (!staging.staged_any()) return unstaged_result(mpi_result, request, checked, lifetime);
   // Done already, as Open MPI's collectives on one rank are: it hands every
   // such call one shared, completed request, so the outputs go back now.
   int done = 0;

@@ -48,6 +48,13 @@ int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime 
 // receive).
 void track_checked_receive(MPI_Request request, const CheckedReceive& checked, Lifetime lifetime);
 
+// result, of the real MPI's call on the user's own buffers (nothing
+// staged); on success its receive, when checked, is tracked.
+inline int unstaged_result(int result, MPI_Request* request, const CheckedReceive& checked, Lifetime lifetime) {
+  if (result == MPI_SUCCESS && checked.on() && request) track_checked_receive(*request, checked, lifetime);
+  return result;
+}
+
 // A point-to-point call with one buffer that returns a request: Isend and
 // Irecv and their kin, the persistent inits, Imrecv. pmpi(buffer) makes the
 // real call on the buffer to use.
@@ -57,11 +64,7 @@ int post_staged(FunctionId id, void* buf, int count, MPI_Datatype datatype, MPI_
   count_bytes(id, count, datatype);
   const CheckedReceive checked =
       receive && check_markers ? checked_receive(comm, buf, count, datatype) : CheckedReceive{};
-  auto unstaged = [&] {
-    const int result = pmpi(buf);
-    if (result == MPI_SUCCESS && checked.on() && request) track_checked_receive(*request, checked, lifetime);
-    return result;
-  };
+  auto unstaged = [&] { return unstaged_result(pmpi(buf), request, checked, lifetime); };
   if (route_call(id, {buf}, true).route == Route::kPmpi) return unstaged();
   Extent extent;
   if (comm == MPI_COMM_NULL || !request || !extent_of(count, datatype, &extent)) return unstaged();
