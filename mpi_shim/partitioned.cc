@@ -52,8 +52,8 @@ class PartitionedRequest final : public TrackedRequest {
         layout_(layout),
         receive_(receive),
         comm_(comm),
-        copied_(std::make_unique<std::atomic<bool>[]>(layout.partitions)) {
-    for (int p = 0; p < layout.partitions; ++p) copied_[p].store(false, std::memory_order_relaxed);
+        copied_(receive ? std::make_unique<std::atomic<bool>[]>(layout.partitions) : nullptr) {
+    if (receive_) clear_copied();
   }
 
   bool receive() const { return receive_; }
@@ -88,8 +88,12 @@ class PartitionedRequest final : public TrackedRequest {
   // holes takes the device's bytes for them again (Staging::restart).
   int on_restart() override {
     if (!receive_) return MPI_SUCCESS;
-    for (int p = 0; p < layout_.partitions; ++p) copied_[p].store(false, std::memory_order_relaxed);
+    clear_copied();
     return staging_->restart();
+  }
+
+  void clear_copied() {
+    for (int p = 0; p < layout_.partitions; ++p) copied_[p].store(false, std::memory_order_relaxed);
   }
 
   // Partitions [low, high] in one copy: to the host copy for a send, to the
@@ -114,7 +118,7 @@ class PartitionedRequest final : public TrackedRequest {
   PartitionLayout layout_;
   bool receive_;
   MPI_Comm comm_;  // whose error handler reports a failed copy
-  std::unique_ptr<std::atomic<bool>[]> copied_;  // a receive's partitions copied this round
+  std::unique_ptr<std::atomic<bool>[]> copied_;  // a receive's partitions copied this round (none for a send)
 };
 
 // Psend_init and Precv_init: pmpi(buffer) makes the real call on the buffer
