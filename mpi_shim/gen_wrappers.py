@@ -125,6 +125,12 @@ class Narrowing:
         self.arrays, self.checks, self.before, self.args, self.after = [], [], [], [], []
         comm = next((p.name for p in f.params if p.type == "MPI_Comm"), None)
         root = "true, root" if any(p.name == "root" for p in f.params) else "false, 0"
+        # Whose ranks an array's entries stand for (large_count.h).
+        group = "kGroup"
+        if base.short.startswith(("Neighbor_", "Ineighbor_")):
+            group = "kNeighbours"
+        elif base.short.startswith(("Reduce_scatter", "Ireduce_scatter")):
+            group = "kLocalGroup"
         side = "kSend"
         for wide, narrow in zip(f.params, base.params):
             if wide.type.replace(" ", "") == narrow.type.replace(" ", ""):
@@ -136,7 +142,7 @@ class Narrowing:
                 elif wide.name.startswith(("recv", "rdispl")):
                     side = "kRecv"
                 local = f"{wide.name}_int"
-                length = f"large_array_length(FunctionId::k{base.short}, {comm}, ArraySide::{side}, {root})"
+                length = f"large_array_length(ArrayGroup::{group}, {comm}, ArraySide::{side}, {root})"
                 self.arrays.append(f"    std::vector<int> {local};")
                 self.arrays.append(f"    const bool {local}_fits = narrow({wide.name}, {length}, &{local});")
                 self.checks.append(f"!{local}_fits")

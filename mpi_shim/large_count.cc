@@ -1,15 +1,11 @@
 #include "mpi_shim/large_count.h"
 
-#include <cstring>
-
 #include "engine/common/log.h"
 #include "engine/gpu/gpu.h"
 #include "mpi_shim/wrapper_support.h"
 
 namespace ferry::shim {
 namespace {
-
-bool named(FunctionId id, const char* part) { return std::strstr(function_name(id), part) != nullptr; }
 
 int neighbours(MPI_Comm comm, ArraySide side) {
   int topology = MPI_UNDEFINED;
@@ -35,11 +31,11 @@ int neighbours(MPI_Comm comm, ArraySide side) {
 
 }  // namespace
 
-int large_array_length(FunctionId id, MPI_Comm comm, ArraySide side, bool has_root, int root) {
-  if (named(id, "eighbor_")) return neighbours(comm, side);
+int large_array_length(ArrayGroup group, MPI_Comm comm, ArraySide side, bool has_root, int root) {
+  if (group == ArrayGroup::kNeighbours) return neighbours(comm, side);
   int inter = 0, size = 0;
   PMPI_Comm_test_inter(comm, &inter);
-  if (inter && !named(id, "Reduce_scatter")) {
+  if (inter && group == ArrayGroup::kGroup) {
     PMPI_Comm_remote_size(comm, &size);
   } else {
     PMPI_Comm_size(comm, &size);

@@ -12,7 +12,6 @@
 #include <initializer_list>
 #include <vector>
 
-#include "function_ids.h"
 
 namespace ferry::shim {
 
@@ -20,13 +19,16 @@ inline bool fits_int(MPI_Count value) { return value >= INT_MIN && value <= INT_
 
 // Which of a call's two sides an array describes (sendcounts, sdispls: send).
 enum class ArraySide { kSend, kRecv };
+// Whose ranks an array's entries stand for: the group the call addresses
+// (the remote group of an intercommunicator), the local group (MPI_Reduce_
+// scatter's counts, as collective_staging.h reads them), or a
+// neighbourhood (its in- or out-degree).
+enum class ArrayGroup { kGroup, kLocalGroup, kNeighbours };
 
-// How many entries the array argument of call `id` on comm has for this
-// rank: the group it addresses (the remote group of an intercommunicator),
-// the local group for MPI_Reduce_scatter, a neighbourhood's in- or
-// out-degree, and 0 where MPI says the array is not significant (the
-// gather's counts off the root). has_root: the call takes a root.
-int large_array_length(FunctionId id, MPI_Comm comm, ArraySide side, bool has_root, int root);
+// How many entries such an array of a call on comm has for this rank; 0
+// where MPI says the array is not significant (the gather's counts off the
+// root). has_root: the call takes a root.
+int large_array_length(ArrayGroup group, MPI_Comm comm, ArraySide side, bool has_root, int root);
 
 // values[0..length) as ints into out; false if one does not fit. A null
 // array stays null (out empty).

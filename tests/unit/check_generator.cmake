@@ -48,8 +48,8 @@ foreach(wanted
         "if (names_device_memory({buf}) || ferry::shim::peer::active()) return raise_error(comm, count_beyond_int());"
         "return PMPI_Send_c(buf, count, datatype, dest, tag, comm);"
         "count_call(FunctionId::kSend);\n    return handle_Send(buf, static_cast<int>(count), datatype, dest, tag, comm);"
-        "narrow(recvcounts, large_array_length(FunctionId::kGatherv, comm, ArraySide::kRecv, true, root), &recvcounts_int)"
-        "narrow(displs, large_array_length(FunctionId::kGatherv, comm, ArraySide::kRecv, true, root), &displs_int)"
+        "narrow(recvcounts, large_array_length(ArrayGroup::kGroup, comm, ArraySide::kRecv, true, root), &recvcounts_int)"
+        "narrow(displs, large_array_length(ArrayGroup::kGroup, comm, ArraySide::kRecv, true, root), &displs_int)"
         "narrowed(recvcounts, recvcounts_int), narrowed(displs, displs_int), recvtype, root, comm)")
   string(FIND "${wrappers}" "${wanted}" where)
   if(NOT rc EQUAL 0 OR where EQUAL -1)
