@@ -3,12 +3,45 @@
 // real MPI's as they are. MPI 4.0's MPI_Isendrecv(_replace) are staged, their
 // send announced to a peer that checks receives (peer_pt2pt.h), and not
 // cancellable: MPICH leaves their statuses unwritten, so a staged one's
-// copies never depend on a status.
+// copies never depend on a status, and one whose receive is checked is
+// posted as a receive and a send apart (track_apart).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
 #include "handlers.h"
 #include "mpi_shim/point_to_point.h"
 #include "mpi_shim/staged_requests.h"
 
 namespace ferry::shim {
+namespace {
+
+#if defined(FERRY_MPI_40)
+// An MPI_Isendrecv(_replace) posted apart: post_receive(request), then
+// post_send(&send); staging (may be null) and send_copy go with the request.
+template <typename PostReceive, typename PostSend>
+int post_apart(Staging* staging, MPI_Request* request, const CheckedReceive& checked, std::vector<std::byte> send_copy,
+               PostReceive post_receive, PostSend post_send) {
+  int result = post_receive(request);
+  if (result != MPI_SUCCESS) return result;
+  MPI_Request send = MPI_REQUEST_NULL;
+  result = post_send(&send);
+  if (result != MPI_SUCCESS) {
+    // Nothing of the call is left behind: the receive completes (cancelled
+    // or matched) before its buffers are released.
+    PMPI_Cancel(request);
+    PMPI_Wait(request, MPI_STATUS_IGNORE);
+    return result;
+  }
+  track_apart(*request, send, staging ? std::make_unique<Staging>(std::move(*staging)) : nullptr,
+              std::move(send_copy), checked);
+  return MPI_SUCCESS;
+}
+#endif  // FERRY_MPI_40
+
+}  // namespace
 
 int handle_Isend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                  MPI_Request* request) {
@@ -66,11 +99,18 @@ int handle_Isendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, 
     count_bytes(id, sendcount, sendtype);
     const CheckedReceive checked =
         source != MPI_PROC_NULL ? checked_receive(comm, recvbuf, recvcount, recvtype) : CheckedReceive{};
+    auto apart = [&](const void* send, void* recv, Staging* staging) {
+      return post_apart(
+          staging, request, checked, {},
+          [&](MPI_Request* r) { return PMPI_Irecv(recv, recvcount, recvtype, source, recvtag, comm, r); },
+          [&](MPI_Request* r) { return PMPI_Isend(send, sendcount, sendtype, dest, sendtag, comm, r); });
+    };
     auto unstaged = [&] { return unstaged_result(pmpi(sendbuf, recvbuf), request, checked, Lifetime::kOnce); };
-    if (route_call(id, {sendbuf, recvbuf}, true).route == Route::kPmpi) return unstaged();
+    const bool valid = comm != MPI_COMM_NULL && request;
+    if (route_call(id, {sendbuf, recvbuf}, true).route == Route::kPmpi)
+      return checked.on() && valid ? apart(sendbuf, recvbuf, nullptr) : unstaged();
     Extent send_extent, recv_extent;
-    if (comm == MPI_COMM_NULL || !request || !extent_of(sendcount, sendtype, &send_extent) ||
-        !extent_of(recvcount, recvtype, &recv_extent))
+    if (!valid || !extent_of(sendcount, sendtype, &send_extent) || !extent_of(recvcount, recvtype, &recv_extent))
       return unstaged();
     // The receive buffer goes both ways whole, never cut to the status's
     // count: MPICH leaves the status of this request as it was.
@@ -78,6 +118,7 @@ int handle_Isendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, 
     const void* send = staging.in(sendbuf, send_extent);
     void* recv = staging.inout(recvbuf, recv_extent);
     if (staging.failed()) return staging.raise();
+    if (checked.on()) return apart(send, recv, &staging);
     return end_staged(staging, pmpi(send, recv), request, Lifetime::kOnce, false, checked, false);
   });
 }
@@ -94,13 +135,32 @@ int handle_Isendrecv_replace(void* buf, int count, MPI_Datatype datatype, int de
     count_bytes(id, count, datatype);
     const CheckedReceive checked =
         source != MPI_PROC_NULL ? checked_receive(comm, buf, count, datatype) : CheckedReceive{};
-    auto unstaged = [&] { return unstaged_result(pmpi(buf), request, checked, Lifetime::kOnce); };
-    if (route_call(id, {buf}, true).route == Route::kPmpi) return unstaged();
     Extent extent;
-    if (comm == MPI_COMM_NULL || !request || !extent_of(count, datatype, &extent)) return unstaged();
+    const bool valid = comm != MPI_COMM_NULL && request && extent_of(count, datatype, &extent);
+    // Apart, the message sent is a copy of the buffer taken now, and the
+    // receive lands in the buffer itself.
+    auto apart = [&](void* target, Staging* staging) {
+      // Addresses as integers: MPI_BOTTOM is a null pointer.
+      const auto at = [&](const void* p, std::ptrdiff_t offset) {
+        return reinterpret_cast<std::byte*>(reinterpret_cast<std::uintptr_t>(p) + offset);
+      };
+      std::vector<std::byte> copy(extent.bytes);
+      if (extent.bytes > 0 && !ok(gpu::copy(copy.data(), at(target, extent.lb), extent.bytes)))
+        return raise_error(comm, MPI_ERR_OTHER);
+      const std::byte* send = at(copy.data(), -extent.lb);
+      return post_apart(
+          staging, request, checked, std::move(copy),
+          [&](MPI_Request* r) { return PMPI_Irecv(target, count, datatype, source, recvtag, comm, r); },
+          [&](MPI_Request* r) { return PMPI_Isend(send, count, datatype, dest, sendtag, comm, r); });
+    };
+    auto unstaged = [&] { return unstaged_result(pmpi(buf), request, checked, Lifetime::kOnce); };
+    if (route_call(id, {buf}, true).route == Route::kPmpi)
+      return checked.on() && valid ? apart(buf, nullptr) : unstaged();
+    if (!valid) return unstaged();
     Staging staging(id, comm);
     void* staged = staging.inout(buf, extent);
     if (staging.failed()) return staging.raise();
+    if (checked.on()) return apart(staged, &staging);
     return end_staged(staging, pmpi(staged), request, Lifetime::kOnce, false, checked, false);
   });
 }

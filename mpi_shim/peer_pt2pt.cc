@@ -38,23 +38,18 @@ namespace {
 
 bool wanted_here() {
   if (params().pt2pt != "peer" || forced_route() != ForcedRoute::kAuto) return false;
-#if defined(FERRY_MPI_MPICH)
-  // Not yet with MPICH's library: a receive there can miss a marker's
-  // envelope (data left behind, the sender waiting); device messages are
-  // staged, as with FERRY_PT2PT=staged.
-  FERRY_INFO(Init, "point-to-point through peer memory is not yet used with an MPICH-ABI library: staged");
-  return false;
-#endif
   std::vector<std::string> unknown;
   return allowed_transports(params().transports, params().p2p_disable, params().shm_disable, &unknown).p2p;
 }
 
-// Whether a completed receive's status is an empty message from another
-// process of this machine on a known communicator: then it has an envelope.
-bool empty_from_peer(MPI_Comm comm, const MPI_Status* status, PeerRank* from) {
+// Whether a status (of a receive that completed, or of a probe) is an empty
+// message from another process of this machine on a known communicator:
+// then it has an envelope. A probe's status is never asked whether it was
+// cancelled: MPICH leaves that bit as the caller's memory had it.
+bool empty_from_peer(MPI_Comm comm, const MPI_Status* status, bool probed, PeerRank* from) {
   if (!active() || status->MPI_SOURCE < 0) return false;
   int cancelled = 0;
-  PMPI_Test_cancelled(status, &cancelled);
+  if (!probed) PMPI_Test_cancelled(status, &cancelled);
   int bytes = -1;
   if (cancelled || PMPI_Get_count(status, MPI_BYTE, &bytes) != MPI_SUCCESS || bytes != 0) return false;
   return peer_rank(comm, status->MPI_SOURCE, from);
@@ -255,11 +250,11 @@ namespace {
 // is a marker (*marker): taken from the sender's queue, or left there with
 // peek. The receives posted before `posted` take theirs first: they
 // matched earlier messages.
-int marker_envelope(MPI_Comm comm, const MPI_Status* status, bool peek, std::uint64_t posted, Envelope* env, int* world,
-                    bool* marker) {
+int marker_envelope(MPI_Comm comm, const MPI_Status* status, bool probed, bool peek, std::uint64_t posted,
+                    Envelope* env, int* world, bool* marker) {
   *marker = false;
   PeerRank from;
-  if (!empty_from_peer(comm, status, &from)) return MPI_SUCCESS;
+  if (!empty_from_peer(comm, status, probed, &from)) return MPI_SUCCESS;
   deliver_receives_posted_before(posted);
   const int rc = find_envelope(from.world, from.comm_id, status->MPI_TAG, peek, env);
   *world = from.world;
@@ -273,7 +268,7 @@ int after_receive(MPI_Comm comm, void* buf, int count, MPI_Datatype type, MPI_St
   Envelope env;
   int world = 0;
   bool marker = false;
-  const int rc = marker_envelope(comm, status, false, posted, &env, &world, &marker);
+  const int rc = marker_envelope(comm, status, false, false, posted, &env, &world, &marker);
   return marker ? receive_message(comm, env, world, buf, count, type, status) : rc;
 }
 
@@ -281,7 +276,7 @@ int after_probe(MPI_Comm comm, MPI_Status* status) {
   Envelope env;
   int world = 0;
   bool marker = false;
-  const int rc = marker_envelope(comm, status, true, kPostedNow, &env, &world, &marker);
+  const int rc = marker_envelope(comm, status, true, true, kPostedNow, &env, &world, &marker);
   if (marker) PMPI_Status_set_elements_x(status, MPI_BYTE, static_cast<MPI_Count>(env.bytes));
   return rc;
 }
@@ -296,7 +291,7 @@ int after_matched_probe(MPI_Comm comm, MPI_Status* status, TakenEnvelope** taken
   Envelope env;
   int world = 0;
   bool marker = false;
-  const int rc = marker_envelope(comm, status, false, kPostedNow, &env, &world, &marker);
+  const int rc = marker_envelope(comm, status, true, false, kPostedNow, &env, &world, &marker);
   if (!marker) return rc;
   *taken = new TakenEnvelope{env, world};
   PMPI_Status_set_elements_x(status, MPI_BYTE, static_cast<MPI_Count>(env.bytes));

@@ -8,8 +8,10 @@
 #include "mpi_shim/staged_requests.h"
 
 #include <atomic>
+#include <cstddef>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "mpi_shim/wrapper_support.h"
 
@@ -51,8 +53,30 @@ class StagedRequest final : public TrackedRequest {
       : TrackedRequest(lifetime), staging_(std::move(staging)), receive_(receive), checked_(checked) {
     if (active()) on_started();
   }
+  // The handle is a receive's, and send (reading send_copy when not empty)
+  // must complete before it does.
+  void send_apart(MPI_Request send, std::vector<std::byte> send_copy) {
+    send_ = send;
+    send_copy_ = std::move(send_copy);
+  }
   std::uint64_t posted() const override { return posted_; }
-  bool holds_memory_in_flight() const override { return staging_ != nullptr; }
+  bool holds_memory_in_flight() const override {
+    return staging_ != nullptr || send_ != MPI_REQUEST_NULL || !send_copy_.empty();
+  }
+  bool settles(MPI_Request) const override { return send_ != MPI_REQUEST_NULL; }
+  Settled settle(MPI_Request, bool wait) override {
+    if (send_ == MPI_REQUEST_NULL) return {};
+    int done = 1;
+    const int result = wait ? PMPI_Wait(&send_, MPI_STATUS_IGNORE) : PMPI_Test(&send_, &done, MPI_STATUS_IGNORE);
+    if (result != MPI_SUCCESS) send_ = MPI_REQUEST_NULL;
+    if (send_ == MPI_REQUEST_NULL) send_copy_.clear();
+    return {result, result == MPI_SUCCESS && !done};
+  }
+  // The send goes on to completion by itself, as the real MPI's would.
+  int free(MPI_Request* handle) override {
+    if (send_ != MPI_REQUEST_NULL) PMPI_Request_free(&send_);
+    return PMPI_Request_free(handle);
+  }
 
  private:
   int complete(MPI_Status& status) override {
@@ -90,6 +114,8 @@ class StagedRequest final : public TrackedRequest {
   std::uint64_t posted_ = 0;   // a checked receive's number in the order receives were posted
   MPI_Count checked_bytes_ = 0;  // what MPI_Request_get_status delivered, for the Wait
   int checked_error_ = MPI_SUCCESS;
+  MPI_Request send_ = MPI_REQUEST_NULL;  // posted apart, still to complete
+  std::vector<std::byte> send_copy_;     // what it sends, when a copy
 };
 
 }  // namespace
@@ -117,6 +143,16 @@ int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime 
 
 void track_checked_receive(MPI_Request request, const CheckedReceive& checked, Lifetime lifetime) {
   track(request, std::make_unique<StagedRequest>(nullptr, true, checked, lifetime));
+}
+
+void track_apart(MPI_Request receive, MPI_Request send, std::unique_ptr<Staging> staging,
+                 std::vector<std::byte> send_copy, const CheckedReceive& checked) {
+  const bool staged = staging && staging->staged_any();
+  auto tracked = std::make_unique<StagedRequest>(staged ? std::move(staging) : nullptr, false, checked,
+                                                 Lifetime::kOnce);
+  tracked->send_apart(send, std::move(send_copy));
+  tracked->make_uncancellable();
+  track(receive, std::move(tracked));
 }
 
 }  // namespace ferry::shim

@@ -7,6 +7,10 @@
 
 #include <mpi.h>
 
+#include <cstddef>
+#include <memory>
+#include <vector>
+
 #include "mpi_shim/peer_pt2pt.h"
 #include "mpi_shim/request_registry.h"
 #include "mpi_shim/route.h"
@@ -47,6 +51,14 @@ int end_staged(Staging& staging, int mpi_result, MPI_Request* request, Lifetime 
 // (never one from MPI_PROC_NULL: Open MPI shares the request of every such
 // receive).
 void track_checked_receive(MPI_Request request, const CheckedReceive& checked, Lifetime lifetime);
+
+// MPI_Isendrecv(_replace) posted as a receive and a send apart, which a
+// checked receive needs: its status must be its message's, and MPICH leaves
+// an MPI_Isendrecv's unwritten. The user's handle is receive, completed
+// only once send (which reads send_copy when that is not empty) is too;
+// staging's outputs are delivered whole. Not cancellable.
+void track_apart(MPI_Request receive, MPI_Request send, std::unique_ptr<Staging> staging,
+                 std::vector<std::byte> send_copy, const CheckedReceive& checked);
 
 // result, of the real MPI's call on the user's own buffers (nothing
 // staged); on success its receive, when checked, is tracked.

@@ -7,9 +7,7 @@
 #   alike; the others run at 2, 3 and 4 ranks;
 # - the programs whose host baseline fails on MPICH 4.0.2 itself (MPI_MIN and
 #   MPI_MAX on MPI_UINT8_T compare as signed: reductions, local calls; host
-#   windows: rma; the others not yet sorted out);
-# - point-to-point through peer memory (staged with this library,
-#   peer_pt2pt.cc).
+#   windows: rma; the others not yet sorted out).
 # Included by the suite's CMakeLists.txt instead of the Open MPI list.
 
 set(mpich_programs
