@@ -60,6 +60,18 @@ ferry_add_mpi_test(NAME mpi_suite.mpich.data_movement.engine.np2 NP 2 COMMAND mp
                    ENV FERRY_STATS=1
                    EXPECT "ferry stats rank 0: MPI_Bcast +[0-9]+ +[0-9]+ +[1-9]")
 list(APPEND suite_tests mpi_suite.mpich.data_movement.engine.np2)
+# Device messages between ranks of this machine go through peer memory (a
+# send's Ferry column counts them), claimed and, with no time to wait for a
+# claim, through bounce buffers.
+ferry_add_mpi_test(NAME mpi_suite.mpich.point_to_point.routes.np2 NP 2 COMMAND mpi_suite_point_to_point
+                   ENV FERRY_STATS=1
+                   EXPECT "ferry stats rank 1: MPI_Send +[0-9]+ +[0-9]+ +[1-9][0-9]* ")
+list(APPEND suite_tests mpi_suite.mpich.point_to_point.routes.np2)
+foreach(program point_to_point matched_probe peer_messages)
+  ferry_add_mpi_test(NAME mpi_suite.mpich.${program}.bounce.np3 NP 3 COMMAND mpi_suite_${program}
+                     ENV FERRY_PT2PT_CLAIM_US=0)
+  list(APPEND suite_tests mpi_suite.mpich.${program}.bounce.np3)
+endforeach()
 set_tests_properties(${suite_tests} PROPERTIES LABELS "mpi_suite;mpich")
 
 # Every function MPICH's headers declare with a buffer (its large-count
