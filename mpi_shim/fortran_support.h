@@ -8,14 +8,18 @@
 #include <string>
 #include <vector>
 
+#include "mpi_shim/mpi_flavour.h"
+
 namespace ferry::shim::fortran {
 
 // Fortran INTEGER arguments are passed straight where C takes an int.
 static_assert(sizeof(MPI_Fint) == sizeof(int), "Fortran INTEGER is not C's int in this MPI");
 
+#if defined(FERRY_FORTRAN_BINDINGS)
 // A buffer argument as C takes it: the addresses of Fortran's MPI_BOTTOM and
 // MPI_IN_PLACE become C's; any other address is the buffer itself.
 void* buffer(void* address);
+#endif
 
 inline void set_error(MPI_Fint* ierror, int result) {
   if (ierror) *ierror = result;
@@ -37,6 +41,7 @@ std::string text(const char* chars, int length);
 int type_count(MPI_Comm comm);
 int neighbor_type_count(MPI_Comm comm, bool send);
 
+#if defined(FERRY_FORTRAN_BINDINGS)
 // One status argument: the C status the call fills, copied to the Fortran
 // one after a successful call unless it is MPI_STATUS_IGNORE.
 class Status {
@@ -65,6 +70,35 @@ class Statuses {
   std::vector<MPI_Status> statuses_;
 };
 
+#endif  // FERRY_FORTRAN_BINDINGS
+
+#if defined(FERRY_FORTRAN_F08_BINDINGS)
+// A `TYPE(MPI_Status)` argument of MPICH's `use mpi_f08` (the C status's
+// layout), or its MPI_STATUS_IGNORE: as Status.
+class F08Status {
+ public:
+  explicit F08Status(MPI_F08_status* status) : f08_(status == MPI_F08_STATUS_IGNORE ? nullptr : status) {}
+  MPI_Status* c() { return f08_ ? &status_ : MPI_STATUS_IGNORE; }
+  void give_back(int result);
+
+ private:
+  MPI_F08_status* f08_;
+  MPI_Status status_{};
+};
+
+// An array of them, or MPI_STATUSES_IGNORE: as Statuses.
+class F08Statuses {
+ public:
+  F08Statuses(MPI_F08_status* statuses, int count);
+  MPI_Status* c() { return f08_ ? statuses_.data() : MPI_STATUSES_IGNORE; }
+  void give_back(int result, int filled);
+
+ private:
+  MPI_F08_status* f08_;
+  std::vector<MPI_Status> statuses_;
+};
+#endif  // FERRY_FORTRAN_F08_BINDINGS
+
 // An array of requests the call reads and updates.
 class Requests {
  public:
@@ -87,8 +121,12 @@ class Types {
   std::vector<MPI_Datatype> types_;
 };
 
-// The bindings written by hand (gen_fortran.py's HAND_WRITTEN).
+// The bindings written by hand (gen_fortran.py's HAND_WRITTEN, F08_HAND_WRITTEN).
 void Win_get_attr(MPI_Fint* win, MPI_Fint* keyval, MPI_Aint* attribute_val, MPI_Fint* flag, MPI_Fint* ierror);
+#if defined(FERRY_FORTRAN_BINDINGS)
 void Buffer_detach(void* buffer, MPI_Fint* size, MPI_Fint* ierror);
+#else
+void F08Buffer_detach(void** buffer_addr, MPI_Fint* size, MPI_Fint* ierror);
+#endif
 
 }  // namespace ferry::shim::fortran

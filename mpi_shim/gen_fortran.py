@@ -12,9 +12,15 @@ Fortran compilers use (mpi_allreduce, mpi_allreduce_, mpi_allreduce__,
 MPI_ALLREDUCE), the same of its profiling name (pmpi_allreduce_, ...), and
 the symbol the MPI's `use mpi_f08` layer calls (Open MPI: ompi_allreduce_f).
 
-Emits fortran_wrappers.cc into the build folder, compiled for Open MPI only so
-far (MPICH's Fortran layer calls some C MPI_ functions and some PMPI_ ones,
-and has sentinels of its own).
+MPICH's mpif.h and `use mpi` layers call the C MPI_* functions (Ferry's
+wrappers), and so do its `use mpi_f08` bindings of calls with a buffer; its
+`use mpi_f08` bindings of the others call PMPI_* directly. Under MPICH each
+call without a buffer therefore gets a binding under its f08 name
+(mpi_wait_f08_) instead, whose statuses are `TYPE(MPI_Status)` and whose
+ierror may be absent.
+
+Emits fortran_wrappers.cc into the build folder (mpi_flavour.h says which
+bindings a build has).
 """
 import sys
 from pathlib import Path
@@ -57,6 +63,15 @@ HAND_WRITTEN = {
     "Buffer_detach": "void *buffer, MPI_Fint *size, MPI_Fint *ierror",
 }
 
+# MPICH's Fortran layers by hand: its MPI_WIN_GET_ATTR asks its own attribute
+# store, past the C function (mpif.h, `use mpi` and `use mpi_f08` alike);
+# its `use mpi_f08` MPI_Buffer_detach gets the address as a TYPE(C_PTR).
+F08_HAND_WRITTEN = {
+    "Win_get_attr": ("Win_get_attr", "MPI_Fint *win, MPI_Fint *win_keyval, MPI_Aint *attribute_val, "
+                                     "MPI_Fint *flag, MPI_Fint *ierror", True),
+    "Buffer_detach": ("F08Buffer_detach", "void **buffer_addr, MPI_Fint *size, MPI_Fint *ierror", False),
+}
+
 # Not bound: MPI 4.1's detach calls hand back an address Fortran cannot
 # receive as C does (MPI_Buffer_detach's binding is hand-written), and no
 # MPI here has both MPI 4.1 and Ferry's Fortran bindings (Open MPI's).
@@ -67,11 +82,19 @@ NOT_BOUND = {"Comm_detach_buffer", "Session_detach_buffer"}
 CPTR_VARIANTS = {"Alloc_mem", "Win_allocate", "Win_allocate_shared", "Win_shared_query"}
 
 
-class Binding:
-    """The Fortran form of one C signature."""
+def takes_buffer(function):
+    return any(p.type.replace("FERRY_MPI41_CONST ", "const ") in ("void *", "const void *")
+               and p.name not in ADDRESS_OUTPUTS for p in function.params)
 
-    def __init__(self, function):
+
+class Binding:
+    """The Fortran form of one C signature; f08: as MPICH's `use mpi_f08`
+    calls it (statuses of type MPI_Status)."""
+
+    def __init__(self, function, f08=False):
         self.f = function
+        self.status_kind = "F08Status" if f08 else "Status"
+        self.status_type = "MPI_F08_status" if f08 else "MPI_Fint"
         self.params = []     # Fortran parameter declarations
         self.hidden = []     # hidden CHARACTER lengths, after ierror
         self.before = []     # statements before the C call
@@ -100,14 +123,14 @@ class Binding:
         elif t.endswith("*") and t[:-1].strip() in HANDLES and not p.array:
             self.handle_pointer(p, t[:-1].strip())
         elif t == "MPI_Status *" and p.array:
-            self.params.append(f"MPI_Fint *{name}")
+            self.params.append(f"{self.status_type} *{name}")
             filled = "*outcount" if any(q.name == "outcount" for q in self.f.params) else f"*{count}"
-            self.before.append(f"fortran::Statuses c_{name}({name}, *{count});")
+            self.before.append(f"fortran::{self.status_kind}es c_{name}({name}, *{count});")
             self.args.append(f"c_{name}.c()")
             self.after.append(f"c_{name}.give_back(result, {filled});")
         elif t == "MPI_Status *":
-            self.params.append(f"MPI_Fint *{name}")
-            self.before.append(f"fortran::Status c_{name}({name});")
+            self.params.append(f"{self.status_type} *{name}")
+            self.before.append(f"fortran::{self.status_kind} c_{name}({name});")
             self.args.append(f"c_{name}.c()")
             self.after.append(f"c_{name}.give_back(result);")
         elif t == "MPI_Request *" and p.array:
@@ -222,7 +245,7 @@ def failure_call(function):
     return f"{FAILURE_REPORTERS[handle.type]}(PMPI_{kind}_f2c(*{handle.name}), FunctionId::k{function.short})"
 
 
-def fortran_wrappers(functions):
+def open_mpi_bindings(functions):
     parts = []
     # Fortran's large-count bindings are calls of their own; not bound here.
     for f in (f for f in functions if f.policy != "large" and f.short not in NOT_BOUND):
@@ -238,14 +261,40 @@ def fortran_wrappers(functions):
 {body(f, binding)}
 }}
 {aliases}"""))
-    joined = "\n\n".join(parts)
+    return "\n\n".join(parts)
+
+
+def mpich_f08_bindings(functions):
+    """The calls without a buffer under MPICH's f08 names (the others reach
+    Ferry's C wrappers through MPICH's own bindings)."""
+    parts = []
+    for short, (helper, params, mpif_h_too) in F08_HAND_WRITTEN.items():
+        args = ", ".join(part.split("*")[-1].strip() for part in params.split(","))
+        target = f"ferry_fortran_{short.lower()}"
+        symbols = [f"mpi_{short.lower()}_f08_"] + (manglings(f"MPI_{short}") if mpif_h_too else [])
+        aliases = "\n".join(f'FERRY_EXPORT void {n}({params}) __attribute__((alias("{target}")));' for n in symbols)
+        parts.append(f"""void {target}({params}) {{ fortran::{helper}({args}); }}
+{aliases}""")
+    for f in functions:
+        if (f.policy == "large" or f.short in NOT_BOUND or f.short in HAND_WRITTEN or f.persistent_collective
+                or takes_buffer(f)):
+            continue
+        binding = Binding(f, f08=True)
+        parts.append(guarded(f, f"""FERRY_EXPORT void {f.name.lower()}_f08_({binding.parameter_list()}) {{
+{body(f, binding)}
+}}"""))
+    return "\n\n".join(parts)
+
+
+def fortran_wrappers(functions):
+    open_mpi = open_mpi_bindings(functions)
+    mpich = mpich_f08_bindings(functions)
     return f"""// Generated by gen_fortran.py from mpi_functions.txt. Do not edit.
 // Fortran bindings: each converts its arguments and calls libferry's C
 // wrapper of the same function; no exception crosses into the application.
 #include "mpi_shim/mpi_flavour.h"
 
-// Open MPI only so far (fortran_support.cc says why).
-#if defined(FERRY_MPI_OPEN_MPI)
+#if defined(FERRY_FORTRAN_BINDINGS) || defined(FERRY_FORTRAN_F08_BINDINGS)
 
 #include <string>
 
@@ -259,11 +308,19 @@ using namespace ferry::shim;
 
 extern "C" {{
 
-{joined}
+#if defined(FERRY_FORTRAN_BINDINGS)
+
+{open_mpi}
+
+#else  // FERRY_FORTRAN_F08_BINDINGS
+
+{mpich}
+
+#endif
 
 }}  // extern "C"
 
-#endif  // FERRY_MPI_OPEN_MPI
+#endif
 """
 
 

@@ -21,6 +21,17 @@
 #error "libferry.so builds against Open MPI, an MPICH-ABI library or the MPI standard ABI"
 #endif
 
+// Ferry's Fortran bindings (gen_fortran.py). Open MPI's Fortran layers call
+// PMPI_ past the C wrappers: every call is bound. MPICH's mpif.h and `use
+// mpi` call the C MPI_ functions, and so does its `use mpi_f08` for calls
+// with a buffer; its others go to PMPI_: those are bound under their f08
+// names. None for the standard ABI, which is C's alone.
+#if defined(FERRY_MPI_OPEN_MPI)
+#define FERRY_FORTRAN_BINDINGS 1
+#elif defined(FERRY_MPI_MPICH) && !defined(FERRY_MPI_STANDARD_ABI)
+#define FERRY_FORTRAN_F08_BINDINGS 1
+#endif
+
 // MPI 4.0's persistent collectives (MPI_Allreduce_init, ...): standard names
 // from MPI 4.0 (MPICH 4) and in Open MPI 5; Open MPI 4.1 has them as MPIX_
 // extensions only.

@@ -56,6 +56,14 @@ const char* suite_ferry_backend(void) {
   return backend ? backend() : NULL;
 }
 
+int suite_mpi_library_is(const char* name) {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_Get_library_version(version, &length);
+  version[length < MPI_MAX_LIBRARY_VERSION_STRING ? length : MPI_MAX_LIBRARY_VERSION_STRING - 1] = '\0';
+  return strstr(version, name) != NULL;
+}
+
 unsigned long long suite_device_key(void) {
   key_fn key;
   resolve("ferry_device_key", &key);

@@ -26,6 +26,9 @@ void suite_memcpy(void* dst, const void* src, size_t bytes);
 const char* suite_device_backend(void);
 /* The device backend libferry.so reports, or NULL when it is not loaded. */
 const char* suite_ferry_backend(void);
+/* Whether MPI_Get_library_version names `name` ("Open MPI v5.", "MPICH"):
+ * an MPI's own faults are told apart at run time. */
+int suite_mpi_library_is(const char* name);
 /* ferry_device_key: equal in two processes sharing a GPU; 0 without Ferry. */
 unsigned long long suite_device_key(void);
 /* ferry_is_device_memory: whether Ferry takes ptr for device memory; 0

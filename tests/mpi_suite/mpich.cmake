@@ -77,6 +77,11 @@ foreach(program point_to_point nonblocking matched_probe peer_messages)
                      ENV FERRY_PT2PT_CLAIM_US=0)
   list(APPEND suite_tests mpi_suite.mpich.${program}.bounce.np3)
 endforeach()
+# The Fortran programs: mpif.h and `use mpi` reach Ferry's C wrappers through
+# MPICH's bindings, `use mpi_f08` partly through Ferry's own (mpi_flavour.h).
+if(FERRY_HAVE_FORTRAN)
+  include(fortran/fortran.cmake)
+endif()
 set_tests_properties(${suite_tests} PROPERTIES LABELS "mpi_suite;mpich")
 
 # Every function MPICH's headers declare with a buffer (its large-count

