@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Generates libferry's Fortran bindings from mpi_functions.txt.
 
-The MPI library's Fortran layer (mpif.h, `use mpi`, `use mpi_f08`) calls the
-real MPI's PMPI_* functions directly, so a C MPI_* wrapper never sees a
-Fortran call. Every function of the list therefore gets a Fortran binding
+Open MPI's Fortran layer (mpif.h, `use mpi`, `use mpi_f08`) calls the real
+MPI's PMPI_* functions directly, so a C MPI_* wrapper never sees a Fortran
+call. Every function of the list therefore gets a Fortran binding
 here: it converts the Fortran arguments (handles, statuses, LOGICALs,
 one-based indices, the MPI_BOTTOM / MPI_IN_PLACE / MPI_STATUS(ES)_IGNORE
 sentinels, CHARACTER arguments), calls libferry's own C wrapper, and sets
