@@ -256,7 +256,11 @@ int main(int argc, char** argv) {
                                                             {MPI_PROD, "MPI_PROD"}});
   // (Not MPI_SUM: Open MPI 4.1's op/avx component saturates 8-bit sums of
   // host buffers, which the staged layouts' reference would inherit.)
-  test_reduce_local<uint8_t>({MPI_UINT8_T, "MPI_UINT8_T"}, {{MPI_MAX, "MPI_MAX"}, {MPI_BXOR, "MPI_BXOR"}});
+  // (Nor MPI_MAX under MPICH 4.0.2, which compares MPI_UINT8_T as signed.)
+  if (mpich_4())
+    test_reduce_local<uint8_t>({MPI_UINT8_T, "MPI_UINT8_T"}, {{MPI_BXOR, "MPI_BXOR"}});
+  else
+    test_reduce_local<uint8_t>({MPI_UINT8_T, "MPI_UINT8_T"}, {{MPI_MAX, "MPI_MAX"}, {MPI_BXOR, "MPI_BXOR"}});
   test_reduce_local<float>({MPI_FLOAT, "MPI_FLOAT"}, {{MPI_SUM, "MPI_SUM"}, {MPI_MIN, "MPI_MIN"}});
   test_reduce_local<double>({MPI_DOUBLE, "MPI_DOUBLE"}, {{MPI_SUM, "MPI_SUM"}, {MPI_PROD, "MPI_PROD"}});
   test_reduce_local_user_op();

@@ -156,6 +156,8 @@ void test_allreduce(const Datatype& type, const Op& op, long count, Layout layou
 template <class T>
 void test_reduce(const Datatype& type, const Op& op, long count, Layout layout) {
   const uint64_t id = next_case_id();
+  // MPICH 4.0.2 crashes in an in-place MPI_Reduce at 3 ranks and more.
+  if (layout == Layout::in_place && mpich_4() && world_size() > 2) return;
   const int rank = world_rank();
   const int root = int(id % world_size());
   const Case what{"MPI_Reduce", type.name,           op.name,
@@ -235,9 +237,16 @@ void test_all_calls(const Datatype& type, const Op& op, long count, Layout layou
   test_scan<T>(type, op, count, layout, true);
 }
 
+// MPICH 4.0.2 compares 8-bit unsigned types as signed in MPI_MIN and MPI_MAX.
+bool mpi_orders(const Datatype& type, const Op& op) {
+  const bool unsigned_8 = type.handle == MPI_UINT8_T || type.handle == MPI_UNSIGNED_CHAR;
+  return !(mpich_4() && unsigned_8 && (op.handle == MPI_MIN || op.handle == MPI_MAX));
+}
+
 template <class T>
 void test_type(const Datatype& type, const std::vector<Op>& ops) {
   for (const Op& op : ops) {
+    if (!mpi_orders(type, op)) continue;
     for (long count : kCounts) {
       for (Layout layout : kLayouts) test_all_calls<T>(type, op, count, layout);
     }

@@ -50,6 +50,11 @@ void init(int* argc, char*** argv) {
 
 bool mpi_library_is(const char* name) { return suite_mpi_library_is(name) != 0; }
 
+bool mpich_4() {
+  static const bool is = mpi_library_is("MPICH Version:\t4.");
+  return is;
+}
+
 int finish() {
   long total_failures = 0;
   MPI_Allreduce(&g_failures, &total_failures, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);

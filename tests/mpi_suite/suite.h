@@ -36,6 +36,9 @@ int world_size();
 // MPI's own faults are told apart at run time, since one build of a program
 // may run on several (the MPI standard ABI).
 bool mpi_library_is(const char* name);
+// MPICH 4.0 (Debian's 4.0.2): its own faults, host buffers without Ferry
+// alike, are passed over where a program names them.
+bool mpich_4();
 // A fresh id per case, identical on every rank because all ranks run the same
 // sequence of cases. Seeds the case's data.
 uint64_t next_case_id();
