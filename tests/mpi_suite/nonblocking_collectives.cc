@@ -428,6 +428,14 @@ void test_group(const Group& g, const Datatype& type) {
 
 // ---- Intercommunicator ------------------------------------------------------
 
+// MPICH (4.0.2 and 5.0.2) refuses a null buffer where MPI says none is read
+// (a reduction's send buffer at the root, MPI_PROC_NULL's ranks), host
+// buffers too: it gets one there, which nothing may touch.
+bool null_buffers_refused() {
+  static const bool refused = mpi_library_is("MPICH");
+  return refused;
+}
+
 // Rank 0 of the even world ranks roots an Ibcast and an Ireduce to and from
 // the odd ranks; every rank also takes part in an Iallreduce and an
 // Iallgather, whose results come from the remote group.
@@ -443,9 +451,7 @@ void test_intercomm(const Group& g, const Datatype& type, long count, Layout lay
     const int root = in_root_group ? (g.rank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
     const std::vector<T> data = data_of<T>(id, 0, count);
     auto ops = std::make_shared<Operands>();
-    // MPI_PROC_NULL's ranks pass no buffer (MPICH 4.0.2 refuses a null one
-    // there: they get one, which nothing may touch).
-    if (root != MPI_PROC_NULL || mpich_4()) {
+    if (root != MPI_PROC_NULL || null_buffers_refused()) {
       ops->recv.emplace(make_buffer(root == MPI_ROOT ? data : poisoned<T>(count),
                                     root == MPI_ROOT ? send_memory(layout, g.rank) : recv_memory(layout, g.rank),
                                     offset_bytes(layout, sizeof(T), id)));
@@ -466,10 +472,8 @@ void test_intercomm(const Group& g, const Datatype& type, long count, Layout lay
     }
     const std::vector<T> mine = data_of<T>(id, g.members[g.rank], count, Values::small);
     const std::vector<T> initial = poisoned<T>(count);
-    // The root group sends nothing (MPICH 4.0.2 refuses a null send buffer
-    // at the root, which MPI says it ignores: it gets one there).
-    auto ops = placed(layout, id, g.rank, false, in_root_group && !(mpich_4() && root == MPI_ROOT) ? nullptr : &mine,
-                      root == MPI_ROOT ? &initial : nullptr);
+    const bool sends = !in_root_group || (root == MPI_ROOT && null_buffers_refused());
+    auto ops = placed(layout, id, g.rank, false, sends ? &mine : nullptr, root == MPI_ROOT ? &initial : nullptr);
     MPI_Request request;
     check_mpi(MPI_Ireduce(ops->send_arg(), ops->recv_arg(), int(count), type.handle, MPI_SUM, root, g.comm,
                           &request),
