@@ -9,6 +9,7 @@
 
 #include "engine/collectives/collectives.h"
 #include "engine/common/log.h"
+#include "engine/common/trace.h"
 
 namespace ferry::shim::peer {
 
@@ -66,7 +67,13 @@ int next_reply_tag() {
 bool valid_tag(int tag) { return tag >= 0 && tag <= channels().tag_ub; }
 
 int send_envelope(const Envelope& env, int world, int tag) {
-  return PMPI_Send(&env, sizeof(env), MPI_BYTE, world, tag, channels().control);
+  Envelope sent = env;
+  sent.flow_id = 0;
+  if (trace_enabled() && tag == kEnvelopeTag) {
+    sent.flow_id = trace_new_flow_id();
+    trace_flow_start(sent.flow_id);
+  }
+  return PMPI_Send(&sent, sizeof(sent), MPI_BYTE, world, tag, channels().control);
 }
 
 int receive_envelope(int world, int tag, Envelope* out) {

@@ -54,8 +54,11 @@ struct Envelope {
   // (kHostBounce).
   std::int32_t segment_fd;
   ExportedBuffer buffer;  // kPeerMemory; kHostBounce names its segment
+  // FERRY_TRACE: the flow arrow from the send to the receive that takes
+  // this envelope; 0: none.
+  std::uint64_t flow_id;
 };
-static_assert(sizeof(Envelope) == 184, "Envelope travels between processes; keep its layout fixed");
+static_assert(sizeof(Envelope) == 192, "Envelope travels between processes; keep its layout fixed");
 
 // Once every rank agreed at MPI_Init: makes the control and answers
 // communicators and learns MPI_TAG_UB. False if they could not be made.
@@ -77,7 +80,8 @@ int next_reply_tag();
 bool valid_tag(int tag);
 
 // env to world rank world on the control communicator: with kEnvelopeTag
-// before a marker, or on a withdrawn offer's reply tag.
+// before a marker (the start of its trace flow, with FERRY_TRACE), or on a
+// withdrawn offer's reply tag.
 int send_envelope(const Envelope& env, int world, int tag = kEnvelopeTag);
 // The envelope world sends on a withdrawn offer's reply tag (blocking: the
 // sender sends it once it has withdrawn the offer).

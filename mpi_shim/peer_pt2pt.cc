@@ -14,6 +14,7 @@
 #include "engine/collectives/communicator.h"
 #include "engine/common/log.h"
 #include "engine/common/params.h"
+#include "engine/common/trace.h"
 #include "engine/core/locality.h"
 #include "mpi_shim/mpi_flavour.h"
 #include "mpi_shim/peer_bounce.h"
@@ -257,6 +258,7 @@ int marker_envelope(MPI_Comm comm, const MPI_Status* status, bool probed, bool p
   if (!empty_from_peer(comm, status, probed, &from)) return MPI_SUCCESS;
   deliver_receives_posted_before(posted);
   const int rc = find_envelope(from.world, from.comm_id, status->MPI_TAG, peek, env);
+  if (rc == MPI_SUCCESS && !peek) trace_flow_finish(env->flow_id);
   *world = from.world;
   *marker = rc == MPI_SUCCESS && (env->kind == EnvelopeKind::kPeerMemory || env->kind == EnvelopeKind::kNet);
   return rc;

@@ -3,6 +3,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -67,6 +69,36 @@ void trace_span(const char* name, const char* category, std::int64_t start_us, s
   Kept& k = kept();
   std::lock_guard<std::mutex> lock(k.mutex);
   k.events.push_back(std::move(event));
+}
+
+namespace {
+
+void flow_event(const char* phase, std::uint64_t id) {
+  static thread_local const long tid = syscall(SYS_gettid);
+  char event[192];
+  std::snprintf(event, sizeof event,
+                "{\"name\":\"message\",\"cat\":\"flow\",\"ph\":\"%s\",\"bp\":\"e\",\"id\":%llu,\"ts\":%lld,"
+                "\"tid\":%ld}",
+                phase, static_cast<unsigned long long>(id), static_cast<long long>(trace_now_us()), tid);
+  Kept& k = kept();
+  std::lock_guard<std::mutex> lock(k.mutex);
+  k.events.emplace_back(event);
+}
+
+}  // namespace
+
+std::uint64_t trace_new_flow_id() {
+  static std::atomic<std::uint64_t> made{0};
+  const std::uint64_t rank = static_cast<std::uint64_t>(std::max(kept().rank, 0));
+  return ((rank + 1) << 40) | (made.fetch_add(1, std::memory_order_relaxed) + 1);
+}
+
+void trace_flow_start(std::uint64_t id) {
+  if (trace_enabled() && id != 0) flow_event("s", id);
+}
+
+void trace_flow_finish(std::uint64_t id) {
+  if (trace_enabled() && id != 0) flow_event("f", id);
 }
 
 void trace_set_rank(int rank) {

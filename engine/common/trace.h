@@ -2,7 +2,8 @@
 // process, written at MPI_Finalize to FERRY_TRACE's path (%r the rank, %p
 // the process id, %h the host). One span per intercepted MPI call (its
 // route and bytes), and within a call the engine's phases (set-up,
-// handshake, device work, finish) and its transport. Timestamps are the
+// handshake, device work, finish) and its transport; flow arrows from a
+// device message's send to its receive. Timestamps are the
 // system clock in microseconds, so the ranks of one machine line up;
 // `ferry-trace merge` puts every rank's file in one (a process per rank).
 //
@@ -25,6 +26,13 @@ std::int64_t trace_now_us();
 // without braces ("\"route\":\"engine\"") or empty.
 void trace_span(const char* name, const char* category, std::int64_t start_us, std::int64_t end_us,
                 const std::string& args);
+
+// A flow arrow between spans of two processes (a message from its send to
+// its receive): a new id, unique in the job once the rank is set; its start
+// and its finish, each bound to the span open on the calling thread.
+std::uint64_t trace_new_flow_id();
+void trace_flow_start(std::uint64_t id);
+void trace_flow_finish(std::uint64_t id);
 
 // text as the contents of a JSON string.
 std::string trace_escape(const char* text);

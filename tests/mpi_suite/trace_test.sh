@@ -2,10 +2,12 @@
 # FERRY_TRACE end to end: an MPI suite program at two ranks writes a trace
 # per rank; each is valid JSON whose spans nest (ferry-trace check), holds
 # one span for every call FERRY_STATS counted on that rank, and engine
-# spans; ferry-trace merge puts both ranks in one file.
-# Usage: trace_test.sh <ferry-trace> <libferry.so> <program> (MPIRUN_ARGS: extra mpirun flags)
+# spans (engine) or flow arrows from each device message's send to its
+# receive (messages); ferry-trace merge puts both ranks in one file.
+# Usage: trace_test.sh <ferry-trace> <libferry.so> <program> [engine|messages]
+# (MPIRUN_ARGS: extra mpirun flags)
 set -euo pipefail
-tool=$1 library=$2 program=$3
+tool=$1 library=$2 program=$3 shows=${4:-engine}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -24,15 +26,35 @@ for rank in 0 1; do
       exit 1
     fi
   done < <(sed -n "s/^ferry stats rank $rank: \(MPI_[A-Za-z_]*\) \+\([0-9]\+\) .*/\1 \2/p" "$work/err")
-  grep -q "engine allreduce [1-9]" <<<"$counts" || { echo "FAIL: rank $rank: no engine spans" >&2; exit 1; }
+  if [[ $shows == engine ]]; then
+    grep -q "engine allreduce [1-9]" <<<"$counts" || { echo "FAIL: rank $rank: no engine spans" >&2; exit 1; }
+  fi
 done
 "$tool" merge "$work"/trace-*.json -o "$work/job.json"
-python3 - "$work/job.json" <<'PY'
+python3 - "$work/job.json" "$shows" <<'PY'
 import json, sys
 events = json.load(open(sys.argv[1]))["traceEvents"]
 ranks = {e["pid"] for e in events if e.get("ph") == "X"}
 assert ranks == {0, 1}, ranks
 stamps = [e["ts"] for e in events if e.get("ph") == "X"]
 assert stamps == sorted(stamps), "merged events out of order"
+# Every flow arrow starts in one rank's span and finishes once in the
+# other's, no earlier; each end lies within a span of its thread.
+starts = {e["id"]: e for e in events if e.get("ph") == "s"}
+finishes = [e for e in events if e.get("ph") == "f"]
+assert len({e["id"] for e in finishes}) == len(finishes), "a flow finished twice"
+spans = [e for e in events if e.get("ph") == "X"]
+def within_span(end):
+    return any(s["pid"] == end["pid"] and s["tid"] == end["tid"] and s["ts"] <= end["ts"] <= s["ts"] + s["dur"]
+               for s in spans)
+for f in finishes:
+    s = starts.get(f["id"])
+    assert s is not None, f"a flow finished that never started: {f}"
+    assert s["pid"] != f["pid"] and s["ts"] <= f["ts"], (s, f)
+    assert within_span(s) and within_span(f), (s, f)
+if sys.argv[2] == "messages":
+    assert finishes, "no flow arrows"
+    assert len(finishes) == len(starts), f"{len(starts)} flows started, {len(finishes)} finished"
+    print(f"{len(finishes)} flow arrows")
 PY
 echo "No Errors"
