@@ -1,7 +1,11 @@
 // Persistent collectives (nonblocking_engine.h): the handle is a real
 // persistent request of the MPI's standing for the call's arguments, tracked
 // in the request registry; each MPI_Start makes the nonblocking call behind
-// it.
+// it. The handle is a persistent receive the real MPI completes as soon as
+// it is started: from MPI_PROC_NULL; under MPICH, whose MPI_Testany,
+// MPI_Waitany and MPI_Testsome take a started one from MPI_PROC_NULL for
+// inactive, one on a private duplicate of MPI_COMM_SELF that a zero-byte
+// send completes at each start.
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -38,6 +42,27 @@ std::unordered_map<MPI_Request, Persistent>& persistents() {
   return *map;
 }
 
+#if defined(FERRY_MPI_MPICH)
+MPI_Comm placeholder_comm() {
+  static const MPI_Comm comm = [] {
+    MPI_Comm dup = MPI_COMM_NULL;
+    PMPI_Comm_dup(MPI_COMM_SELF, &dup);
+    return dup;
+  }();
+  return comm;
+}
+int make_placeholder(MPI_Comm, MPI_Request* request) {
+  return PMPI_Recv_init(nullptr, 0, MPI_BYTE, 0, 0, placeholder_comm(), request);
+}
+// After the real MPI started the handle.
+int complete_placeholder() { return PMPI_Send(nullptr, 0, MPI_BYTE, 0, 0, placeholder_comm()); }
+#else
+int make_placeholder(MPI_Comm comm, MPI_Request* request) {
+  return PMPI_Recv_init(nullptr, 0, MPI_BYTE, MPI_PROC_NULL, 0, comm, request);
+}
+int complete_placeholder() { return MPI_SUCCESS; }
+#endif
+
 // The call running behind handle; MPI_REQUEST_NULL when none is.
 MPI_Request running_call(MPI_Request handle) {
   if (handle == MPI_REQUEST_NULL) return MPI_REQUEST_NULL;
@@ -70,6 +95,7 @@ int start_persistent(MPI_Request* request) {
   // The real MPI refuses to start an active handle; once it started it,
   // the handle stays complete for it until the call behind it is done.
   int result = PMPI_Start(request);
+  if (result == MPI_SUCCESS) result = complete_placeholder();
   if (result != MPI_SUCCESS) return result;
   MPI_Request running = MPI_REQUEST_NULL;
   switch (call.kind) {
@@ -116,11 +142,22 @@ class PersistentCollective final : public TrackedRequest {
   bool starts_alone() const override { return true; }
   int start(MPI_Request* handle) override { return start_persistent(handle); }
   int free(MPI_Request* handle) override { return free_persistent(handle); }
+
+ private:
+  // A collective's status says nothing of a message: the empty one, not
+  // the placeholder receive's.
+  int complete(MPI_Status& status) override {
+    status.MPI_SOURCE = MPI_ANY_SOURCE;
+    status.MPI_TAG = MPI_ANY_TAG;
+    PMPI_Status_set_elements(&status, MPI_BYTE, 0);
+    PMPI_Status_set_cancelled(&status, 0);
+    return MPI_SUCCESS;
+  }
 };
 
 int make_persistent(Persistent call, MPI_Request* request) {
   if (!request) return raise_error(call.comm, MPI_ERR_REQUEST);
-  const int result = PMPI_Recv_init(nullptr, 0, MPI_BYTE, MPI_PROC_NULL, 0, call.comm, request);
+  const int result = make_placeholder(call.comm, request);
   if (result != MPI_SUCCESS) return result;
   {
     std::lock_guard<std::mutex> lock(g_persistent_mutex);

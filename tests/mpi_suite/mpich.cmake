@@ -8,14 +8,13 @@
 #   alike; the others run at 2, 3 and 4 ranks;
 # - the programs whose host baseline fails on MPICH 4.0.2 itself in too many
 #   places: rma (host windows), errors (no argument checks: bad input
-#   crashes it), nonblocking engine (freeing an active collective request,
-#   MPIX_*_init).
+#   crashes it).
 # Included by the suite's CMakeLists.txt instead of the Open MPI list.
 
 set(mpich_programs
     bottom collective_coverage communicators data_movement file_io matched_probe net_messages
     offer_progress peer_messages persistent point_to_point rma_dynamic threads gpu_support nonblocking
-    nonblocking_collectives reductions local_calls datatypes)
+    nonblocking_collectives reductions local_calls datatypes nonblocking_engine)
 set(mpich_ranks 2 3 4)
 set(mpich_two_ranks_only collective_coverage communicators)
 # MPICH 5 (PyPI's wheel, tools/mpi_wheels.sh) has none of MPICH 4.0.2's

@@ -260,6 +260,8 @@ void host_only_on_rank_zero() {
 // refused with MPI_ERR_REQUEST, as Open MPI does, and the request stays
 // usable (completed here by a loop of MPI_Request_get_status).
 void refused_free() {
+  // MPICH alone frees it (what an erroneous call does is the MPI's choice).
+  if (!suite_ferry_backend() && mpi_library_is("MPICH")) return;
   MPI_Request request;
   Posted p = post_sum<int>(MPI_COMM_WORLD, Datatype{MPI_INT, "MPI_INT"}, 2049, Layout::device, &request,
                            "MPI_Request_free refused");
@@ -321,6 +323,10 @@ void progress_without_mpi_calls() {
 // MPI_Startall), completed with every completion call, next to a host
 // ring exchange; the handles stay the same throughout; then freed.
 void persistent_collectives() {
+  // MPICH's own persistent collectives (4.0.2, 5.0.2) fail among other
+  // requests in MPI_Testall (MPI_ERR_IN_STATUS) and MPI_Waitany, host
+  // buffers too; Ferry's pass.
+  if (!suite_ferry_backend() && mpi_library_is("MPICH")) return;
   const int n = world_size(), me = world_rank();
   const long count = 1001;
   const int root = 1 % n;
