@@ -246,6 +246,10 @@ class GraphBuilder {
     const XmlElement* nic = child_named(element, "nic");
     if (gpu && nic) return fail(element, "<pci> holds both a <gpu> and a <nic>");
     if (gpu) {
+      // An NVLink's tclass names its target's class: this one would read
+      // back as a link to an NVSwitch.
+      if (lower(pci.pci_class) == kNvSwitchClass)
+        return fail(element, "a <gpu>'s <pci> has the NVSwitch class " + pci.pci_class);
       pci.type = NodeType::kGpu;
       if (!read_int(*gpu, "dev", pci.dev) || !read_int(*gpu, "sm", pci.sm) ||
           !read_int(*gpu, "rank", pci.rank) || !read_bool(*gpu, "gdr", pci.gdr))

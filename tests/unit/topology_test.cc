@@ -215,6 +215,10 @@ TEST(TopoXml, MalformedXmlNamesTheLine) {
       {"<topology/>", "line 1: the root element is <topology>"},
       {"<system/><system/>", "line 1: unexpected content after the root element"},
       {"<system>text</system>", "line 1: unexpected text inside <system>"},
+      // An NVLink to it would read back as one to an NVSwitch.
+      {"<system>\n<cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0X068000\"><gpu rank=\"0\"/></pci>"
+       "</cpu></system>",
+       "line 2: a <gpu>'s <pci> has the NVSwitch class 0X068000"},
   };
   for (const auto& [text, expected] : cases) {
     SystemGraph graph;
