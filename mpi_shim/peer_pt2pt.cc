@@ -247,16 +247,24 @@ int sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest
 
 namespace {
 
+// What found the message whose status a marker check reads.
+enum class FoundBy {
+  kReceive,       // a receive that completed: the envelope is taken
+  kMatchedProbe,  // MPI_Mprobe and kin: taken, the message is this call's now
+  kProbe,         // MPI_Probe and kin: left queued for the receive to come
+};
+
 // The envelope of the message a receive or probe found, when that message
-// is a marker (*marker): taken from the sender's queue, or left there with
-// peek. The receives posted before `posted` take theirs first: they
+// is a marker (*marker): taken from the sender's queue, or left there by a
+// probe. The receives posted before `posted` take theirs first: they
 // matched earlier messages.
-int marker_envelope(MPI_Comm comm, const MPI_Status* status, bool probed, bool peek, std::uint64_t posted,
-                    Envelope* env, int* world, bool* marker) {
+int marker_envelope(MPI_Comm comm, const MPI_Status* status, FoundBy found, std::uint64_t posted, Envelope* env,
+                    int* world, bool* marker) {
   *marker = false;
   PeerRank from;
-  if (!empty_from_peer(comm, status, probed, &from)) return MPI_SUCCESS;
+  if (!empty_from_peer(comm, status, found != FoundBy::kReceive, &from)) return MPI_SUCCESS;
   deliver_receives_posted_before(posted);
+  const bool peek = found == FoundBy::kProbe;
   const int rc = find_envelope(from.world, from.comm_id, status->MPI_TAG, peek, env);
   if (rc == MPI_SUCCESS && !peek) trace_flow_finish(env->flow_id);
   *world = from.world;
@@ -270,7 +278,7 @@ int after_receive(MPI_Comm comm, void* buf, int count, MPI_Datatype type, MPI_St
   Envelope env;
   int world = 0;
   bool marker = false;
-  const int rc = marker_envelope(comm, status, false, false, posted, &env, &world, &marker);
+  const int rc = marker_envelope(comm, status, FoundBy::kReceive, posted, &env, &world, &marker);
   return marker ? receive_message(comm, env, world, buf, count, type, status) : rc;
 }
 
@@ -278,7 +286,7 @@ int after_probe(MPI_Comm comm, MPI_Status* status) {
   Envelope env;
   int world = 0;
   bool marker = false;
-  const int rc = marker_envelope(comm, status, true, true, kPostedNow, &env, &world, &marker);
+  const int rc = marker_envelope(comm, status, FoundBy::kProbe, kPostedNow, &env, &world, &marker);
   if (marker) PMPI_Status_set_elements_x(status, MPI_BYTE, static_cast<MPI_Count>(env.bytes));
   return rc;
 }
@@ -293,7 +301,7 @@ int after_matched_probe(MPI_Comm comm, MPI_Status* status, TakenEnvelope** taken
   Envelope env;
   int world = 0;
   bool marker = false;
-  const int rc = marker_envelope(comm, status, true, false, kPostedNow, &env, &world, &marker);
+  const int rc = marker_envelope(comm, status, FoundBy::kMatchedProbe, kPostedNow, &env, &world, &marker);
   if (!marker) return rc;
   *taken = new TakenEnvelope{env, world};
   PMPI_Status_set_elements_x(status, MPI_BYTE, static_cast<MPI_Count>(env.bytes));

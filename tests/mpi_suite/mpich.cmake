@@ -18,8 +18,9 @@ set(mpich_programs
 set(mpich_ranks 2 3 4)
 set(mpich_two_ranks_only collective_coverage communicators)
 # MPICH 5 (PyPI's wheel, tools/mpi_wheels.sh) has none of MPICH 4.0.2's
-# faults: host windows too, and 3 ranks; not the persistent program (MPICH 5 completes a started persistent receive it
-# is asked to cancel: MPI allows a cancel to fail, the program expects it).
+# faults: host windows too, and 3 ranks; not the persistent program (MPICH 5
+# completes a started persistent receive it is asked to cancel: MPI allows a
+# cancel to fail, the program expects it).
 string(REGEX MATCH "MPICH Version:[ \t]*([0-9.]+)" mpich_version "${MPI_C_LIBRARY_VERSION_STRING}")
 if(CMAKE_MATCH_1 VERSION_GREATER_EQUAL 5)
   list(REMOVE_ITEM mpich_programs persistent)
