@@ -88,20 +88,14 @@ int mpi_error_class(Status status) {
   }
 }
 
-namespace {
-
-// An error code of class MPI_ERR_OTHER whose string names the peer that
-// ended (MPI_Error_string, and the message of MPI_ERRORS_ARE_FATAL).
-int ended_peer_code() {
+int peer_ended_error() {
   const std::string text = "ferry: a peer process has ended: " + last_ended_peer();
   return error_code_saying(MPI_ERR_OTHER, text.c_str());
 }
 
-}  // namespace
-
 int report_engine_failure(FunctionId id, MPI_Comm comm, Status status) {
   FERRY_WARN(Coll, "%s on the engine failed: %s", function_name(id), status_name(status));
-  return raise_error(comm, status == Status::kPeerEnded ? ended_peer_code() : mpi_error_class(status));
+  return raise_error(comm, status == Status::kPeerEnded ? peer_ended_error() : mpi_error_class(status));
 }
 
 }  // namespace ferry::shim

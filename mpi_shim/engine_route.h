@@ -40,6 +40,10 @@ int mpi_error_class(Status status);
 
 int report_engine_failure(FunctionId id, MPI_Comm comm, Status status);
 
+// An error code of class MPI_ERR_OTHER whose string names the peer that
+// ended (MPI_Error_string, and the message of MPI_ERRORS_ARE_FATAL).
+int peer_ended_error();
+
 template <typename EngineCall>
 bool run_on_engine(FunctionId id, MPI_Comm comm, RouteDecision* route, EngineCall call, int* result) {
   Communicator* engine = engine_participates(comm, *route) ? engine_communicator(comm) : nullptr;

@@ -16,6 +16,7 @@
 #include "engine/collectives/call_board.h"
 #include "engine/collectives/collectives.h"
 #include "engine/common/params.h"
+#include "engine/core/peer_watch.h"
 #include "mpi_shim/engine_route.h"
 #include "mpi_shim/nonblocking_state.h"
 #include "mpi_shim/request_registry.h"
@@ -164,7 +165,15 @@ void issue_locked(CommState& state, bool mpi_thread) {
     if (op.stage == Stage::kUndecided) {
       bool everyone = true, same_call = true;
       std::vector<CallSignature> signatures;
-      if (!state.board->read_entries(op.work.call, op.work.kind, &everyone, &same_call, &signatures)) return;
+      if (!state.board->read_entries(op.work.call, op.work.kind, &everyone, &same_call, &signatures)) {
+        // A live peer may make its part of the call at any later time; one
+        // whose process ended never will (peer_watch.h).
+        if (!device_waits_abandoned()) return;
+        FERRY_WARN(Coll, "%s: a peer process has ended", function_name(function_of(op.work.kind)));
+        finish_locked(op, peer_ended_error());
+        state.unissued.pop_front();
+        continue;
+      }
       state.board->mark_read(op.work.call);
       // Where some rank may have posted the real MPI's call already (host
       // buffers), a disagreement is left to the real MPI, as without Ferry.
@@ -194,15 +203,18 @@ bool poll_locked(CommState& state, bool mpi_thread) {
   bool finished = false;
   for (std::size_t i = 0; i < state.ops.size();) {
     Op& op = *state.ops[i];
-    const bool timed_out = std::chrono::steady_clock::now() > op.deadline;
+    // A peer process that ended is waited for no longer (peer_watch.h).
+    const bool abandoned = device_waits_abandoned();
+    const bool timed_out = abandoned || std::chrono::steady_clock::now() > op.deadline;
+    auto gave_up = [&] { return abandoned ? peer_ended_error() : MPI_ERR_OTHER; };
     if (op.stage == Stage::kQueued) {
       bool done = false;
       const Status status = op.backend->event_done(op.work.done_event, &done);
       if (!ok(status) || (!done && timed_out)) {
-        FERRY_WARN(Coll, "%s on the engine %s", function_name(function_of(op.work.kind)),
-                   ok(status) ? "timed out" : status_name(status));
-        state.board->mark_failed(op.work, ok(status) ? Status::kTimeout : status);
-        finish_locked(op, MPI_ERR_OTHER);
+        const Status why = !ok(status) ? status : abandoned ? Status::kPeerEnded : Status::kTimeout;
+        FERRY_WARN(Coll, "%s on the engine: %s", function_name(function_of(op.work.kind)), status_name(why));
+        state.board->mark_failed(op.work, why);
+        finish_locked(op, ok(status) ? gave_up() : MPI_ERR_OTHER);
         finished = true;
         continue;  // finish_locked removed it
       }
@@ -221,8 +233,9 @@ bool poll_locked(CommState& state, bool mpi_thread) {
       if (state.board->leader_failed(op.work.call) || (!through && timed_out)) {
         FERRY_WARN(Coll, "%s: %s", function_name(function_of(op.work.kind)),
                    through || !timed_out ? "a GPU leader failed its part"
+                   : abandoned           ? "a peer process has ended"
                                          : "GPU leaders did not finish within FERRY_HANDSHAKE_TIMEOUT");
-        finish_locked(op, MPI_ERR_OTHER);
+        finish_locked(op, through || !timed_out ? MPI_ERR_OTHER : gave_up());
         finished = true;
         continue;
       }
@@ -236,9 +249,10 @@ bool poll_locked(CommState& state, bool mpi_thread) {
           (op.work.kind == Kind::kBcast && state.engine->rank() != op.work.root) ||
           state.board->peers_pulled(op.work.call);
       if (others_read || timed_out) {
-        if (!others_read) FERRY_WARN(Coll, "%s: peers did not finish reading within FERRY_HANDSHAKE_TIMEOUT",
-                                     function_name(function_of(op.work.kind)));
-        finish_locked(op, others_read ? MPI_SUCCESS : MPI_ERR_OTHER);
+        if (!others_read)
+          FERRY_WARN(Coll, "%s: peers did not finish reading: %s", function_name(function_of(op.work.kind)),
+                     abandoned ? "a peer process has ended" : "FERRY_HANDSHAKE_TIMEOUT passed");
+        finish_locked(op, others_read ? MPI_SUCCESS : gave_up());
         finished = true;
         continue;
       }

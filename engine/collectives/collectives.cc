@@ -14,6 +14,7 @@
 #include "engine/collectives/call.h"
 #include "engine/collectives/hierarchy.h"
 #include "engine/core/executor.h"
+#include "engine/core/peer_watch.h"
 #include "engine/collectives/schedule.h"
 #include "engine/collectives/simple_protocol.h"
 #include "engine/collectives/tuner.h"
@@ -406,6 +407,7 @@ Status wait_streams_until(gpu::Backend* backend, std::initializer_list<gpu::Stre
       all_done = all_done && done;
     }
     if (all_done) return Status::kOk;
+    if (device_waits_abandoned()) return Status::kPeerEnded;
     if (std::chrono::steady_clock::now() > deadline) return Status::kTimeout;
     if (polls > 4096) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }

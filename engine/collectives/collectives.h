@@ -39,8 +39,9 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
 Status reduce_local(const void* in, void* inout, std::size_t count, DataType type, ReduceOp op);
 
 // handshake_deadline(): engine/common/liveness.h.
-// Waits until every stream in streams is idle (kOk) or the deadline passes
-// (kTimeout), polling, then sleeping between polls after a few thousand.
+// Waits until every stream in streams is idle (kOk), the deadline passes
+// (kTimeout) or a peer has ended (kPeerEnded, peer_watch.h), polling, then
+// sleeping between polls after a few thousand.
 Status wait_streams_until(gpu::Backend* backend, std::initializer_list<gpu::Stream> streams,
                           std::chrono::steady_clock::time_point deadline);
 

@@ -22,6 +22,10 @@ __device__ __forceinline__ void store_line(void* at, std::uint32_t data0, std::u
   volatile_store_16(at, data0, flag, data1, flag);
 }
 
+// The abandon word (peer_watch.h) in mapped host memory, or nullptr: set on
+// each device by the worker when it is made (worker.cu).
+static __device__ const volatile std::uint32_t* g_abandon_word = nullptr;
+
 // A bounded wait's limit, set only once a wait has spun a while: a call
 // whose data is already there needs none, and a deadline set at the start
 // of every call measured slower on an 8-byte LL allreduce
@@ -30,8 +34,9 @@ class WaitLimit {
  public:
   __device__ explicit WaitLimit(std::uint32_t timeout_ms) : timeout_ms_(timeout_ms) {}
   // Called every kSpinsPerCheck spins: true once the limit has passed since
-  // the first check.
+  // the first check, or a peer this process waits for has ended.
   __device__ bool passed() {
+    if (g_abandon_word && *g_abandon_word) return true;
     if (timeout_ms_ == 0) return false;
     const std::uint64_t now = now_ns();
     if (deadline_ == 0) deadline_ = now + timeout_ms_ * 1000000ull;

@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 
+#include "engine/core/peer_watch.h"
 #include "engine/core/reduce_common.h"
 
 namespace ferry {
@@ -265,10 +266,15 @@ class HostSimple {
  private:
   SimpleControl control(int rank, int channel) { return simple_control(buffers_[rank], channel, args_.nranks); }
 
-  // Waits until *word >= target; false (and the status set) on timeout.
+  // Waits until *word >= target; false (and the status set) on timeout, or
+  // once a peer has ended (peer_watch.h).
   bool wait_until(const std::uint64_t* word, std::uint64_t target) {
     for (unsigned spins = 0; load_acquire(word) < target; ++spins) {
       if (spins > 64) sched_yield();  // ranks may outnumber cores
+      if ((spins & 1023) == 0 && device_waits_abandoned()) {
+        status_ = Status::kTimeout;
+        return false;
+      }
       if (args_.timeout_ms && (spins & 1023) == 0 && std::chrono::steady_clock::now() - start_ > timeout_) {
         FERRY_WARN(Coll, "rank %d: no progress from a peer in a ring, tree or chain collective for %u ms", args_.rank,
                    args_.timeout_ms);

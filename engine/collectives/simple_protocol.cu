@@ -97,14 +97,21 @@ __global__ void __launch_bounds__(kThreads) simple_kernel(SimpleArgs args) {
         const std::size_t base = region * args.region_elements;
         const SimpleStep step = args.steps[(last ? args.full_steps : 0) + s];
         if (threadIdx.x == 0) {
+          // The abandon word is host memory: read once every kAbandonSpins.
+          constexpr unsigned kAbandonSpins = 256;
+          unsigned spins = 0;
+          auto give_up = [&] {
+            return now_ns() > deadline || (++spins % kAbandonSpins == 0 && args.abandon &&
+                                           *reinterpret_cast<const volatile std::uint32_t*>(args.abandon));
+          };
           bool waited = true;
           if (step.recv_peer >= 0)
             while (load_acquire_sys(&own.tail[step.recv_peer]) < taken[step.recv_peer] + 1)
-              if (now_ns() > deadline) { waited = false; break; }
+              if (give_up()) { waited = false; break; }
           for (int d = 0; d < step.nsends && waited; ++d) {
             const int peer = step.send_peers[d];
             while (sent[peer] - load_acquire_sys(&own.head[peer]) >= kSimpleSlots)
-              if (now_ns() > deadline) { waited = false; break; }
+              if (give_up()) { waited = false; break; }
           }
           if (!waited) failed = 1;
         }

@@ -149,6 +149,7 @@ struct SimpleArgs {
   std::int32_t group;  // regions in flight per channel (below kSimpleSlots)
   std::uint32_t timeout_ms;
   std::int32_t* failed;  // host memory the device writes: a Status, when a wait timed out
+  const std::uint32_t* abandon;  // host memory: nonzero once a peer has ended (peer_watch.h); may be null
   // Every rank's: the first kInlineRanks inline, past them from peer_table
   // (device memory the communicator keeps: Communicator::SimpleChannels).
   SimplePeer peers[kInlineRanks];

@@ -11,6 +11,7 @@
 
 #include "engine/collectives/worker_common.h"
 #include "engine/common/params.h"
+#include "engine/core/peer_watch.h"
 
 namespace ferry {
 namespace {
@@ -123,7 +124,9 @@ class HostLl {
       for (unsigned spins = 0; (word = load_acquire(&words[w])) >> 32 != flag_; ++spins) {
         if (spins < 64) continue;
         sched_yield();  // the sender may be waiting for this core
-        if (timeout_.count() > 0 && std::chrono::steady_clock::now() - start_ > timeout_) return Status::kTimeout;
+        if (device_waits_abandoned() ||
+            (timeout_.count() > 0 && std::chrono::steady_clock::now() - start_ > timeout_))
+          return Status::kTimeout;
       }
       const std::uint32_t value = static_cast<std::uint32_t>(word);
       std::memcpy(data + 4 * w, &value, 4);
@@ -249,7 +252,8 @@ struct HostLl128Allreduce {
           for (unsigned spins = 0; load_acquire(flag_of(line)) != flag_word; ++spins) {
             if (spins < 64) continue;
             sched_yield();  // the sender may be waiting for this core
-            if (timeout.count() > 0 && std::chrono::steady_clock::now() - start > timeout) {
+            const bool late = timeout.count() > 0 && std::chrono::steady_clock::now() - start > timeout;
+            if (late || device_waits_abandoned()) {
               status = Status::kTimeout;
               return;
             }
@@ -351,7 +355,7 @@ std::unique_ptr<WorkerDevice> make_worker_device(gpu::Backend* backend, int devi
   if (backend->execution_site() == gpu::ExecutionSite::kHost)
     return std::make_unique<EmulatedWorkerDevice>(backend, blocks);
 #ifdef FERRY_HAVE_GPU_KERNELS
-  return make_gpu_worker_device(device, blocks);
+  return make_gpu_worker_device(device, blocks, abandon_word(backend));
 #else
   return nullptr;
 #endif
@@ -435,9 +439,10 @@ Status Worker::run(const WorkItem& item) {
   if (shared) shared_ = sequence;
   const std::int32_t failure = __atomic_exchange_n(&box->failed, 0, __ATOMIC_ACQ_REL);
   if (failure != 0) {
+    const Status status = abandoned_or(static_cast<Status>(failure));
     FERRY_WARN(Coll, "engine worker: item %llu failed: %s", static_cast<unsigned long long>(sequence),
-               status_name(static_cast<Status>(failure)));
-    return static_cast<Status>(failure);
+               status_name(status));
+    return status;
   }
   return Status::kOk;
 }

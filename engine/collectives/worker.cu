@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(kWorkerThreads, 4)
 
 class CudaWorkerDevice final : public WorkerDevice {
  public:
-  static std::unique_ptr<WorkerDevice> create(int device, int blocks) {
+  static std::unique_ptr<WorkerDevice> create(int device, int blocks, const std::uint32_t* abandon) {
     // With launches made blocking, launching a kernel that waits for the
     // launching thread would never return.
     const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING");
@@ -300,6 +300,12 @@ class CudaWorkerDevice final : public WorkerDevice {
     if (error == cudaSuccess) error = cudaMalloc(reinterpret_cast<void**>(&worker->state_), sizeof(WorkerState));
     if (error == cudaSuccess) error = cudaMemset(worker->state_, 0, sizeof(WorkerState));
     if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&worker->stream_, cudaStreamNonBlocking);
+    const std::uint32_t* abandon_on_device = nullptr;
+    if (error == cudaSuccess && abandon)
+      error = cudaHostGetDevicePointer(reinterpret_cast<void**>(const_cast<std::uint32_t**>(&abandon_on_device)),
+                                       const_cast<std::uint32_t*>(abandon), 0);
+    if (error == cudaSuccess)
+      error = cudaMemcpyToSymbol(ll::g_abandon_word, &abandon_on_device, sizeof(abandon_on_device));
     // A shared item waits for the report of every block it asks for, so
     // all of them must fit the GPU at once.
     int per_multiprocessor = 0, multiprocessors = 0;
@@ -369,8 +375,8 @@ class CudaWorkerDevice final : public WorkerDevice {
 
 }  // namespace
 
-std::unique_ptr<WorkerDevice> make_gpu_worker_device(int device, int blocks) {
-  return CudaWorkerDevice::create(device, blocks);
+std::unique_ptr<WorkerDevice> make_gpu_worker_device(int device, int blocks, const std::uint32_t* abandon) {
+  return CudaWorkerDevice::create(device, blocks, abandon);
 }
 
 }  // namespace ferry

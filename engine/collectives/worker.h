@@ -212,7 +212,8 @@ class WorkerDevice {
 // thread reports for all of them).
 std::unique_ptr<WorkerDevice> make_worker_device(gpu::Backend* backend, int device, int blocks);
 #ifdef FERRY_HAVE_GPU_KERNELS
-std::unique_ptr<WorkerDevice> make_gpu_worker_device(int device, int blocks);
+// abandon: the word its waits poll beside their deadline (peer_watch.h).
+std::unique_ptr<WorkerDevice> make_gpu_worker_device(int device, int blocks, const std::uint32_t* abandon);
 #endif
 
 // Runs one work item on the emulated device's host views (the worker

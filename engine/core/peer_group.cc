@@ -1,5 +1,7 @@
 #include "engine/core/peer_group.h"
 
+#include <algorithm>
+
 #include "engine/common/params.h"
 #include "engine/topology/local_topology.h"
 #include "engine/transport/shm_bootstrap.h"
@@ -74,6 +76,8 @@ Status PeerGroup::connect() {
   for (int r = 0; r < n; ++r)
     if (r != rank() && same_machine(ranks[r], mine)) local_pids[r] = ranks[r].pid;
   bootstrap_->watch_peers(local_pids);
+  if (std::any_of(local_pids.begin(), local_pids.end(), [](std::int32_t pid) { return pid != 0; }))
+    watch_ = std::make_unique<PeerWatch>(local_pids);
 
   // Peer memory maps between ranks of one machine with one device backend
   // (on NVLink or PCIe peer access CUDA IPC maps too; the driver enables

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/bootstrap/bootstrap.h"
+#include "engine/core/peer_watch.h"
 #include "engine/core/ranks.h"
 #include "engine/core/resources.h"
 #include "engine/core/transport_table.h"
@@ -54,7 +55,8 @@ class PeerGroup {
   explicit PeerGroup(std::unique_ptr<Bootstrap> bootstrap);
 
   // Collective over the bootstrap's ranks: identities exchanged, local peers
-  // watched for their exit, the transport to each peer planned from the
+  // watched for their exit (in the handshakes' waits and, through the
+  // abandon word, in device waits: peer_watch.h), the transport to each peer planned from the
   // topology and agreed (the common transport connected), and per-call
   // handshakes moved to host shared memory where all ranks share a machine.
   Status connect();
@@ -66,6 +68,7 @@ class PeerGroup {
   Transport* common_ = nullptr;
   NetTransport* net_ = nullptr;
   DeviceResources resources_;
+  std::unique_ptr<PeerWatch> watch_;  // while any peer is on this machine
 };
 
 }  // namespace ferry

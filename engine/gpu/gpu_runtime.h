@@ -53,6 +53,10 @@ inline hipError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Ker
   return hipOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, shared_bytes);
 }
 template <typename Symbol>
+inline hipError_t cudaMemcpyToSymbol(const Symbol& symbol, const void* src, std::size_t bytes) {
+  return hipMemcpyToSymbol(HIP_SYMBOL(symbol), src, bytes, 0, hipMemcpyHostToDevice);
+}
+template <typename Symbol>
 inline hipError_t cudaMemcpyFromSymbol(void* dst, const Symbol& symbol, std::size_t bytes) {
   return hipMemcpyFromSymbol(dst, HIP_SYMBOL(symbol), bytes, 0, hipMemcpyDeviceToHost);
 }

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # A peer killed with SIGKILL, the launcher told to keep the job running
-# (Open MPI 4: orte_enable_recovery; 5: --enable-recovery): the survivor's next device collective
-# returns an error naming the dead rank within 10 s (killed_peer.cc).
+# (Open MPI 4: orte_enable_recovery; 5: --enable-recovery): the survivor's
+# device collective returns an error naming the dead rank within 10 s
+# (killed_peer.cc). KILLED_PEER_WHEN=nonblocking: the same for
+# MPI_Iallreduce; waiting: the peer dies while the survivor's ring steps
+# wait for it, which must then give up (their warning says why) rather than
+# wait FERRY_HANDSHAKE_TIMEOUT.
 # Usage: killed_peer_test.sh <mpiexec> <libferry.so> <killed_peer> <device> [mpiexec flags...]
 set -uo pipefail
 mpiexec=$1 library=$2 program=$3 device=$4
@@ -10,12 +14,21 @@ recovery=(--mca orte_enable_recovery 1)
 if "$mpiexec" --version 2>&1 | grep -q "(Open MPI) [5-9]"; then
   recovery=(--enable-recovery)
 fi
+when=${KILLED_PEER_WHEN:-}
+settings=()
+if [[ $when == waiting ]]; then
+  settings=(-x FERRY_TUNE=allreduce:0-:ring -x FERRY_DEBUG=WARN -x FERRY_DEBUG_SUBSYS=COLL)
+fi
 output=$(timeout 60 "$mpiexec" --oversubscribe -np 2 "$@" "${recovery[@]}" \
-  -x LD_PRELOAD="$library" -x FERRY_DEVICE="$device" "$program" 2>&1)
+  -x LD_PRELOAD="$library" -x FERRY_DEVICE="$device" "${settings[@]}" "$program" $when 2>&1)
 pkill -9 -f "^$program" 2>/dev/null
 echo "$output"
-if ! grep -q "^rank 0: MPI_Allreduce returned class [0-9]* after [0-9.]* s: ferry: a peer process has ended: rank 1 (pid [0-9]*)" <<<"$output"; then
+if ! grep -Eq "^rank 0: MPI_I?[Aa]llreduce returned class [0-9]+ after [0-9.]+ s: ferry: a peer process has ended: rank 1 \(pid [0-9]+\)" <<<"$output"; then
   echo "FAIL: rank 0's error does not name the ended peer" >&2
+  exit 1
+fi
+if [[ $when == waiting ]] && ! grep -q "ring allreduce failed (a peer process has ended)" <<<"$output"; then
+  echo "FAIL: the peer did not end while rank 0's ring steps waited for it" >&2
   exit 1
 fi
 grep -q "^No Errors" <<<"$output" || exit 1

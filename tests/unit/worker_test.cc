@@ -8,8 +8,12 @@
 #include "engine/collectives/worker_common.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -18,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine/common/liveness.h"
+#include "engine/core/peer_watch.h"
 #include "tests/unit/unit_test_device.h"
 
 namespace ferry {
@@ -458,6 +464,40 @@ TEST(EngineWorkerLl, APeerThatNeverSendsEndsInTimeout) {
   // The worker goes on serving.
   ASSERT_EQ(worker->run(sum_of({&in, &in}, out, 8)), Status::kOk);
   EXPECT_EQ(out.read<std::int64_t>()[0], 10);
+}
+
+// A peer process that ends while an LL call waits for its lines: the wait
+// has no deadline, yet the worker gives the item up once the peer watch has
+// seen the process end, and the call fails as kPeerEnded naming it. In a
+// process of its own: the abandon word stays raised for the whole process.
+TEST(EngineWorkerLl, APeerThatEndsIsGivenUpWithoutADeadline) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto waits_for_an_ended_peer = [] {
+    const pid_t peer = fork();
+    if (peer == 0) {
+      pause();
+      _exit(0);
+    }
+    auto worker = Worker::create(device(), 0, 1, 100000);
+    if (!worker || peer < 0) _exit(2);
+    PeerWatch watch({0, static_cast<std::int32_t>(peer)});
+    DeviceBuffer ll0(kLlBufferBytes), ll1(kLlBufferBytes), in(64), out(64);
+    ll0.fill(std::vector<char>(kLlBufferBytes, 0));
+    in.fill(std::vector<std::int64_t>(8, 5));
+    std::thread killer([peer] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      kill(peer, SIGKILL);
+      waitpid(peer, nullptr, 0);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    const Status status = worker->run(ll_sum(in, out, 8, {&ll0, &ll1}, 0, 1, 0));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    killer.join();
+    const std::string named = "rank 1 (pid " + std::to_string(peer) + ")";
+    std::fprintf(stderr, "status %s after %.2f s; %s\n", status_name(status), seconds, last_ended_peer().c_str());
+    _exit(status == Status::kPeerEnded && seconds < 5 && last_ended_peer().find(named) == 0 ? 0 : 1);
+  };
+  EXPECT_EXIT(waits_for_an_ended_peer(), ::testing::ExitedWithCode(0), "status a peer process has ended after");
 }
 
 TEST(EngineWorker, RunsReducesAndCopiesInOrder) {

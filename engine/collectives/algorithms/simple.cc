@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "engine/collectives/simple_protocol.h"
+#include "engine/core/peer_watch.h"
 
 namespace ferry::coll {
 
@@ -21,7 +22,7 @@ Status run_simple(Communicator& comm, const Placement& where, SimpleCollective c
   FERRY_CHECK(backend->set_device(where.device));
   Communicator::SimpleChannels* channels = nullptr;
   FERRY_CHECK(comm.simple_channels(backend, where.device, &channels));
-  const Status status = [&] {
+  const Status status = abandoned_or([&] {
     const SimplePlan* plan = nullptr;
     SimpleArgs args{};
     FERRY_CHECK(comm.simple_plan(collective, root, count, data_type_size(type), &plan, &args.steps));
@@ -39,6 +40,7 @@ Status run_simple(Communicator& comm, const Placement& where, SimpleCollective c
     args.group = kSimpleRegionsInFlight;
     args.timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(params().handshake_timeout, 1 << 20) * 1000);
     args.failed = channels->failed;
+    args.abandon = abandon_word(backend);
     for (int r = 0; r < comm.size() && r < kInlineRanks; ++r) args.peers[r] = channels->peers[r];
     args.peer_table = static_cast<const SimplePeer*>(channels->peer_table);
     gpu::Stream stream = nullptr;
@@ -50,7 +52,7 @@ Status run_simple(Communicator& comm, const Placement& where, SimpleCollective c
     const std::int32_t failed = *channels->failed;
     *channels->failed = 0;
     return failed ? static_cast<Status>(failed) : Status::kOk;
-  }();
+  }());
   if (!ok(status)) {
     static const char* const names[] = {"ring allreduce", "tree allreduce", "chain bcast"};
     FERRY_WARN(Coll, "%s failed (%s); this communicator's Simple protocol FIFOs are not used again",
