@@ -13,6 +13,8 @@
 #include "tools/ferry_info.h"
 
 #ifdef FERRY_HAVE_IBVERBS
+#include "engine/topology/local_topology.h"
+#include "engine/topology/search.h"
 #include "engine/transport/ib_network.h"
 #include "engine/transport/ib_verbs.h"
 #endif
@@ -41,6 +43,17 @@ void print_networks() {
     std::printf("  ib     %s:%d %s, %s, MTU %d\n", port.device.c_str(), port.port, port.active ? "active" : "down",
                 port.ethernet ? "RoCE" : "InfiniBand", port.mtu_bytes);
   if (!ports.empty() && !ferry::ib_port_here(&why)) std::printf("  ib     %s\n", why.c_str());
+  // Which ports each GPU's ranks take first: those nearest it.
+  const ferry::LocalTopology& topology = ports.empty() ? ferry::LocalTopology{} : ferry::local_topology();
+  for (int i = 0; topology.available && i < static_cast<int>(topology.graph.nodes.size()); ++i) {
+    const ferry::Node& gpu = topology.graph.nodes[i];
+    if (gpu.type != ferry::NodeType::kGpu || gpu.host != 0) continue;
+    const std::vector<ferry::NetPortReach> reach = ferry::net_ports_from(topology.graph, i);
+    std::string nearest;
+    for (const std::string& name : ferry::nearest_net_ports(topology.graph, i)) nearest += " " + name;
+    std::printf("  ib     GPU %d: nearest%s (%s)\n", gpu.dev, nearest.empty() ? " none" : nearest.c_str(),
+                reach.empty() ? "no NIC in the topology" : ferry::path_type_name(reach.front().type));
+  }
 #else
   std::printf("  ib     not built (no infiniband/verbs.h at build time)\n");
 #endif

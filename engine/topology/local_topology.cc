@@ -8,6 +8,7 @@
 #include "engine/common/host_name.h"
 #include "engine/common/params.h"
 #include "engine/gpu/gpu.h"
+#include "engine/topology/search.h"
 #include "engine/topology/topology_xml.h"
 
 namespace ferry {
@@ -66,6 +67,20 @@ const LocalTopology& local_topology() {
     return new LocalTopology(load_local_topology(params().topo_file, params().topo_dump_file, emulated_devices));
   }();
   return *topo;
+}
+
+std::vector<std::string> nearest_net_ports_here() {
+  gpu::Backend* backend = gpu::active_backend();
+  int device = -1;
+  if (!backend || (params().topo_file.empty() && !backend->physical_devices()) || !backend->chosen_device(&device))
+    return {};
+  const LocalTopology& topology = local_topology();
+  if (!topology.available) return {};
+  const std::vector<Node>& nodes = topology.graph.nodes;
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i)
+    if (nodes[i].type == NodeType::kGpu && nodes[i].host == 0 && nodes[i].dev == device)
+      return nearest_net_ports(topology.graph, i);
+  return {};
 }
 
 }  // namespace ferry

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "engine/topology/discovery.h"
 #include "engine/topology/system_graph.h"
@@ -30,5 +31,10 @@ const LocalTopology& local_topology();
 // when not empty, receives the graph as XML (%h: host name, %p: process id).
 LocalTopology load_local_topology(const std::string& topo_file, const std::string& dump_file,
                                   int emulated_devices);
+
+// The network ports nearest this process's GPU ("device:port",
+// nearest_net_ports in search.h), where the engine reads a topology (a
+// machine with GPUs, or FERRY_TOPO_FILE); empty otherwise.
+std::vector<std::string> nearest_net_ports_here();
 
 }  // namespace ferry

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <string>
+#include <tuple>
 #include <utility>
 
 namespace ferry {
@@ -282,6 +284,34 @@ RankPaths compute_rank_paths(const SystemGraph& graph, const std::vector<int>& g
     }
   }
   return result;
+}
+
+std::vector<NetPortReach> net_ports_from(const SystemGraph& graph, int gpu_node) {
+  const std::vector<Label> labels = best_paths_from(graph, build_edges(graph), gpu_node);
+  std::vector<NetPortReach> ports;
+  for (const Node& node : graph.nodes) {
+    if (node.type != NodeType::kNet || node.host != graph.nodes[gpu_node].host) continue;
+    NetPortReach reach{node.name, node.port, PathType::kSys, 0.0};
+    if (node.parent >= 0 && labels[node.parent].hops >= 0) {
+      reach.type = labels[node.parent].type;
+      reach.bandwidth_gbps = labels[node.parent].bandwidth_gbps;
+    }
+    ports.push_back(reach);
+  }
+  std::sort(ports.begin(), ports.end(), [](const NetPortReach& a, const NetPortReach& b) {
+    return std::tie(a.type, b.bandwidth_gbps, a.name, a.port) < std::tie(b.type, a.bandwidth_gbps, b.name, b.port);
+  });
+  return ports;
+}
+
+std::vector<std::string> nearest_net_ports(const SystemGraph& graph, int gpu_node) {
+  std::vector<std::string> nearest;
+  const std::vector<NetPortReach> ports = net_ports_from(graph, gpu_node);
+  for (const NetPortReach& p : ports) {
+    if (p.type != ports.front().type || p.bandwidth_gbps != ports.front().bandwidth_gbps) break;
+    nearest.push_back(p.name + ":" + std::to_string(p.port));
+  }
+  return nearest;
 }
 
 TransportKind choose_transport(const GpuPath& path) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <string>
 #include <vector>
 
 #include "engine/common/status.h"
@@ -42,6 +43,24 @@ struct RankPaths {
 Status find_rank_gpus(const SystemGraph& graph, int nranks, std::vector<int>& gpu_of_rank);
 
 RankPaths compute_rank_paths(const SystemGraph& graph, const std::vector<int>& gpu_of_rank);
+
+// A network port (a NIC's <net>) as a GPU reaches it: the path to its NIC.
+struct NetPortReach {
+  std::string name;  // the device's name, e.g. mlx5_0
+  int port = 1;
+  PathType type = PathType::kSys;
+  double bandwidth_gbps = 0;  // the slowest link on the way to the NIC
+};
+
+// Every network port of the GPU node's host, nearest first (path type, then
+// bandwidth, then name and port); ports whose NIC nothing joins to the GPU
+// come last as kSys.
+std::vector<NetPortReach> net_ports_from(const SystemGraph& graph, int gpu_node);
+
+// "name:port" of the ports nearest the GPU node (equally near: the same
+// path type and bandwidth), in net_ports_from's order; empty where the host
+// has none.
+std::vector<std::string> nearest_net_ports(const SystemGraph& graph, int gpu_node);
 
 // P2P over NVLink/xGMI or PCIe that stays below the CPU (NCCL's PXB rule),
 // SHM elsewhere on one host, NET between hosts.

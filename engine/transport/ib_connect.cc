@@ -24,7 +24,13 @@ Status IbNetwork::open_here(IbEndpoint* mine, std::string* why) {
   if (ports.empty()) return Status::kUnavailable;
   std::vector<IbPort> chosen = choose_ib_ports(ports, options_.hca, why);
   if (chosen.empty()) return Status::kUnavailable;
-  const IbPort& port = chosen[static_cast<std::size_t>(rank_) % chosen.size()];
+  const IbPort& port = pick_ib_port(chosen, options_.nearest, rank_);
+  const std::string name = port.device + ":" + std::to_string(port.port);
+  const bool nearest = std::find(options_.nearest.begin(), options_.nearest.end(), name) != options_.nearest.end();
+  FERRY_INFO(Transport, "ib: rank %d takes %s (%s)", rank_, name.c_str(),
+             nearest                   ? "nearest its GPU"
+             : options_.nearest.empty() ? "the topology names no port nearest its GPU"
+                                        : "FERRY_IB_HCA allows none of those nearest its GPU");
   port_ = static_cast<std::uint8_t>(port.port);
 
   int count = 0;

@@ -5,7 +5,8 @@
 // (registration_cache.h). libibverbs is opened at run time (ib_verbs.h).
 //
 // Set-up (make_ib_network, collective over the bootstrap): each rank takes
-// one active port FERRY_IB_HCA chooses (rank modulo their number), makes
+// one active port FERRY_IB_HCA chooses, the nearest its GPU where the
+// topology says (rank modulo their number among equals), makes
 // FERRY_IB_QPS queue pairs to every other rank, and the ranks exchange their
 // addresses and queue-pair numbers in two allgathers; every queue pair is
 // then brought to RTS and given its receive slots. All ranks leave with the
@@ -30,6 +31,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/bootstrap/bootstrap.h"
 #include "engine/transport/net.h"
@@ -43,6 +45,10 @@ struct IbNetworkOptions {
   int queue_pairs = 2;  // FERRY_IB_QPS, 1 .. kIbMaxQueuePairs
   int gid_index = 0;    // FERRY_IB_GID_INDEX (RoCE)
   bool gpudirect = true;  // FERRY_IB_GPUDIRECT: device memory registered with the device
+  // The ports nearest this rank's GPU in the topology ("device:port"); the
+  // rank takes one of them where FERRY_IB_HCA allows (pick_ib_port), any
+  // allowed port otherwise.
+  std::vector<std::string> nearest;
   // Whether this provider was asked for by name: its absence is then
   // WARNed, not only logged (FERRY_NET=auto tries it quietly).
   bool asked_for = true;

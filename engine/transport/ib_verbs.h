@@ -60,4 +60,10 @@ std::vector<IbPort> ib_ports(const IbVerbs& verbs, std::string* why);
 // result sets *error (what was asked for and what there is).
 std::vector<IbPort> choose_ib_ports(const std::vector<IbPort>& ports, const std::string& spec, std::string* error);
 
+// The port a rank takes among those chosen (not empty): one of those nearest
+// its GPU where the topology says which ("device:port" names,
+// nearest_net_ports in engine/topology/search.h), else any; the rank modulo
+// their number spreads the ranks that share them.
+const IbPort& pick_ib_port(const std::vector<IbPort>& chosen, const std::vector<std::string>& nearest, int rank);
+
 }  // namespace ferry

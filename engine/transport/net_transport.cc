@@ -10,6 +10,7 @@
 #include "engine/common/params.h"
 #include "engine/transport/socket_network.h"
 #ifdef FERRY_HAVE_IBVERBS
+#include "engine/topology/local_topology.h"
 #include "engine/transport/ib_network.h"
 #endif
 
@@ -95,6 +96,7 @@ Status NetTransport::connect(Bootstrap& bootstrap, const std::string& provider) 
 #ifdef FERRY_HAVE_IBVERBS
     IbNetworkOptions options = IbNetworkOptions::from_params();
     options.asked_for = provider == "ib";
+    options.nearest = nearest_net_ports_here();
     const Status status = make_ib_network(bootstrap, &provider_, options);
     if (ok(status) || provider == "ib") return status;
 #else

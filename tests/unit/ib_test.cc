@@ -49,6 +49,25 @@ TEST(IbPorts, FerryIbHcaChoosesAsNcclIbHcaDoes) {
   EXPECT_NE(error.find("present: none"), std::string::npos) << error;
 }
 
+// A rank takes a port nearest its GPU where the topology names them, rank
+// modulo their number among equals; where FERRY_IB_HCA allows none of them,
+// or nothing is known, any allowed port, rank modulo their number.
+TEST(IbPorts, EachRankTakesAPortNearestItsGpu) {
+  std::vector<IbPort> ports;
+  for (int d = 0; d < 4; ++d) ports.push_back({"mlx5_" + std::to_string(d), 1, true, false, 4096});
+  for (int rank = 0; rank < 8; ++rank) EXPECT_EQ(pick_ib_port(ports, {"mlx5_2:1"}, rank).device, "mlx5_2");
+  EXPECT_EQ(pick_ib_port(ports, {"mlx5_1:1", "mlx5_3:1"}, 0).device, "mlx5_1");
+  EXPECT_EQ(pick_ib_port(ports, {"mlx5_1:1", "mlx5_3:1"}, 1).device, "mlx5_3");
+  EXPECT_EQ(pick_ib_port(ports, {"mlx5_1:1", "mlx5_3:1"}, 2).device, "mlx5_1");
+  // A port of another number on the nearest device is not the nearest port.
+  EXPECT_EQ(pick_ib_port(ports, {"mlx5_2:2"}, 1).device, "mlx5_1");
+  std::string error;
+  const std::vector<IbPort> allowed = choose_ib_ports(ports, "^mlx5_2", &error);
+  ASSERT_EQ(allowed.size(), 3u);
+  EXPECT_EQ(pick_ib_port(allowed, {"mlx5_2:1"}, 1).device, "mlx5_1");
+  EXPECT_EQ(pick_ib_port(ports, {}, 6).device, "mlx5_2");
+}
+
 TEST(IbPorts, AMachineWithoutADeviceSaysWhy) {
   std::string why;
   const std::vector<IbPort> ports = ib_ports(&why);

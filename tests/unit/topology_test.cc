@@ -1,9 +1,13 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "engine/topology/local_topology.h"
 #include "engine/topology/search.h"
 #include "engine/topology/system_graph.h"
 #include "engine/topology/topology_xml.h"
@@ -183,6 +187,63 @@ TEST(TopoTwoNodes, NetBetweenHostsShmThroughTheCpu) {
 }
 
 TEST(TopoTwoNodes, RoundTripsThroughXml) { expect_round_trip({"two_nodes_a.xml", "two_nodes_b.xml"}); }
+
+// Each GPU of a DGX H100 has a NIC behind its own PCIe switch: that one is
+// nearest it, every other further away.
+TEST(TopoNetPorts, EachGpuIsNearestTheNicBesideIt) {
+  const SystemGraph graph = load_fixtures({"dgx_h100_nvswitch.xml"});
+  for (int rank = 0; rank < 8; ++rank) {
+    const int gpu = graph.gpu_of_rank(rank);
+    ASSERT_GE(gpu, 0);
+    const std::vector<NetPortReach> ports = net_ports_from(graph, gpu);
+    ASSERT_EQ(ports.size(), 8u);
+    const std::string beside = "mlx5_" + std::to_string(rank);
+    EXPECT_EQ(ports[0].name, beside);
+    EXPECT_EQ(ports[0].type, PathType::kPix);
+    EXPECT_GT(ports[0].bandwidth_gbps, 0);
+    for (std::size_t i = 1; i < ports.size(); ++i) EXPECT_GT(ports[i].type, PathType::kPix) << ports[i].name;
+    EXPECT_EQ(nearest_net_ports(graph, gpu), std::vector<std::string>{beside + ":1"});
+  }
+}
+
+// A NIC under the CPU is as near every GPU there; another host's ports are
+// not this GPU's.
+TEST(TopoNetPorts, ANicUnderTheCpuServesItsHostAlike) {
+  const SystemGraph graph = load_fixtures({"two_nodes_a.xml", "two_nodes_b.xml"});
+  for (int rank = 0; rank < 4; ++rank) {
+    const int gpu = graph.gpu_of_rank(rank);
+    ASSERT_GE(gpu, 0);
+    const std::vector<NetPortReach> ports = net_ports_from(graph, gpu);
+    ASSERT_EQ(ports.size(), 1u) << "rank " << rank;
+    EXPECT_EQ(ports[0].type, PathType::kPhb);
+    EXPECT_EQ(nearest_net_ports(graph, gpu), std::vector<std::string>{"mlx5_0:1"});
+  }
+  // A host without NICs has no nearest port.
+  const SystemGraph without = load_fixtures({"pcie_two_sockets.xml"});
+  ASSERT_GE(without.gpu_of_rank(0), 0);
+  EXPECT_TRUE(net_ports_from(without, without.gpu_of_rank(0)).empty());
+  EXPECT_TRUE(nearest_net_ports(without, without.gpu_of_rank(0)).empty());
+}
+
+// With FERRY_TOPO_FILE naming a DGX H100, this process (the emulated
+// device's GPU 0) takes the NIC beside GPU 0; without a topology, none. In a
+// process of its own: parameters are read once.
+TEST(TopoNetPorts, ThisProcessIsNearestItsGpusNic) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string file = std::string(FERRY_TOPOLOGY_FIXTURES) + "/dgx_h100_nvswitch.xml";
+  setenv("FERRY_TOPO_FILE", file.c_str(), 1);
+  setenv("FERRY_DEVICE", "emulated", 1);
+  auto nearest = [] {
+    std::string names;
+    for (const std::string& name : nearest_net_ports_here()) names += name + " ";
+    std::fprintf(stderr, "nearest: %s\n", names.c_str());
+    _exit(0);
+  };
+  EXPECT_EXIT(nearest(), ::testing::ExitedWithCode(0), "nearest: mlx5_0:1 \n");
+  unsetenv("FERRY_TOPO_FILE");
+  EXPECT_EXIT(nearest(), ::testing::ExitedWithCode(0), "nearest: \n");
+  unsetenv("FERRY_DEVICE");
+}
 
 TEST(TopoTree, DoubleBinaryTreeForEveryRankCount) {
   for (int n = 1; n <= 33; ++n) {
