@@ -6,8 +6,8 @@
 # - collective coverage and communicators at 3 ranks and more: MPICH 4.0.2
 #   crashes there (MPI_Reduce with MPI_IN_PLACE), host buffers and no Ferry
 #   alike; the others run at 2, 3 and 4 ranks;
-# - rma, whose host baseline fails on MPICH 4.0.2 itself in too many places
-#   (host windows).
+# - the host baseline of rma: MPICH 4.0.2's own host windows return wrong
+#   data (puts, accumulates, fetch-and-op); Ferry's device windows pass.
 # The errors program runs without its comparison of bad arguments' error
 # classes there: MPICH 4.0.2 checks no arguments, and the host calls crash
 # it; Ferry's own refusals and agreement checks run.
@@ -16,9 +16,10 @@
 set(mpich_programs
     bottom collective_coverage communicators data_movement file_io matched_probe net_messages
     offer_progress peer_messages persistent point_to_point rma_dynamic threads gpu_support nonblocking
-    nonblocking_collectives reductions local_calls datatypes nonblocking_engine errors)
+    nonblocking_collectives reductions local_calls datatypes nonblocking_engine errors rma)
 set(mpich_ranks 2 3 4)
 set(mpich_two_ranks_only collective_coverage communicators)
+set(mpich_without_baseline rma)
 # MPICH 5 (PyPI's wheel, tools/mpi_wheels.sh) has none of MPICH 4.0.2's
 # faults: host windows too, and 3 ranks; not the persistent program (MPICH 5
 # completes a started persistent receive it is asked to cancel: MPI allows a
@@ -26,9 +27,9 @@ set(mpich_two_ranks_only collective_coverage communicators)
 string(REGEX MATCH "MPICH Version:[ \t]*([0-9.]+)" mpich_version "${MPI_C_LIBRARY_VERSION_STRING}")
 if(CMAKE_MATCH_1 VERSION_GREATER_EQUAL 5)
   list(REMOVE_ITEM mpich_programs persistent)
-  list(APPEND mpich_programs rma)
   set(mpich_ranks 2 3)
   set(mpich_two_ranks_only)
+  set(mpich_without_baseline)
 endif()
 if(FERRY_MPI_HAS_PARTITIONED)
   list(APPEND mpich_programs partitioned)
@@ -49,6 +50,9 @@ foreach(program IN LISTS mpich_programs)
     ferry_add_mpi_test(NAME mpi_suite.mpich.${program}.np${ranks} NP ${ranks} COMMAND mpi_suite_${program})
     list(APPEND suite_tests mpi_suite.mpich.${program}.np${ranks})
   endforeach()
+  if(program IN_LIST mpich_without_baseline)
+    continue()
+  endif()
   ferry_add_mpi_test(NAME mpi_suite.mpich.${program}.host_baseline.np2 NP 2 COMMAND mpi_suite_${program}
                      ENV FERRY_SUITE_HOST_BUFFERS=1
                      NO_PRELOAD)
