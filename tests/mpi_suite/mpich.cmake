@@ -9,8 +9,8 @@
 # - the host baseline of rma: MPICH 4.0.2's own host windows return wrong
 #   data (puts, accumulates, fetch-and-op); Ferry's device windows pass.
 # The errors program runs without its comparison of bad arguments' error
-# classes there: MPICH 4.0.2 checks no arguments, and the host calls crash
-# it; Ferry's own refusals and agreement checks run.
+# classes on MPICH: Debian's 4.0.2 and PyPI's 5.0.2 check no arguments, and
+# the host calls crash them; Ferry's own refusals and agreement checks run.
 # Included by the suite's CMakeLists.txt instead of the Open MPI list.
 
 set(mpich_programs
