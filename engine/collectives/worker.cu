@@ -300,10 +300,15 @@ class CudaWorkerDevice final : public WorkerDevice {
     if (error == cudaSuccess) error = cudaMalloc(reinterpret_cast<void**>(&worker->state_), sizeof(WorkerState));
     if (error == cudaSuccess) error = cudaMemset(worker->state_, 0, sizeof(WorkerState));
     if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&worker->stream_, cudaStreamNonBlocking);
-    const std::uint32_t* abandon_on_device = nullptr;
-    if (error == cudaSuccess && abandon)
-      error = cudaHostGetDevicePointer(reinterpret_cast<void**>(const_cast<std::uint32_t**>(&abandon_on_device)),
-                                       const_cast<std::uint32_t*>(abandon), 0);
+    // The abandon word's address for kernels: pinned memory has the host's
+    // address on the device where addressing is unified, as the Simple
+    // kernel's failed word does; the runtime's device pointer where it has one.
+    const std::uint32_t* abandon_on_device = abandon;
+    void* mapped = nullptr;
+    if (abandon && cudaHostGetDevicePointer(&mapped, const_cast<std::uint32_t*>(abandon), 0) == cudaSuccess)
+      abandon_on_device = static_cast<const std::uint32_t*>(mapped);
+    else
+      (void)cudaGetLastError();
     if (error == cudaSuccess)
       error = cudaMemcpyToSymbol(ll::g_abandon_word, &abandon_on_device, sizeof(abandon_on_device));
     // A shared item waits for the report of every block it asks for, so
