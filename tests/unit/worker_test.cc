@@ -478,21 +478,26 @@ TEST(EngineWorkerLl, APeerThatEndsIsGivenUpWithoutADeadline) {
       pause();
       _exit(0);
     }
-    auto worker = Worker::create(device(), 0, 1, 100000);
-    if (!worker || peer < 0) _exit(2);
-    PeerWatch watch({0, static_cast<std::int32_t>(peer)});
-    DeviceBuffer ll0(kLlBufferBytes), ll1(kLlBufferBytes), in(64), out(64);
-    ll0.fill(std::vector<char>(kLlBufferBytes, 0));
-    in.fill(std::vector<std::int64_t>(8, 5));
-    std::thread killer([peer] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      kill(peer, SIGKILL);
-      waitpid(peer, nullptr, 0);
-    });
-    const auto start = std::chrono::steady_clock::now();
-    const Status status = worker->run(ll_sum(in, out, 8, {&ll0, &ll1}, 0, 1, 0));
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    killer.join();
+    if (peer < 0) _exit(2);
+    Status status = Status::kInternal;
+    double seconds = 0;
+    {  // Every thread (the worker's, the watch's) has ended before _exit.
+      auto worker = Worker::create(device(), 0, 1, 100000);
+      if (!worker) _exit(2);
+      PeerWatch watch({0, static_cast<std::int32_t>(peer)});
+      DeviceBuffer ll0(kLlBufferBytes), ll1(kLlBufferBytes), in(64), out(64);
+      ll0.fill(std::vector<char>(kLlBufferBytes, 0));
+      in.fill(std::vector<std::int64_t>(8, 5));
+      std::thread killer([peer] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        kill(peer, SIGKILL);
+        waitpid(peer, nullptr, 0);
+      });
+      const auto start = std::chrono::steady_clock::now();
+      status = worker->run(ll_sum(in, out, 8, {&ll0, &ll1}, 0, 1, 0));
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      killer.join();
+    }
     const std::string named = "rank 1 (pid " + std::to_string(peer) + ")";
     std::fprintf(stderr, "status %s after %.2f s; %s\n", status_name(status), seconds, last_ended_peer().c_str());
     _exit(status == Status::kPeerEnded && seconds < 5 && last_ended_peer().find(named) == 0 ? 0 : 1);
