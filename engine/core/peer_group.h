@@ -56,9 +56,10 @@ class PeerGroup {
 
   // Collective over the bootstrap's ranks: identities exchanged, local peers
   // watched for their exit (in the handshakes' waits and, through the
-  // abandon word, in device waits: peer_watch.h), the transport to each peer planned from the
-  // topology and agreed (the common transport connected), and per-call
-  // handshakes moved to host shared memory where all ranks share a machine.
+  // abandon word, in device waits: peer_watch.h), the transport to each peer
+  // planned from the topology and agreed (the common transport connected),
+  // and per-call handshakes moved to host shared memory where all ranks
+  // share a machine.
   Status connect();
 
  private:
