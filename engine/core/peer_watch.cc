@@ -9,7 +9,6 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/common/liveness.h"
 #include "engine/common/log.h"
 
 namespace ferry {
@@ -19,7 +18,7 @@ namespace {
 struct Watcher {
   std::mutex mutex;
   std::condition_variable wake;
-  std::vector<const PeerWatch*> watches;
+  std::vector<PeerWatch*> watches;
   std::thread thread;
   std::shared_ptr<std::atomic<bool>> stop;  // the running thread's
   std::atomic<bool> abandoned{false};
@@ -38,17 +37,13 @@ void raise_words(Watcher& w) {
   for (auto& [backend, word] : w.words) __atomic_store_n(word, 1u, __ATOMIC_RELEASE);
 }
 
-// Under the watcher's lock: the first watched peer that has ended, noted.
+// Under the watcher's lock: whether a watched peer has ended (noted).
 bool look(Watcher& w) {
-  for (const PeerWatch* watch : w.watches) {
-    const std::vector<std::int32_t>& pids = watch->pids();
-    for (int rank = 0; rank < static_cast<int>(pids.size()); ++rank) {
-      if (process_alive(pids[rank])) continue;
-      note_ended_peer(rank, static_cast<int>(pids.size()), pids[rank]);
-      FERRY_WARN(Coll, "a peer process has ended (%s): device waits of this process give up",
-                 last_ended_peer().c_str());
-      return true;
-    }
+  for (PeerWatch* watch : w.watches) {
+    if (watch->ended_rank() < 0) continue;
+    FERRY_WARN(Coll, "a peer process has ended (%s): device waits of this process give up",
+               last_ended_peer().c_str());
+    return true;
   }
   return false;
 }
@@ -65,10 +60,8 @@ void watch_loop(std::shared_ptr<std::atomic<bool>> stop) {
 
 }  // namespace
 
-PeerWatch::PeerWatch(std::vector<std::int32_t> pids) : pids_(std::move(pids)) {
-  // A pid not seen now belongs to another pid namespace: never watched.
-  for (std::int32_t& pid : pids_)
-    if (!process_alive(pid)) pid = 0;
+PeerWatch::PeerWatch(std::vector<std::int32_t> pids) : size_(static_cast<int>(pids.size())) {
+  liveness_.watch(std::move(pids));
   Watcher& w = watcher();
   std::lock_guard<std::mutex> lock(w.mutex);
   w.watches.push_back(this);
@@ -90,6 +83,12 @@ PeerWatch::~PeerWatch() {
   }
   w.wake.notify_all();
   ending.join();
+}
+
+int PeerWatch::ended_rank() {
+  const int ended = liveness_.ended_rank();
+  if (ended >= 0) note_ended_peer(ended, size_, liveness_.pid_of(ended));
+  return ended;
 }
 
 const std::uint32_t* abandon_word(gpu::Backend* backend) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/common/liveness.h"
 #include "engine/common/status.h"
 #include "engine/gpu/gpu.h"
 
@@ -27,10 +28,13 @@ class PeerWatch {
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;
 
-  const std::vector<std::int32_t>& pids() const { return pids_; }
+  // The watcher's look: the first watched rank whose process has ended
+  // (noted for the caller's error, note_ended_peer), or -1.
+  int ended_rank();
 
  private:
-  std::vector<std::int32_t> pids_;
+  PeerLiveness liveness_;
+  int size_;
 };
 
 // The abandon word where backend's kernels can read it (pinned host memory,
