@@ -44,13 +44,13 @@ void print_networks() {
                 port.ethernet ? "RoCE" : "InfiniBand", port.mtu_bytes);
   if (!ports.empty() && !ferry::ib_port_here(&why)) std::printf("  ib     %s\n", why.c_str());
   // Which ports each GPU's ranks take first: those nearest it.
-  const ferry::LocalTopology& topology = ports.empty() ? ferry::LocalTopology{} : ferry::local_topology();
-  for (int i = 0; topology.available && i < static_cast<int>(topology.graph.nodes.size()); ++i) {
-    const ferry::Node& gpu = topology.graph.nodes[i];
+  const ferry::LocalTopology* topology = ports.empty() ? nullptr : &ferry::local_topology();
+  for (int i = 0; topology && topology->available && i < static_cast<int>(topology->graph.nodes.size()); ++i) {
+    const ferry::Node& gpu = topology->graph.nodes[i];
     if (gpu.type != ferry::NodeType::kGpu || gpu.host != 0) continue;
-    const std::vector<ferry::NetPortReach> reach = ferry::net_ports_from(topology.graph, i);
+    const std::vector<ferry::NetPortReach> reach = ferry::net_ports_from(topology->graph, i);
     std::string nearest;
-    for (const std::string& name : ferry::nearest_net_ports(topology.graph, i)) nearest += " " + name;
+    for (const std::string& name : ferry::nearest_net_ports(topology->graph, i)) nearest += " " + name;
     std::printf("  ib     GPU %d: nearest%s (%s)\n", gpu.dev, nearest.empty() ? " none" : nearest.c_str(),
                 reach.empty() ? "no NIC in the topology" : ferry::path_type_name(reach.front().type));
   }

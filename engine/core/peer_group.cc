@@ -9,18 +9,6 @@
 namespace ferry {
 namespace {
 
-// Only where it can change the answer: discovery would add the emulated
-// device as one GPU that all ranks of the machine share (p2p, the answer
-// without a topology), so without a file or a dump to write there is
-// nothing to discover for it.
-const SystemGraph* topology_for(const gpu::Backend* backend) {
-  const bool wanted = !params().topo_file.empty() || !params().topo_dump_file.empty() ||
-                      (backend && backend->physical_devices());
-  if (!wanted) return nullptr;
-  const LocalTopology& topo = local_topology();
-  return topo.available ? &topo.graph : nullptr;
-}
-
 // What this process's settings allow, worked out once, so an unknown name in
 // FERRY_TRANSPORTS is reported once rather than at every communicator.
 const AllowedTransports& configured_transports() {

@@ -69,17 +69,23 @@ const LocalTopology& local_topology() {
   return *topo;
 }
 
+const SystemGraph* topology_for(const gpu::Backend* backend) {
+  const bool wanted = !params().topo_file.empty() || !params().topo_dump_file.empty() ||
+                      (backend && backend->physical_devices());
+  if (!wanted) return nullptr;
+  const LocalTopology& topo = local_topology();
+  return topo.available ? &topo.graph : nullptr;
+}
+
 std::vector<std::string> nearest_net_ports_here() {
   gpu::Backend* backend = gpu::active_backend();
+  const SystemGraph* graph = topology_for(backend);
   int device = -1;
-  if (!backend || (params().topo_file.empty() && !backend->physical_devices()) || !backend->chosen_device(&device))
-    return {};
-  const LocalTopology& topology = local_topology();
-  if (!topology.available) return {};
-  const std::vector<Node>& nodes = topology.graph.nodes;
-  for (int i = 0; i < static_cast<int>(nodes.size()); ++i)
-    if (nodes[i].type == NodeType::kGpu && nodes[i].host == 0 && nodes[i].dev == device)
-      return nearest_net_ports(topology.graph, i);
+  if (!graph || !backend || !backend->chosen_device(&device)) return {};
+  for (int i = 0; i < static_cast<int>(graph->nodes.size()); ++i) {
+    const Node& node = graph->nodes[i];
+    if (node.type == NodeType::kGpu && node.host == 0 && node.dev == device) return nearest_net_ports(*graph, i);
+  }
   return {};
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/gpu/gpu.h"
 #include "engine/topology/discovery.h"
 #include "engine/topology/system_graph.h"
 
@@ -32,9 +33,16 @@ const LocalTopology& local_topology();
 LocalTopology load_local_topology(const std::string& topo_file, const std::string& dump_file,
                                   int emulated_devices);
 
+// The graph the engine plans with for backend's devices, or nullptr: read
+// only where it can change an answer. Discovery would add the emulated
+// device as one GPU that all ranks of the machine share (p2p, the answer
+// without a topology), so without a file or a dump to write there is
+// nothing to discover for it.
+const SystemGraph* topology_for(const gpu::Backend* backend);
+
 // The network ports nearest this process's GPU ("device:port",
-// nearest_net_ports in search.h), where the engine reads a topology (a
-// machine with GPUs, or FERRY_TOPO_FILE); empty otherwise.
+// nearest_net_ports in search.h), where topology_for gives a graph; empty
+// otherwise.
 std::vector<std::string> nearest_net_ports_here();
 
 }  // namespace ferry

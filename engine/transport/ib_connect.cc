@@ -24,10 +24,9 @@ Status IbNetwork::open_here(IbEndpoint* mine, std::string* why) {
   if (ports.empty()) return Status::kUnavailable;
   std::vector<IbPort> chosen = choose_ib_ports(ports, options_.hca, why);
   if (chosen.empty()) return Status::kUnavailable;
-  const IbPort& port = pick_ib_port(chosen, options_.nearest, rank_);
-  const std::string name = port.device + ":" + std::to_string(port.port);
-  const bool nearest = std::find(options_.nearest.begin(), options_.nearest.end(), name) != options_.nearest.end();
-  FERRY_INFO(Transport, "ib: rank %d takes %s (%s)", rank_, name.c_str(),
+  bool nearest = false;
+  const IbPort& port = pick_ib_port(chosen, options_.nearest, rank_, &nearest);
+  FERRY_INFO(Transport, "ib: rank %d takes %s:%d (%s)", rank_, port.device.c_str(), port.port,
              nearest                   ? "nearest its GPU"
              : options_.nearest.empty() ? "the topology names no port nearest its GPU"
                                         : "FERRY_IB_HCA allows none of those nearest its GPU");

@@ -168,11 +168,13 @@ std::vector<IbPort> choose_ib_ports(const std::vector<IbPort>& ports, const std:
   return chosen;
 }
 
-const IbPort& pick_ib_port(const std::vector<IbPort>& chosen, const std::vector<std::string>& nearest, int rank) {
+const IbPort& pick_ib_port(const std::vector<IbPort>& chosen, const std::vector<std::string>& nearest, int rank,
+                           bool* is_nearest) {
   std::vector<const IbPort*> near;
   for (const IbPort& port : chosen)
     if (std::find(nearest.begin(), nearest.end(), port.device + ":" + std::to_string(port.port)) != nearest.end())
       near.push_back(&port);
+  if (is_nearest) *is_nearest = !near.empty();
   const std::size_t r = static_cast<std::size_t>(rank < 0 ? 0 : rank);
   return near.empty() ? chosen[r % chosen.size()] : *near[r % near.size()];
 }

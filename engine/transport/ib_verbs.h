@@ -63,7 +63,9 @@ std::vector<IbPort> choose_ib_ports(const std::vector<IbPort>& ports, const std:
 // The port a rank takes among those chosen (not empty): one of those nearest
 // its GPU where the topology says which ("device:port" names,
 // nearest_net_ports in engine/topology/search.h), else any; the rank modulo
-// their number spreads the ranks that share them.
-const IbPort& pick_ib_port(const std::vector<IbPort>& chosen, const std::vector<std::string>& nearest, int rank);
+// their number spreads the ranks that share them. *is_nearest (optional):
+// whether the port is one of the nearest.
+const IbPort& pick_ib_port(const std::vector<IbPort>& chosen, const std::vector<std::string>& nearest, int rank,
+                           bool* is_nearest = nullptr);
 
 }  // namespace ferry

@@ -64,7 +64,11 @@ TEST(IbPorts, EachRankTakesAPortNearestItsGpu) {
   std::string error;
   const std::vector<IbPort> allowed = choose_ib_ports(ports, "^mlx5_2", &error);
   ASSERT_EQ(allowed.size(), 3u);
-  EXPECT_EQ(pick_ib_port(allowed, {"mlx5_2:1"}, 1).device, "mlx5_1");
+  bool nearest = true;
+  EXPECT_EQ(pick_ib_port(allowed, {"mlx5_2:1"}, 1, &nearest).device, "mlx5_1");
+  EXPECT_FALSE(nearest);
+  EXPECT_EQ(pick_ib_port(ports, {"mlx5_2:1"}, 1, &nearest).device, "mlx5_2");
+  EXPECT_TRUE(nearest);
   EXPECT_EQ(pick_ib_port(ports, {}, 6).device, "mlx5_2");
 }
 
