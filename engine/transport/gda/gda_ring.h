@@ -1,0 +1,149 @@
+// The proxy GDA's queue: a ring of fixed-size descriptors that producers
+// (GPU threads; host threads in tests and host-initiated calls) fill and one
+// consumer (the proxy thread, proxy.h) drains in order, playing the NIC.
+// Compiles under nvcc, hipcc and a plain C++ compiler: the same protocol
+// runs on both sides.
+//
+// Protocol. A producer takes a ticket t (an atomic add on `tickets`), waits
+// while the ring is full (t - consumed >= capacity: back-pressure, never an
+// overwrite), writes the descriptor's body into slot t % capacity, fences,
+// and then stores t + 1 into the slot's `published` word: one store marks
+// the slot ready for exactly this pass over the ring. The consumer expects
+// ticket `consumed`; once its slot shows consumed + 1 it copies the
+// descriptor out, then advances `consumed` (the slot is free again), and
+// advances `completed` once the descriptor's operation has finished, in
+// ticket order. So a producer's descriptors are taken in the order it
+// posted them, and its operations are complete once `completed` passed its
+// last ticket (quiet()).
+//
+// Memory: the slots and the consumer's words live in pinned host memory
+// that the GPU maps (the consumer is a host thread); `tickets` lives where
+// the producers are (device memory for GPU producers). A consumer that gives
+// up (a failed peer, the job ending) sets `failed`; producers waiting for
+// room or completion then return kRingFailed.
+#pragma once
+
+#include <sched.h>
+
+#include <cstdint>
+
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>
+#endif
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define FERRY_GDA_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FERRY_GDA_HOST_DEVICE inline
+#endif
+
+namespace ferry::gda {
+
+// What a descriptor asks of its target rank's window.
+enum class GdaOp : std::uint32_t {
+  kPut = 1,         // bytes from source (this rank's memory) to the target's window at offset
+  kPutSignal = 2,   // kPut, then the signal word at signal_offset set (or added to) with value
+  kSignal = 3,      // the signal only
+  kAtomicAdd = 4,   // 64-bit add of value at offset
+};
+enum class GdaSignalOp : std::uint32_t { kSet = 0, kAdd = 1 };
+
+// One cache line; `published` last, written after the body.
+struct alignas(64) GdaDescriptor {
+  std::uint64_t source;          // address of the data where the proxy can read it
+  std::uint64_t offset;          // into the target rank's window memory
+  std::uint64_t bytes;
+  std::uint64_t signal_offset;
+  std::uint64_t value;           // signal value or atomic operand
+  std::uint32_t op;              // GdaOp
+  std::int32_t target;           // the window's rank
+  std::uint32_t signal_op;       // GdaSignalOp
+  std::uint32_t producer;        // who posted it (block, or host thread): for traces and checks
+  std::uint64_t published;       // ticket + 1 once the body is written
+};
+static_assert(sizeof(GdaDescriptor) == 64, "a descriptor is one cache line");
+
+// The words the consumer writes and producers read, each on its own line.
+struct GdaRingWords {
+  alignas(64) std::uint64_t consumed;   // tickets taken out of the ring
+  alignas(64) std::uint64_t completed;  // tickets whose operation finished
+  alignas(64) std::uint32_t failed;     // nonzero: the consumer gave up
+};
+
+// What a producer holds, passed by value into kernels.
+struct GdaRing {
+  GdaDescriptor* slots;
+  std::uint32_t capacity;  // a power of two
+  std::uint64_t* tickets;  // producers' counter
+  GdaRingWords* words;
+};
+
+constexpr std::uint64_t kRingFailed = ~std::uint64_t{0};
+
+namespace detail {
+
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+__device__ __forceinline__ std::uint64_t take_ticket(std::uint64_t* tickets) {
+  return atomicAdd(reinterpret_cast<unsigned long long*>(tickets), 1ull);
+}
+__device__ __forceinline__ std::uint64_t load_word(const std::uint64_t* word) {
+  return *reinterpret_cast<const volatile std::uint64_t*>(word);
+}
+__device__ __forceinline__ std::uint32_t load_word(const std::uint32_t* word) {
+  return *reinterpret_cast<const volatile std::uint32_t*>(word);
+}
+__device__ __forceinline__ void publish(std::uint64_t* word, std::uint64_t value) {
+  __threadfence_system();  // the body before the mark, as the host sees them
+  *reinterpret_cast<volatile std::uint64_t*>(word) = value;
+}
+#if defined(__HIP_DEVICE_COMPILE__)
+__device__ __forceinline__ void pause() { __builtin_amdgcn_s_sleep(1); }
+#else
+__device__ __forceinline__ void pause() { __nanosleep(64); }
+#endif
+#else
+inline std::uint64_t take_ticket(std::uint64_t* tickets) {
+  return __atomic_fetch_add(tickets, 1, __ATOMIC_RELAXED);
+}
+inline std::uint64_t load_word(const std::uint64_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
+inline std::uint32_t load_word(const std::uint32_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
+inline void publish(std::uint64_t* word, std::uint64_t value) { __atomic_store_n(word, value, __ATOMIC_RELEASE); }
+// Host producers share cores with the proxy thread: give it the core.
+inline void pause() { sched_yield(); }
+#endif
+
+}  // namespace detail
+
+// Posts *body (its `published` ignored) and returns its ticket, or
+// kRingFailed when the consumer gave up while the ring was full.
+FERRY_GDA_HOST_DEVICE std::uint64_t post(const GdaRing& ring, const GdaDescriptor& body) {
+  const std::uint64_t ticket = detail::take_ticket(ring.tickets);
+  while (ticket - detail::load_word(&ring.words->consumed) >= ring.capacity) {
+    if (detail::load_word(&ring.words->failed) != 0) return kRingFailed;
+    detail::pause();
+  }
+  GdaDescriptor* slot = &ring.slots[ticket & (ring.capacity - 1)];
+  slot->source = body.source;
+  slot->offset = body.offset;
+  slot->bytes = body.bytes;
+  slot->signal_offset = body.signal_offset;
+  slot->value = body.value;
+  slot->op = body.op;
+  slot->target = body.target;
+  slot->signal_op = body.signal_op;
+  slot->producer = body.producer;
+  detail::publish(&slot->published, ticket + 1);
+  return ticket;
+}
+
+// Waits until every operation up to and including ticket has finished;
+// false when the consumer gave up first.
+FERRY_GDA_HOST_DEVICE bool wait_completed(const GdaRing& ring, std::uint64_t ticket) {
+  while (detail::load_word(&ring.words->completed) <= ticket) {
+    if (detail::load_word(&ring.words->failed) != 0) return false;
+    detail::pause();
+  }
+  return true;
+}
+
+}  // namespace ferry::gda

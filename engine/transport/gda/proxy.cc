@@ -1,0 +1,134 @@
+#include "engine/transport/gda/proxy.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "engine/common/log.h"
+
+namespace ferry::gda {
+namespace {
+
+// Polls with nothing found before the thread starts yielding its core, and
+// before it sleeps between polls: a GPU that posts again soon is served
+// within a poll, a quiet proxy costs little.
+constexpr int kSpinsBeforeYield = 2000;
+constexpr int kSpinsBeforeSleep = 20000;
+
+bool is_power_of_two(std::uint32_t n) { return n != 0 && (n & (n - 1)) == 0; }
+
+void store_word(std::uint64_t* word, std::uint64_t value) { __atomic_store_n(word, value, __ATOMIC_RELEASE); }
+
+}  // namespace
+
+GdaProxy::GdaProxy(gpu::Backend* backend, GdaExecutor* executor) : backend_(backend), executor_(executor) {}
+
+GdaProxy::~GdaProxy() {
+  stop();
+  for (Ring& ring : rings_) {
+    FERRY_LOG_IF_FAILED(backend_->pinned_free(ring.view.slots));
+    FERRY_LOG_IF_FAILED(backend_->pinned_free(ring.view.words));
+    if (ring.producers == Producers::kDevice)
+      FERRY_LOG_IF_FAILED(backend_->device_free(ring.view.tickets));
+    else
+      FERRY_LOG_IF_FAILED(backend_->pinned_free(ring.view.tickets));
+  }
+}
+
+Status GdaProxy::add_ring(std::uint32_t capacity, Producers producers, GdaRing* out) {
+  if (!is_power_of_two(capacity) || thread_.joinable()) return Status::kInvalidArgument;
+  Ring ring;
+  ring.producers = producers;
+  ring.view.capacity = capacity;
+  void* slots = nullptr;
+  void* words = nullptr;
+  void* tickets = nullptr;
+  const std::uint64_t zero = 0;
+  Status status = backend_->pinned_alloc(sizeof(GdaDescriptor) * capacity, &slots);
+  if (ok(status)) status = backend_->pinned_alloc(sizeof(GdaRingWords), &words);
+  if (ok(status)) {
+    std::memset(slots, 0, sizeof(GdaDescriptor) * capacity);
+    std::memset(words, 0, sizeof(GdaRingWords));
+    if (producers == Producers::kDevice) {
+      status = backend_->device_alloc(sizeof(std::uint64_t), &tickets);
+      if (ok(status)) status = backend_->copy(tickets, &zero, sizeof zero);
+    } else {
+      status = backend_->pinned_alloc(sizeof(std::uint64_t), &tickets);
+      if (ok(status)) std::memset(tickets, 0, sizeof(std::uint64_t));
+    }
+  }
+  if (!ok(status)) {
+    if (slots) FERRY_LOG_IF_FAILED(backend_->pinned_free(slots));
+    if (words) FERRY_LOG_IF_FAILED(backend_->pinned_free(words));
+    if (tickets && producers == Producers::kDevice) FERRY_LOG_IF_FAILED(backend_->device_free(tickets));
+    if (tickets && producers == Producers::kHost) FERRY_LOG_IF_FAILED(backend_->pinned_free(tickets));
+    return status;
+  }
+  ring.view.slots = static_cast<GdaDescriptor*>(slots);
+  ring.view.words = static_cast<GdaRingWords*>(words);
+  ring.view.tickets = static_cast<std::uint64_t*>(tickets);
+  rings_.push_back(ring);
+  *out = ring.view;
+  return Status::kOk;
+}
+
+void GdaProxy::start() {
+  if (thread_.joinable()) return;
+  stopping_.store(false, std::memory_order_release);
+  thread_ = std::thread([this] { run(); });
+}
+
+void GdaProxy::stop() {
+  if (!thread_.joinable()) return;
+  stopping_.store(true, std::memory_order_release);
+  thread_.join();
+  // Producers still waiting for room or completion return.
+  for (Ring& ring : rings_) __atomic_store_n(&ring.view.words->failed, 1u, __ATOMIC_RELEASE);
+}
+
+void GdaProxy::fail(Status why) {
+  Status expected = Status::kOk;
+  if (status_.compare_exchange_strong(expected, why))
+    FERRY_WARN(Transport, "gda proxy: an operation failed (%s); its rings are marked failed", status_name(why));
+  for (Ring& ring : rings_) __atomic_store_n(&ring.view.words->failed, 1u, __ATOMIC_RELEASE);
+}
+
+std::uint64_t GdaProxy::drain(int index, Ring& ring) {
+  std::uint64_t executed = 0;
+  for (;;) {
+    GdaDescriptor* slot = &ring.view.slots[ring.next & (ring.view.capacity - 1)];
+    if (__atomic_load_n(&slot->published, __ATOMIC_ACQUIRE) != ring.next + 1) return executed;
+    const GdaDescriptor d = *slot;
+    const std::uint64_t ticket = ring.next++;
+    // The slot is free once copied: a producer waiting for room may write it.
+    store_word(&ring.view.words->consumed, ring.next);
+    const Status status = executor_->execute(d, index, ticket);
+    if (!ok(status)) {
+      fail(status);
+      return executed;
+    }
+    store_word(&ring.view.words->completed, ring.next);
+    ++executed;
+  }
+}
+
+void GdaProxy::run() {
+  int idle = 0;
+  for (;;) {
+    const bool stopping = stopping_.load(std::memory_order_acquire);
+    std::uint64_t executed = 0;
+    for (std::size_t i = 0; i < rings_.size() && ok(status()); ++i)
+      executed += drain(static_cast<int>(i), rings_[i]);
+    executed_.fetch_add(executed, std::memory_order_relaxed);
+    // Once stopping, one last pass took what was published.
+    if (stopping || !ok(status())) return;
+    if (executed != 0) {
+      idle = 0;
+    } else if (++idle > kSpinsBeforeSleep) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else if (idle > kSpinsBeforeYield) {
+      std::this_thread::yield();
+    }
+  }
+}
+
+}  // namespace ferry::gda

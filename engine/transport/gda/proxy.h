@@ -1,0 +1,83 @@
+// The proxy GDA's host side: a thread that plays the NIC for GPU threads.
+// It drains every ring (gda_ring.h) it serves in ticket order and hands each
+// descriptor to an executor, which carries the operation out (over the net
+// transport to a rank on another machine). Descriptors of one ring are
+// executed one after another, so a producer's puts land in the order it
+// posted them and a signal after the data it follows; `completed` advances
+// once each has finished, which is what quiet() waits for.
+//
+// A failed operation, or a ring whose producers wait while the proxy stops,
+// marks every ring failed: producers waiting for room or completion return
+// instead of spinning, and status() says why.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/common/status.h"
+#include "engine/gpu/gpu.h"
+#include "engine/transport/gda/gda_ring.h"
+
+namespace ferry::gda {
+
+// Carries out what descriptors ask. Called from the proxy's thread only.
+class GdaExecutor {
+ public:
+  virtual ~GdaExecutor() = default;
+  // Performs d (posted with ticket on ring `ring`) to completion: its data
+  // and signal are visible at the target when it returns kOk.
+  virtual Status execute(const GdaDescriptor& d, int ring, std::uint64_t ticket) = 0;
+};
+
+// Who takes tickets on a ring: GPU threads (the counter in device memory)
+// or host threads (in host memory).
+enum class Producers { kDevice, kHost };
+
+class GdaProxy {
+ public:
+  // Rings' memory comes from backend (pinned host memory the GPU maps, and
+  // device memory for device producers' counters).
+  GdaProxy(gpu::Backend* backend, GdaExecutor* executor);
+  // Stops the thread (as stop()) and frees the rings.
+  ~GdaProxy();
+  GdaProxy(const GdaProxy&) = delete;
+  GdaProxy& operator=(const GdaProxy&) = delete;
+
+  // A ring of capacity descriptors (a power of two), before start().
+  Status add_ring(std::uint32_t capacity, Producers producers, GdaRing* ring);
+  // Starts draining on a thread of its own.
+  void start();
+  // Drains what is published, then stops; rings still in use by producers
+  // are marked failed (a producer waiting on one returns).
+  void stop();
+  // kOk, or the first failure (after which every ring is marked failed).
+  Status status() const { return status_.load(std::memory_order_acquire); }
+  // Descriptors executed so far, over all rings.
+  std::uint64_t executed() const { return executed_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Ring {
+    GdaRing view;
+    Producers producers;
+    std::uint64_t next = 0;  // the ticket expected next
+  };
+
+  void run();
+  // Takes and executes what ring holds now; the descriptors it executed.
+  std::uint64_t drain(int index, Ring& ring);
+  void fail(Status why);
+
+  gpu::Backend* backend_;
+  GdaExecutor* executor_;
+  std::vector<Ring> rings_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<Status> status_{Status::kOk};
+  std::atomic<std::uint64_t> executed_{0};
+};
+
+}  // namespace ferry::gda

@@ -1,0 +1,179 @@
+// The proxy GDA's ring with GPU threads as producers (gda_ring.h): many
+// blocks post into rings smaller than what they post (they wait for room),
+// the proxy thread executes every descriptor in each block's order, puts
+// land before the signal that follows them, and quiet (wait_completed)
+// returns once the proxy has finished a block's operations. No MPI: one
+// process, GPU 0. Prints "No Errors" on success.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "engine/gpu/gpu.h"
+#include "engine/transport/gda/proxy.h"
+
+namespace gda = ferry::gda;
+
+namespace {
+
+int errors = 0;
+
+void check(bool ok, const char* what) {
+  if (ok) return;
+  ++errors;
+  std::fprintf(stderr, "FAIL: %s\n", what);
+}
+
+// The target: a window in host memory that the proxy fills with the
+// backend's copies from the GPU's memory.
+class HostWindowExecutor : public gda::GdaExecutor {
+ public:
+  HostWindowExecutor(ferry::gpu::Backend* backend, std::size_t bytes) : backend_(backend), window(bytes, 0) {}
+
+  ferry::Status execute(const gda::GdaDescriptor& d, int ring, std::uint64_t) override {
+    const auto op = static_cast<gda::GdaOp>(d.op);
+    if (op == gda::GdaOp::kPut || op == gda::GdaOp::kPutSignal) {
+      const ferry::Status status =
+          backend_->copy(window.data() + d.offset, reinterpret_cast<const void*>(d.source), d.bytes);
+      if (!ferry::ok(status)) return status;
+    }
+    if (op == gda::GdaOp::kPutSignal || op == gda::GdaOp::kSignal) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, window.data() + d.signal_offset, 8);
+      word = static_cast<gda::GdaSignalOp>(d.signal_op) == gda::GdaSignalOp::kAdd ? word + d.value : d.value;
+      std::memcpy(window.data() + d.signal_offset, &word, 8);
+      // A signal's value at once after the put it follows: the put's
+      // bytes must already be in place.
+      if (op == gda::GdaOp::kPutSignal) {
+        const unsigned char* landed = reinterpret_cast<const unsigned char*>(window.data() + d.offset);
+        puts_in_place = puts_in_place && landed[0] == static_cast<unsigned char>(d.value) &&
+                        landed[d.bytes - 1] == static_cast<unsigned char>(d.value + d.bytes - 1);
+      }
+    }
+    order.push_back({ring, d.producer, d.value});
+    return ferry::Status::kOk;
+  }
+
+  struct Seen {
+    int ring;
+    std::uint32_t producer;
+    std::uint64_t value;
+  };
+  ferry::gpu::Backend* backend_;
+  std::vector<char> window;
+  std::vector<Seen> order;
+  bool puts_in_place = true;
+};
+
+constexpr int kBlocks = 64;
+constexpr int kPostsPerBlock = 200;
+constexpr std::uint32_t kCapacity = 16;
+constexpr std::size_t kPutBytes = 1001;  // odd: the copies are unaligned
+
+// Each block's first thread posts signal adds 1..kPostsPerBlock into its
+// slot of the window, then waits for them (quiet). failed[b]: a post or
+// the wait came back failed.
+__global__ void post_signals(gda::GdaRing ring, int* failed) {
+  if (threadIdx.x != 0) return;
+  std::uint64_t last = 0;
+  for (int i = 0; i < kPostsPerBlock; ++i) {
+    gda::GdaDescriptor d{};
+    d.op = static_cast<std::uint32_t>(gda::GdaOp::kSignal);
+    d.signal_op = static_cast<std::uint32_t>(gda::GdaSignalOp::kAdd);
+    d.signal_offset = 8 * blockIdx.x;
+    d.value = i + 1;
+    d.producer = blockIdx.x;
+    last = gda::post(ring, d);
+    if (last == gda::kRingFailed) {
+      failed[blockIdx.x] = 1;
+      return;
+    }
+  }
+  if (!gda::wait_completed(ring, last)) failed[blockIdx.x] = 1;
+}
+
+// One thread puts `rounds` pieces of source, each followed by its signal.
+__global__ void put_then_signal(gda::GdaRing ring, const unsigned char* source, int rounds, int* failed) {
+  for (int r = 0; r < rounds; ++r) {
+    gda::GdaDescriptor d{};
+    d.op = static_cast<std::uint32_t>(gda::GdaOp::kPutSignal);
+    d.source = reinterpret_cast<std::uintptr_t>(source + r);
+    d.offset = 64 + 3 * r;
+    d.bytes = kPutBytes;
+    d.signal_op = static_cast<std::uint32_t>(gda::GdaSignalOp::kSet);
+    d.signal_offset = 0;
+    d.value = r;
+    if (gda::post(ring, d) == gda::kRingFailed) *failed = 1;
+  }
+}
+
+}  // namespace
+
+int main() {
+  ferry::gpu::Backend* backend = ferry::gpu::cuda_backend();
+  if (backend == nullptr || !ferry::ok(backend->set_device(0))) {
+    std::fprintf(stderr, "no CUDA GPU\n");
+    return 1;
+  }
+  int* failed = nullptr;
+  cudaMalloc(&failed, kBlocks * sizeof(int));
+  cudaMemset(failed, 0, kBlocks * sizeof(int));
+
+  {  // Many blocks, a small ring: back-pressure, wrap-around, each block's order.
+    HostWindowExecutor executor(backend, 8 * kBlocks);
+    gda::GdaProxy proxy(backend, &executor);
+    gda::GdaRing ring{};
+    check(ferry::ok(proxy.add_ring(kCapacity, gda::Producers::kDevice, &ring)), "add_ring");
+    proxy.start();
+    post_signals<<<kBlocks, 32>>>(ring, failed);
+    check(cudaDeviceSynchronize() == cudaSuccess, "post_signals ran");
+    proxy.stop();
+    std::vector<int> failures(kBlocks);
+    cudaMemcpy(failures.data(), failed, kBlocks * sizeof(int), cudaMemcpyDeviceToHost);
+    for (int b = 0; b < kBlocks; ++b) check(failures[b] == 0, "a block's post or quiet failed");
+    check(executor.order.size() == std::size_t{kBlocks} * kPostsPerBlock, "every descriptor executed once");
+    std::vector<std::uint64_t> next(kBlocks, 1);
+    bool in_order = true;
+    for (const auto& seen : executor.order) in_order = in_order && seen.value == next[seen.producer]++;
+    check(in_order, "each block's descriptors in the order it posted them");
+    for (int b = 0; b < kBlocks; ++b) {
+      std::uint64_t sum = 0;
+      std::memcpy(&sum, executor.window.data() + 8 * b, 8);
+      check(sum == std::uint64_t{kPostsPerBlock} * (kPostsPerBlock + 1) / 2, "a block's signal sum");
+    }
+    std::printf("blocks %d, posts %d, ring %u: %zu executed\n", kBlocks, kBlocks * kPostsPerBlock, kCapacity,
+                executor.order.size());
+  }
+
+  {  // Puts from device memory, each followed by its signal.
+    constexpr int kRounds = 100;
+    std::vector<unsigned char> pattern(kPutBytes + kRounds);
+    for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<unsigned char>(i);
+    unsigned char* source = nullptr;
+    cudaMalloc(&source, pattern.size());
+    cudaMemcpy(source, pattern.data(), pattern.size(), cudaMemcpyHostToDevice);
+    HostWindowExecutor executor(backend, 64 + 3 * kRounds + kPutBytes);
+    gda::GdaProxy proxy(backend, &executor);
+    gda::GdaRing ring{};
+    check(ferry::ok(proxy.add_ring(8, gda::Producers::kDevice, &ring)), "add_ring");
+    proxy.start();
+    cudaMemset(failed, 0, sizeof(int));
+    put_then_signal<<<1, 1>>>(ring, source, kRounds, failed);
+    check(cudaDeviceSynchronize() == cudaSuccess, "put_then_signal ran");
+    proxy.stop();
+    int failure = 0;
+    cudaMemcpy(&failure, failed, sizeof(int), cudaMemcpyDeviceToHost);
+    check(failure == 0, "a put's post failed");
+    check(executor.order.size() == kRounds, "every put executed");
+    check(executor.puts_in_place, "each put's bytes in place when its signal was set");
+    const int last = kRounds - 1;
+    check(std::memcmp(executor.window.data() + 64 + 3 * last, pattern.data() + last, kPutBytes) == 0,
+          "the last put's bytes");
+    cudaFree(source);
+  }
+  cudaFree(failed);
+  if (errors == 0) std::printf("No Errors\n");
+  return errors == 0 ? 0 : 1;
+}

@@ -1,0 +1,220 @@
+// The proxy GDA's ring protocol with host threads as producers: rings that
+// fill (producers wait, nothing is overwritten), wrap around many times,
+// keep each producer's order, and count completions that quiet waits for.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/transport/gda/proxy.h"
+#include "unit_test_device.h"
+
+namespace ferry::gda {
+namespace {
+
+// Applies each descriptor to a window in host memory, as a target would,
+// and records what it saw; can be held (the ring then fills) or made to
+// fail at a ticket.
+class WindowExecutor : public GdaExecutor {
+ public:
+  explicit WindowExecutor(std::size_t window_bytes) : window(window_bytes, 0) {}
+
+  Status execute(const GdaDescriptor& d, int ring, std::uint64_t ticket) override {
+    while (held.load(std::memory_order_acquire)) std::this_thread::yield();
+    if (ticket == fail_at) return Status::kUnavailable;
+    std::lock_guard<std::mutex> lock(mutex);
+    switch (static_cast<GdaOp>(d.op)) {
+      case GdaOp::kPut:
+      case GdaOp::kPutSignal:
+        std::memcpy(window.data() + d.offset, reinterpret_cast<const void*>(d.source), d.bytes);
+        if (static_cast<GdaOp>(d.op) == GdaOp::kPut) break;
+        [[fallthrough]];
+      case GdaOp::kSignal: {
+        std::uint64_t word = 0;
+        std::memcpy(&word, window.data() + d.signal_offset, 8);
+        word = static_cast<GdaSignalOp>(d.signal_op) == GdaSignalOp::kAdd ? word + d.value : d.value;
+        std::memcpy(window.data() + d.signal_offset, &word, 8);
+        break;
+      }
+      case GdaOp::kAtomicAdd: {
+        std::uint64_t word = 0;
+        std::memcpy(&word, window.data() + d.offset, 8);
+        word += d.value;
+        std::memcpy(window.data() + d.offset, &word, 8);
+        break;
+      }
+    }
+    seen.push_back({ring, ticket, d.producer, d.value});
+    return Status::kOk;
+  }
+
+  struct Seen {
+    int ring;
+    std::uint64_t ticket;
+    std::uint32_t producer;
+    std::uint64_t value;
+  };
+  std::mutex mutex;
+  std::vector<char> window;
+  std::vector<Seen> seen;
+  std::atomic<bool> held{false};
+  std::uint64_t fail_at = kRingFailed;
+};
+
+GdaDescriptor signal_add(std::uint32_t producer, std::uint64_t signal_offset, std::uint64_t value) {
+  GdaDescriptor d{};
+  d.op = static_cast<std::uint32_t>(GdaOp::kSignal);
+  d.signal_op = static_cast<std::uint32_t>(GdaSignalOp::kAdd);
+  d.signal_offset = signal_offset;
+  d.value = value;
+  d.producer = producer;
+  return d;
+}
+
+std::uint64_t load(const std::uint64_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
+
+TEST(GdaRing, ManyProducersWrapAroundAndKeepEachOnesOrder) {
+  WindowExecutor executor(64);
+  GdaProxy proxy(testing::unit_test_device(), &executor);
+  GdaRing ring{};
+  ASSERT_EQ(proxy.add_ring(8, Producers::kHost, &ring), Status::kOk);
+  proxy.start();
+  constexpr int kProducers = 4, kPosts = 5000;
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p)
+    producers.emplace_back([&, p] {
+      std::uint64_t last = 0;
+      for (int i = 0; i < kPosts; ++i) {
+        last = post(ring, signal_add(p, 8 * p, i + 1));
+        ASSERT_NE(last, kRingFailed);
+      }
+      ASSERT_TRUE(wait_completed(ring, last));  // quiet
+    });
+  for (auto& t : producers) t.join();
+  proxy.stop();
+  ASSERT_EQ(proxy.status(), Status::kOk);
+  ASSERT_EQ(executor.seen.size(), std::size_t{kProducers} * kPosts);
+  // Tickets in order, every producer's values in the order it posted them.
+  std::vector<std::uint64_t> next_value(kProducers, 1);
+  for (std::size_t i = 0; i < executor.seen.size(); ++i) {
+    const auto& s = executor.seen[i];
+    EXPECT_EQ(s.ticket, i);
+    ASSERT_EQ(s.value, next_value[s.producer]) << "producer " << s.producer;
+    ++next_value[s.producer];
+  }
+  for (int p = 0; p < kProducers; ++p) {
+    std::uint64_t sum = 0;
+    std::memcpy(&sum, executor.window.data() + 8 * p, 8);
+    EXPECT_EQ(sum, std::uint64_t{kPosts} * (kPosts + 1) / 2);
+  }
+  EXPECT_EQ(load(&ring.words->completed), std::uint64_t{kProducers} * kPosts);
+}
+
+TEST(GdaRing, AFullRingMakesProducersWaitAndLosesNothing) {
+  WindowExecutor executor(64);
+  GdaProxy proxy(testing::unit_test_device(), &executor);
+  GdaRing ring{};
+  ASSERT_EQ(proxy.add_ring(4, Producers::kHost, &ring), Status::kOk);
+  executor.held = true;  // the proxy takes one descriptor and holds it
+  proxy.start();
+  std::atomic<int> posted{0};
+  std::thread producer([&] {
+    for (int i = 0; i < 12; ++i) {
+      ASSERT_NE(post(ring, signal_add(0, 0, 1)), kRingFailed);
+      posted.fetch_add(1);
+    }
+  });
+  // One in the proxy's hands, four in the ring: the sixth post waits.
+  for (int i = 0; i < 2000 && posted.load() < 5; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(posted.load(), 5);
+  EXPECT_EQ(load(&ring.words->completed), 0u);
+  executor.held = false;
+  producer.join();
+  ASSERT_TRUE(wait_completed(ring, 11));
+  proxy.stop();
+  std::uint64_t sum = 0;
+  std::memcpy(&sum, executor.window.data(), 8);
+  EXPECT_EQ(sum, 12u);
+}
+
+TEST(GdaRing, PutsLandBeforeTheSignalThatFollowsThem) {
+  WindowExecutor executor(1 << 16);
+  GdaProxy proxy(testing::unit_test_device(), &executor);
+  GdaRing ring{};
+  ASSERT_EQ(proxy.add_ring(16, Producers::kHost, &ring), Status::kOk);
+  proxy.start();
+  std::vector<unsigned char> source(4093);  // odd size, unaligned offsets below
+  for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<unsigned char>(i * 7 + 3);
+  for (int round = 0; round < 50; ++round) {
+    GdaDescriptor put{};
+    put.op = static_cast<std::uint32_t>(GdaOp::kPutSignal);
+    put.source = reinterpret_cast<std::uintptr_t>(source.data() + round);
+    put.offset = 8 + round * 3;
+    put.bytes = source.size() - round;
+    put.signal_offset = 0;
+    put.signal_op = static_cast<std::uint32_t>(GdaSignalOp::kSet);
+    put.value = round + 1;
+    const std::uint64_t ticket = post(ring, put);
+    ASSERT_TRUE(wait_completed(ring, ticket));
+    std::lock_guard<std::mutex> lock(executor.mutex);
+    std::uint64_t signal = 0;
+    std::memcpy(&signal, executor.window.data(), 8);
+    ASSERT_EQ(signal, std::uint64_t(round + 1));
+    ASSERT_EQ(std::memcmp(executor.window.data() + put.offset, source.data() + round, put.bytes), 0);
+  }
+  proxy.stop();
+}
+
+TEST(GdaRing, AFailedOperationReleasesWaitingProducers) {
+  WindowExecutor executor(64);
+  executor.fail_at = 3;
+  GdaProxy proxy(testing::unit_test_device(), &executor);
+  GdaRing ring{};
+  ASSERT_EQ(proxy.add_ring(4, Producers::kHost, &ring), Status::kOk);
+  proxy.start();
+  std::uint64_t last = 0;
+  int failed_posts = 0;
+  for (int i = 0; i < 20; ++i) {
+    const std::uint64_t ticket = post(ring, signal_add(0, 0, 1));
+    if (ticket == kRingFailed) ++failed_posts;
+    else last = ticket;
+  }
+  EXPECT_FALSE(wait_completed(ring, last));  // quiet returns, with the failure
+  EXPECT_GT(failed_posts, 0);                // the ring stopped taking posts
+  EXPECT_EQ(proxy.status(), Status::kUnavailable);
+  EXPECT_EQ(load(&ring.words->completed), 3u);  // tickets 0..2 finished, no more
+  proxy.stop();
+}
+
+TEST(GdaRing, StoppingReleasesProducersThatWaitForRoom) {
+  WindowExecutor executor(64);
+  GdaProxy proxy(testing::unit_test_device(), &executor);
+  GdaRing ring{};
+  ASSERT_EQ(proxy.add_ring(2, Producers::kHost, &ring), Status::kOk);
+  // Never started: two posts fill the ring, the third waits until stop.
+  EXPECT_EQ(post(ring, signal_add(0, 0, 1)), 0u);
+  EXPECT_EQ(post(ring, signal_add(0, 0, 1)), 1u);
+  proxy.start();
+  proxy.stop();
+  EXPECT_EQ(load(&ring.words->completed), 2u);  // what was published was drained
+  EXPECT_EQ(post(ring, signal_add(0, 0, 1)), 2u);
+  EXPECT_EQ(post(ring, signal_add(0, 0, 1)), 3u);
+  EXPECT_EQ(post(ring, signal_add(0, 0, 1)), kRingFailed);  // full, and nobody drains it
+}
+
+TEST(GdaRing, CapacityIsAPowerOfTwo) {
+  WindowExecutor executor(64);
+  GdaProxy proxy(testing::unit_test_device(), &executor);
+  GdaRing ring{};
+  EXPECT_EQ(proxy.add_ring(0, Producers::kHost, &ring), Status::kInvalidArgument);
+  EXPECT_EQ(proxy.add_ring(12, Producers::kHost, &ring), Status::kInvalidArgument);
+  EXPECT_EQ(proxy.add_ring(16, Producers::kDevice, &ring), Status::kOk);
+}
+
+}  // namespace
+}  // namespace ferry::gda
