@@ -8,7 +8,8 @@
 
 #include <cstdio>
 #include <cstring>
-#include <mutex>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "engine/gpu/gpu.h"
@@ -32,7 +33,7 @@ class HostWindowExecutor : public gda::GdaExecutor {
  public:
   HostWindowExecutor(ferry::gpu::Backend* backend, std::size_t bytes) : backend_(backend), window(bytes, 0) {}
 
-  ferry::Status execute(const gda::GdaDescriptor& d, int ring, std::uint64_t) override {
+  ferry::Status start(const gda::GdaDescriptor& d, int ring, std::uint64_t ticket) override {
     const auto op = static_cast<gda::GdaOp>(d.op);
     if (op == gda::GdaOp::kPut || op == gda::GdaOp::kPutSignal) {
       const ferry::Status status =
@@ -53,6 +54,13 @@ class HostWindowExecutor : public gda::GdaExecutor {
       }
     }
     order.push_back({ring, d.producer, d.value});
+    applied.push_back({ring, ticket});
+    return ferry::Status::kOk;
+  }
+
+  ferry::Status progress(const std::function<void(int, std::uint64_t)>& finished) override {
+    for (const auto& [ring, ticket] : applied) finished(ring, ticket);
+    applied.clear();
     return ferry::Status::kOk;
   }
 
@@ -64,6 +72,7 @@ class HostWindowExecutor : public gda::GdaExecutor {
   ferry::gpu::Backend* backend_;
   std::vector<char> window;
   std::vector<Seen> order;
+  std::vector<std::pair<int, std::uint64_t>> applied;  // not yet reported
   bool puts_in_place = true;
 };
 
@@ -80,8 +89,8 @@ __global__ void post_signals(gda::GdaRing ring, int* failed) {
   std::uint64_t last = 0;
   for (int i = 0; i < kPostsPerBlock; ++i) {
     gda::GdaDescriptor d{};
-    d.op = static_cast<std::uint32_t>(gda::GdaOp::kSignal);
-    d.signal_op = static_cast<std::uint32_t>(gda::GdaSignalOp::kAdd);
+    d.op = static_cast<std::uint8_t>(gda::GdaOp::kSignal);
+    d.signal_op = static_cast<std::uint8_t>(gda::GdaSignalOp::kAdd);
     d.signal_offset = 8 * blockIdx.x;
     d.value = i + 1;
     d.producer = blockIdx.x;
@@ -98,11 +107,11 @@ __global__ void post_signals(gda::GdaRing ring, int* failed) {
 __global__ void put_then_signal(gda::GdaRing ring, const unsigned char* source, int rounds, int* failed) {
   for (int r = 0; r < rounds; ++r) {
     gda::GdaDescriptor d{};
-    d.op = static_cast<std::uint32_t>(gda::GdaOp::kPutSignal);
+    d.op = static_cast<std::uint8_t>(gda::GdaOp::kPutSignal);
     d.source = reinterpret_cast<std::uintptr_t>(source + r);
     d.offset = 64 + 3 * r;
     d.bytes = kPutBytes;
-    d.signal_op = static_cast<std::uint32_t>(gda::GdaSignalOp::kSet);
+    d.signal_op = static_cast<std::uint8_t>(gda::GdaSignalOp::kSet);
     d.signal_offset = 0;
     d.value = r;
     if (gda::post(ring, d) == gda::kRingFailed) *failed = 1;

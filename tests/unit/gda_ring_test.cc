@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/transport/gda/proxy.h"
@@ -23,7 +24,8 @@ class WindowExecutor : public GdaExecutor {
  public:
   explicit WindowExecutor(std::size_t window_bytes) : window(window_bytes, 0) {}
 
-  Status execute(const GdaDescriptor& d, int ring, std::uint64_t ticket) override {
+  // Applies d at once; progress() reports it.
+  Status start(const GdaDescriptor& d, int ring, std::uint64_t ticket) override {
     while (held.load(std::memory_order_acquire)) std::this_thread::yield();
     if (ticket == fail_at) return Status::kUnavailable;
     std::lock_guard<std::mutex> lock(mutex);
@@ -49,6 +51,13 @@ class WindowExecutor : public GdaExecutor {
       }
     }
     seen.push_back({ring, ticket, d.producer, d.value});
+    applied.push_back({ring, ticket});
+    return Status::kOk;
+  }
+
+  Status progress(const std::function<void(int, std::uint64_t)>& finished) override {
+    for (const auto& [ring, ticket] : applied) finished(ring, ticket);
+    applied.clear();
     return Status::kOk;
   }
 
@@ -61,14 +70,15 @@ class WindowExecutor : public GdaExecutor {
   std::mutex mutex;
   std::vector<char> window;
   std::vector<Seen> seen;
+  std::vector<std::pair<int, std::uint64_t>> applied;  // not yet reported
   std::atomic<bool> held{false};
   std::uint64_t fail_at = kRingFailed;
 };
 
 GdaDescriptor signal_add(std::uint32_t producer, std::uint64_t signal_offset, std::uint64_t value) {
   GdaDescriptor d{};
-  d.op = static_cast<std::uint32_t>(GdaOp::kSignal);
-  d.signal_op = static_cast<std::uint32_t>(GdaSignalOp::kAdd);
+  d.op = static_cast<std::uint8_t>(GdaOp::kSignal);
+  d.signal_op = static_cast<std::uint8_t>(GdaSignalOp::kAdd);
   d.signal_offset = signal_offset;
   d.value = value;
   d.producer = producer;
@@ -152,12 +162,12 @@ TEST(GdaRing, PutsLandBeforeTheSignalThatFollowsThem) {
   for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<unsigned char>(i * 7 + 3);
   for (int round = 0; round < 50; ++round) {
     GdaDescriptor put{};
-    put.op = static_cast<std::uint32_t>(GdaOp::kPutSignal);
+    put.op = static_cast<std::uint8_t>(GdaOp::kPutSignal);
     put.source = reinterpret_cast<std::uintptr_t>(source.data() + round);
     put.offset = 8 + round * 3;
     put.bytes = source.size() - round;
     put.signal_offset = 0;
-    put.signal_op = static_cast<std::uint32_t>(GdaSignalOp::kSet);
+    put.signal_op = static_cast<std::uint8_t>(GdaSignalOp::kSet);
     put.value = round + 1;
     const std::uint64_t ticket = post(ring, put);
     ASSERT_TRUE(wait_completed(ring, ticket));

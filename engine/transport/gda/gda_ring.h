@@ -40,13 +40,13 @@
 namespace ferry::gda {
 
 // What a descriptor asks of its target rank's window.
-enum class GdaOp : std::uint32_t {
+enum class GdaOp : std::uint8_t {
   kPut = 1,         // bytes from source (this rank's memory) to the target's window at offset
   kPutSignal = 2,   // kPut, then the signal word at signal_offset set (or added to) with value
   kSignal = 3,      // the signal only
   kAtomicAdd = 4,   // 64-bit add of value at offset
 };
-enum class GdaSignalOp : std::uint32_t { kSet = 0, kAdd = 1 };
+enum class GdaSignalOp : std::uint8_t { kSet = 0, kAdd = 1 };
 
 // One cache line; `published` last, written after the body.
 struct alignas(64) GdaDescriptor {
@@ -55,10 +55,12 @@ struct alignas(64) GdaDescriptor {
   std::uint64_t bytes;
   std::uint64_t signal_offset;
   std::uint64_t value;           // signal value or atomic operand
-  std::uint32_t op;              // GdaOp
+  std::uint8_t op;               // GdaOp
+  std::uint8_t signal_op;        // GdaSignalOp
+  std::uint16_t window;          // which window of the proxy's (GdaWindows)
   std::int32_t target;           // the window's rank
-  std::uint32_t signal_op;       // GdaSignalOp
   std::uint32_t producer;        // who posted it (block, or host thread): for traces and checks
+  std::uint32_t reserved;
   std::uint64_t published;       // ticket + 1 once the body is written
 };
 static_assert(sizeof(GdaDescriptor) == 64, "a descriptor is one cache line");
@@ -129,8 +131,9 @@ FERRY_GDA_HOST_DEVICE std::uint64_t post(const GdaRing& ring, const GdaDescripto
   slot->signal_offset = body.signal_offset;
   slot->value = body.value;
   slot->op = body.op;
-  slot->target = body.target;
   slot->signal_op = body.signal_op;
+  slot->window = body.window;
+  slot->target = body.target;
   slot->producer = body.producer;
   detail::publish(&slot->published, ticket + 1);
   return ticket;

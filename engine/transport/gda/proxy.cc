@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "engine/common/liveness.h"
 #include "engine/common/log.h"
 
 namespace ferry::gda {
@@ -72,15 +73,13 @@ Status GdaProxy::add_ring(std::uint32_t capacity, Producers producers, GdaRing* 
 }
 
 void GdaProxy::start() {
-  if (thread_.joinable()) return;
-  stopping_.store(false, std::memory_order_release);
+  if (thread_.joinable() || stopping_.load(std::memory_order_acquire)) return;
   thread_ = std::thread([this] { run(); });
 }
 
 void GdaProxy::stop() {
-  if (!thread_.joinable()) return;
   stopping_.store(true, std::memory_order_release);
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
   // Producers still waiting for room or completion return.
   for (Ring& ring : rings_) __atomic_store_n(&ring.view.words->failed, 1u, __ATOMIC_RELEASE);
 }
@@ -93,39 +92,76 @@ void GdaProxy::fail(Status why) {
 }
 
 std::uint64_t GdaProxy::drain(int index, Ring& ring) {
-  std::uint64_t executed = 0;
+  std::uint64_t started = 0;
   for (;;) {
     GdaDescriptor* slot = &ring.view.slots[ring.next & (ring.view.capacity - 1)];
-    if (__atomic_load_n(&slot->published, __ATOMIC_ACQUIRE) != ring.next + 1) return executed;
+    if (__atomic_load_n(&slot->published, __ATOMIC_ACQUIRE) != ring.next + 1) return started;
     const GdaDescriptor d = *slot;
     const std::uint64_t ticket = ring.next++;
     // The slot is free once copied: a producer waiting for room may write it.
     store_word(&ring.view.words->consumed, ring.next);
-    const Status status = executor_->execute(d, index, ticket);
+    ring.finished.push_back(false);
+    const Status status = executor_->start(d, index, ticket);
     if (!ok(status)) {
       fail(status);
-      return executed;
+      return started;
     }
-    store_word(&ring.view.words->completed, ring.next);
-    ++executed;
+    ++started;
   }
 }
 
+void GdaProxy::finish(int index, std::uint64_t ticket) {
+  Ring& ring = rings_[index];
+  if (ticket < ring.completed || ticket - ring.completed >= ring.finished.size()) {
+    fail(Status::kInternal);  // an executor that reports what it was not given
+    return;
+  }
+  ring.finished[ticket - ring.completed] = true;
+  const std::uint64_t before = ring.completed;
+  while (!ring.finished.empty() && ring.finished.front()) {
+    ring.finished.pop_front();
+    ++ring.completed;
+  }
+  if (ring.completed != before) {
+    store_word(&ring.view.words->completed, ring.completed);
+    executed_.fetch_add(ring.completed - before, std::memory_order_relaxed);
+  }
+}
+
+bool GdaProxy::idle() const {
+  for (const Ring& ring : rings_)
+    if (!ring.finished.empty()) return false;
+  return true;
+}
+
 void GdaProxy::run() {
-  int idle = 0;
+  const auto finished = [this](int ring, std::uint64_t ticket) { finish(ring, ticket); };
+  std::chrono::steady_clock::time_point deadline{};
+  int idle_polls = 0;
   for (;;) {
     const bool stopping = stopping_.load(std::memory_order_acquire);
-    std::uint64_t executed = 0;
+    const std::uint64_t done_before = executed();
+    std::uint64_t started = 0;
     for (std::size_t i = 0; i < rings_.size() && ok(status()); ++i)
-      executed += drain(static_cast<int>(i), rings_[i]);
-    executed_.fetch_add(executed, std::memory_order_relaxed);
-    // Once stopping, one last pass took what was published.
-    if (stopping || !ok(status())) return;
-    if (executed != 0) {
-      idle = 0;
-    } else if (++idle > kSpinsBeforeSleep) {
+      started += drain(static_cast<int>(i), rings_[i]);
+    // Also after a failed start: what finished before it is reported.
+    const Status progressed = executor_->progress(finished);
+    if (!ok(progressed)) fail(progressed);
+    if (!ok(status())) return;
+    // Once stopping: what was published is started; wait for it to finish.
+    if (stopping) {
+      if (idle()) return;
+      if (deadline == std::chrono::steady_clock::time_point{}) deadline = handshake_deadline();
+      if (std::chrono::steady_clock::now() > deadline) {
+        fail(Status::kTimeout);
+        return;
+      }
+    }
+    if (started != 0 || executed() != done_before) {
+      idle_polls = 0;
+    } else if (++idle_polls > kSpinsBeforeSleep) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
-    } else if (idle > kSpinsBeforeYield) {
+    } else if (idle_polls > kSpinsBeforeYield) {
       std::this_thread::yield();
     }
   }

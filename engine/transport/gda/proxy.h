@@ -1,10 +1,12 @@
 // The proxy GDA's host side: a thread that plays the NIC for GPU threads.
 // It drains every ring (gda_ring.h) it serves in ticket order and hands each
 // descriptor to an executor, which carries the operation out (over the net
-// transport to a rank on another machine). Descriptors of one ring are
-// executed one after another, so a producer's puts land in the order it
-// posted them and a signal after the data it follows; `completed` advances
-// once each has finished, which is what quiet() waits for.
+// transport to a rank on another machine, gda_net.h). The executor starts
+// a ring's descriptors in ticket order and makes their effects visible at
+// each target in that order, so a producer's puts land in the order it
+// posted them and a signal after the data it follows. Operations may finish
+// out of order (different targets); a ring's `completed` advances over
+// those finished without a gap, which is what quiet() waits for.
 //
 // A failed operation, or a ring whose producers wait while the proxy stops,
 // marks every ring failed: producers waiting for room or completion return
@@ -13,6 +15,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -28,9 +32,13 @@ namespace ferry::gda {
 class GdaExecutor {
  public:
   virtual ~GdaExecutor() = default;
-  // Performs d (posted with ticket on ring `ring`) to completion: its data
-  // and signal are visible at the target when it returns kOk.
-  virtual Status execute(const GdaDescriptor& d, int ring, std::uint64_t ticket) = 0;
+  // Starts d, posted with ticket on ring `ring` (tickets of a ring come in
+  // order). Its effects at the target follow those of the ring's earlier
+  // descriptors to the same target.
+  virtual Status start(const GdaDescriptor& d, int ring, std::uint64_t ticket) = 0;
+  // Moves started operations along; calls finished(ring, ticket) for each
+  // whose data and signal are now visible at its target.
+  virtual Status progress(const std::function<void(int ring, std::uint64_t ticket)>& finished) = 0;
 };
 
 // Who takes tickets on a ring: GPU threads (the counter in device memory)
@@ -49,14 +57,15 @@ class GdaProxy {
 
   // A ring of capacity descriptors (a power of two), before start().
   Status add_ring(std::uint32_t capacity, Producers producers, GdaRing* ring);
-  // Starts draining on a thread of its own.
+  // Starts draining on a thread of its own; once only.
   void start();
-  // Drains what is published, then stops; rings still in use by producers
-  // are marked failed (a producer waiting on one returns).
+  // Drains what is published and waits (until FERRY_HANDSHAKE_TIMEOUT) for
+  // what it started to finish, then stops; every ring is then marked failed
+  // (a producer still waiting on one returns).
   void stop();
   // kOk, or the first failure (after which every ring is marked failed).
   Status status() const { return status_.load(std::memory_order_acquire); }
-  // Descriptors executed so far, over all rings.
+  // Descriptors finished so far, over all rings.
   std::uint64_t executed() const { return executed_.load(std::memory_order_relaxed); }
 
  private:
@@ -64,11 +73,16 @@ class GdaProxy {
     GdaRing view;
     Producers producers;
     std::uint64_t next = 0;  // the ticket expected next
+    // Tickets from `completed` on: whether each started one has finished.
+    std::uint64_t completed = 0;
+    std::deque<bool> finished;
   };
 
   void run();
-  // Takes and executes what ring holds now; the descriptors it executed.
+  // Takes what ring holds now and starts it; the descriptors it started.
   std::uint64_t drain(int index, Ring& ring);
+  void finish(int ring, std::uint64_t ticket);
+  bool idle() const;
   void fail(Status why);
 
   gpu::Backend* backend_;
