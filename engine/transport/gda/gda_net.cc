@@ -1,0 +1,218 @@
+#include "engine/transport/gda/gda_net.h"
+
+#include <cstring>
+#include <utility>
+
+#include "engine/common/log.h"
+
+namespace ferry::gda {
+namespace {
+
+constexpr int kRequestTag = 1;
+constexpr int kDataTag = 2;
+constexpr int kAckTag = 3;
+
+bool moves_data(GdaOp op) { return op == GdaOp::kPut || op == GdaOp::kPutSignal; }
+bool sets_signal(GdaOp op) { return op == GdaOp::kPutSignal || op == GdaOp::kSignal; }
+
+// offset + bytes within limit, without overflow.
+bool within(std::uint64_t offset, std::uint64_t bytes, std::size_t limit) {
+  return offset <= limit && bytes <= limit - offset;
+}
+
+}  // namespace
+
+GdaNetExecutor::GdaNetExecutor(gpu::Backend* backend, std::unique_ptr<NetProvider> net)
+    : backend_(backend), net_(std::move(net)), peers_(net_->size()) {}
+
+GdaNetExecutor::~GdaNetExecutor() {
+  // Receives still posted, sends still in flight: the peers' side is not told.
+  for (Peer& peer : peers_) {
+    for (NetRequest* request : {&peer.ack_receive, &peer.request_receive, &peer.data_receive})
+      if (request->handle) net_->cancel(request);
+    if (peer.ack_out && peer.ack_out->request.handle) net_->cancel(&peer.ack_out->request);
+  }
+  for (auto& out : outgoing_)
+    if (out->request.handle) net_->cancel(&out->request);
+}
+
+void GdaNetExecutor::add_window(std::uint16_t id, void* base, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(windows_mutex_);
+  windows_[id] = {static_cast<char*>(base), bytes};
+}
+
+void GdaNetExecutor::remove_window(std::uint16_t id) {
+  std::lock_guard<std::mutex> lock(windows_mutex_);
+  windows_.erase(id);
+}
+
+bool GdaNetExecutor::find_window(std::uint16_t id, Window* out) {
+  std::lock_guard<std::mutex> lock(windows_mutex_);
+  const auto it = windows_.find(id);
+  if (it == windows_.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+Status GdaNetExecutor::apply(const GdaWireRequest& request, const char* data, bool* refused) {
+  *refused = false;
+  Window window{};
+  const auto op = static_cast<GdaOp>(request.op);
+  const bool known = find_window(request.window, &window);
+  const bool data_fits = !moves_data(op) || within(request.offset, request.bytes, window.bytes);
+  const bool word_fits = !(sets_signal(op) || op == GdaOp::kAtomicAdd) ||
+                         within(op == GdaOp::kAtomicAdd ? request.offset : request.signal_offset, 8, window.bytes);
+  if (!known || !data_fits || !word_fits) {
+    FERRY_WARN(Transport, "gda: refused a request for window %u, offset %llu, %llu bytes (%s)", request.window,
+               static_cast<unsigned long long>(request.offset), static_cast<unsigned long long>(request.bytes),
+               !known ? "no such window here" : "past the window's end");
+    *refused = true;
+    return Status::kOk;
+  }
+  if (moves_data(op) && request.bytes != 0)
+    FERRY_CHECK(backend_->copy(window.base + request.offset, data, request.bytes));
+  if (sets_signal(op) || op == GdaOp::kAtomicAdd) {
+    char* word_at = window.base + (op == GdaOp::kAtomicAdd ? request.offset : request.signal_offset);
+    std::uint64_t word = request.value;
+    if (op == GdaOp::kAtomicAdd || static_cast<GdaSignalOp>(request.signal_op) == GdaSignalOp::kAdd) {
+      std::uint64_t old = 0;
+      FERRY_CHECK(backend_->copy(&old, word_at, sizeof old));
+      word = old + request.value;
+    }
+    FERRY_CHECK(backend_->copy(word_at, &word, sizeof word));
+  }
+  return Status::kOk;
+}
+
+Status GdaNetExecutor::send(int peer, int tag, std::vector<char> bytes) {
+  auto out = std::make_unique<Outgoing>();
+  out->bytes = std::move(bytes);
+  FERRY_CHECK(net_->post_send(peer, tag, out->bytes.data(), out->bytes.size(), &out->request));
+  outgoing_.push_back(std::move(out));
+  return Status::kOk;
+}
+
+Status GdaNetExecutor::start(const GdaDescriptor& d, int ring, std::uint64_t ticket) {
+  const GdaWireRequest request{d.offset, d.bytes, d.signal_offset, d.value, d.op, d.signal_op, d.window, 0};
+  if (d.target < 0 || d.target >= size()) return Status::kInvalidArgument;
+  if (d.target == rank()) {
+    bool refused = false;
+    FERRY_CHECK(apply(request, reinterpret_cast<const char*>(d.source), &refused));
+    if (refused) return Status::kInvalidArgument;
+    finished_here_.emplace_back(ring, ticket);
+    return Status::kOk;
+  }
+  std::vector<char> header(sizeof request);
+  std::memcpy(header.data(), &request, sizeof request);
+  FERRY_CHECK(send(d.target, kRequestTag, std::move(header)));
+  if (moves_data(static_cast<GdaOp>(d.op)) && d.bytes != 0) {
+    // Staged through host memory: the source may be device memory.
+    std::vector<char> data(d.bytes);
+    FERRY_CHECK(backend_->copy(data.data(), reinterpret_cast<const void*>(d.source), d.bytes));
+    FERRY_CHECK(send(d.target, kDataTag, std::move(data)));
+  }
+  Peer& peer = peers_[d.target];
+  peer.started.push_back({ring, ticket, ++peer.sent});
+  return Status::kOk;
+}
+
+Status GdaNetExecutor::post_receives(int p) {
+  Peer& peer = peers_[p];
+  if (!peer.ack_receive.handle)
+    FERRY_CHECK(net_->post_recv(p, kAckTag, &peer.ack_in, sizeof peer.ack_in, &peer.ack_receive));
+  if (!peer.request_receive.handle && !peer.awaiting_data)
+    FERRY_CHECK(net_->post_recv(p, kRequestTag, &peer.request_in, sizeof peer.request_in, &peer.request_receive));
+  return Status::kOk;
+}
+
+// Target side for one origin: takes its next request (and data), applies
+// it, and acknowledges.
+Status GdaNetExecutor::serve(int p) {
+  Peer& peer = peers_[p];
+  for (;;) {
+    bool done = false;
+    if (peer.awaiting_data) {
+      FERRY_CHECK(net_->test(&peer.data_receive, &done));
+      if (!done) return Status::kOk;
+      peer.awaiting_data = false;
+    } else {
+      FERRY_CHECK(net_->test(&peer.request_receive, &done));
+      if (!done) return Status::kOk;
+      if (moves_data(static_cast<GdaOp>(peer.request_in.op)) && peer.request_in.bytes != 0) {
+        peer.data_in.resize(peer.request_in.bytes);
+        FERRY_CHECK(net_->post_recv(p, kDataTag, peer.data_in.data(), peer.data_in.size(), &peer.data_receive));
+        peer.awaiting_data = true;
+        continue;
+      }
+    }
+    // A refusal is final for this origin: it fails, and sends no more.
+    bool refused = false;
+    if (!peer.refused) FERRY_CHECK(apply(peer.request_in, peer.data_in.data(), &refused));
+    peer.refused = peer.refused || refused;
+    if (!peer.refused) ++peer.applied;
+    FERRY_CHECK(post_receives(p));
+    FERRY_CHECK(acknowledge(p));
+  }
+}
+
+// Sends the count applied so far once the previous acknowledgement is out.
+Status GdaNetExecutor::acknowledge(int p) {
+  Peer& peer = peers_[p];
+  if (peer.ack_out) {
+    bool done = false;
+    FERRY_CHECK(net_->test(&peer.ack_out->request, &done));
+    if (!done) return Status::kOk;
+    peer.ack_out.reset();
+  }
+  const std::uint64_t count = peer.applied | (peer.refused ? kRefusedBit : 0);
+  if (count == peer.ack_sent) return Status::kOk;
+  peer.ack_out = std::make_unique<Outgoing>();
+  peer.ack_out->bytes.resize(sizeof count);
+  std::memcpy(peer.ack_out->bytes.data(), &count, sizeof count);
+  FERRY_CHECK(net_->post_send(p, kAckTag, peer.ack_out->bytes.data(), sizeof count, &peer.ack_out->request));
+  peer.ack_sent = count;
+  return Status::kOk;
+}
+
+Status GdaNetExecutor::progress(const std::function<void(int, std::uint64_t)>& finished) {
+  if (!receives_posted_) {
+    for (int p = 0; p < size(); ++p)
+      if (p != rank()) FERRY_CHECK(post_receives(p));
+    receives_posted_ = true;
+  }
+  for (const auto& [ring, ticket] : finished_here_) finished(ring, ticket);
+  finished_here_.clear();
+  // Sends in flight: done ones release their memory (in order: a send's
+  // completion does not depend on later ones).
+  while (!outgoing_.empty()) {
+    bool done = false;
+    FERRY_CHECK(net_->test(&outgoing_.front()->request, &done));
+    if (!done) break;
+    outgoing_.pop_front();
+  }
+  for (int p = 0; p < size(); ++p) {
+    if (p == rank()) continue;
+    Peer& peer = peers_[p];
+    FERRY_CHECK(serve(p));
+    FERRY_CHECK(acknowledge(p));
+    for (;;) {
+      bool done = false;
+      FERRY_CHECK(net_->test(&peer.ack_receive, &done));
+      if (!done) break;
+      if (peer.ack_in & kRefusedBit) {
+        FERRY_WARN(Transport, "gda: rank %d refused request %llu from this rank (see its log)", p,
+                   static_cast<unsigned long long>((peer.ack_in & ~kRefusedBit) + 1));
+        return Status::kInvalidArgument;
+      }
+      peer.acked = peer.ack_in;
+      FERRY_CHECK(post_receives(p));
+    }
+    while (!peer.started.empty() && peer.started.front().sequence <= peer.acked) {
+      finished(peer.started.front().ring, peer.started.front().ticket);
+      peer.started.pop_front();
+    }
+  }
+  return Status::kOk;
+}
+
+}  // namespace ferry::gda

@@ -1,0 +1,125 @@
+// The proxy GDA over the net transport: a GdaExecutor (proxy.h) that
+// carries descriptors to ranks on other machines over a NetProvider of its
+// own (socket or ib; net.h), and applies those other ranks send here into
+// this rank's window memory. One thread (the proxy's) drives both sides, so
+// every rank's proxy is also its target-side progress.
+//
+// Wire, per pair of ranks: a fixed-size request (op, window, offsets,
+// bytes, signal) on kRequestTag, its data on kDataTag, and from the target
+// a cumulative count of the requests it applied on kAckTag. The target
+// applies one origin's requests in the order they were posted (data before
+// its signal), and acknowledges once its effects are visible there; an
+// operation is finished at the origin once its count is acknowledged. So
+// a ring's `completed` (quiet) means visible at the target.
+//
+// A request the target refuses (an unknown window, a range past the
+// window's bytes) comes back as a refused acknowledgement: the origin's
+// proxy fails with kInvalidArgument and says which (FERRY_DEBUG=WARN). A
+// peer whose process ended fails the proxy with kPeerEnded.
+//
+// Window memory is device memory (or host memory) of backend; the target
+// writes data and signals there with the backend's copies, and a signal or
+// atomic add read-modify-writes its word: updates to one word from the
+// proxy and from this GPU's own threads are not atomic with each other.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/gpu/gpu.h"
+#include "engine/transport/gda/proxy.h"
+#include "engine/transport/net.h"
+
+namespace ferry::gda {
+
+// What crosses the wire for one descriptor.
+struct GdaWireRequest {
+  std::uint64_t offset;
+  std::uint64_t bytes;
+  std::uint64_t signal_offset;
+  std::uint64_t value;
+  std::uint8_t op;
+  std::uint8_t signal_op;
+  std::uint16_t window;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(GdaWireRequest) == 40, "GdaWireRequest crosses the wire");
+
+// An acknowledgement: requests applied so far; kRefusedBit set: the one
+// after them was refused.
+constexpr std::uint64_t kRefusedBit = std::uint64_t{1} << 63;
+
+class GdaNetExecutor : public GdaExecutor {
+ public:
+  // net: the group's network, used by the proxy's thread alone from now on.
+  GdaNetExecutor(gpu::Backend* backend, std::unique_ptr<NetProvider> net);
+  ~GdaNetExecutor() override;
+
+  // This rank's memory of window id: [base, base + bytes). Any thread; a
+  // rank registers a window before any peer posts to it.
+  void add_window(std::uint16_t id, void* base, std::size_t bytes);
+  void remove_window(std::uint16_t id);
+
+  Status start(const GdaDescriptor& d, int ring, std::uint64_t ticket) override;
+  Status progress(const std::function<void(int, std::uint64_t)>& finished) override;
+
+  int rank() const { return net_->rank(); }
+  int size() const { return net_->size(); }
+
+ private:
+  struct Window {
+    char* base;
+    std::size_t bytes;
+  };
+  // A send and the memory it reads, kept until the send is done.
+  struct Outgoing {
+    NetRequest request;
+    std::vector<char> bytes;
+  };
+  struct Started {
+    int ring;
+    std::uint64_t ticket;
+    std::uint64_t sequence;  // this origin's count of requests to the target
+  };
+  struct Peer {
+    // Origin side.
+    std::uint64_t sent = 0;   // requests posted to it
+    std::uint64_t acked = 0;  // requests it applied
+    std::deque<Started> started;
+    NetRequest ack_receive;
+    std::uint64_t ack_in = 0;
+    // Target side.
+    NetRequest request_receive;
+    GdaWireRequest request_in{};
+    bool awaiting_data = false;
+    NetRequest data_receive;
+    std::vector<char> data_in;
+    std::uint64_t applied = 0;
+    bool refused = false;
+    std::uint64_t ack_sent = 0;  // the count the last ack carried
+    std::unique_ptr<Outgoing> ack_out;
+  };
+
+  Status post_receives(int peer);
+  Status send(int peer, int tag, std::vector<char> bytes);
+  // Target side: applies request (data: its bytes) from peer, or refuses it.
+  Status apply(const GdaWireRequest& request, const char* data, bool* refused);
+  Status serve(int peer);
+  Status acknowledge(int peer);
+  bool find_window(std::uint16_t id, Window* out);
+
+  gpu::Backend* backend_;
+  std::unique_ptr<NetProvider> net_;
+  std::vector<Peer> peers_;
+  std::deque<std::unique_ptr<Outgoing>> outgoing_;
+  std::vector<std::pair<int, std::uint64_t>> finished_here_;  // self-targeted, to report
+  bool receives_posted_ = false;
+  std::mutex windows_mutex_;
+  std::unordered_map<std::uint16_t, Window> windows_;
+};
+
+}  // namespace ferry::gda

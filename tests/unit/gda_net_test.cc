@@ -1,0 +1,175 @@
+// The proxy GDA over the net transport (gda_net.h) between ranks as
+// threads of one process, over the socket provider on loopback: puts with
+// signals to every rank (itself too) land whole before their signal and
+// before quiet returns, atomic adds from every rank sum, and a request past
+// the target's window is refused without touching it.
+#include "engine/transport/gda/gda_net.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "engine/transport/socket_network.h"
+#include "tests/unit/loopback_ranks.h"
+#include "unit_test_device.h"
+
+namespace ferry::gda {
+namespace {
+
+constexpr std::uint16_t kWindowId = 7;
+constexpr std::size_t kWindowBytes = 256 << 10;
+constexpr int kRounds = 12;
+// Each source's puts land in its own part of every window, after the
+// signal words.
+constexpr std::size_t kSignals = 64;
+constexpr std::size_t kPart = 20000;
+
+std::size_t put_bytes(int round) { return 1 + static_cast<std::size_t>(round) * 1237; }  // 1 .. 13608, odd sizes
+std::size_t put_offset(int source, int round) { return kSignals + source * kPart + 3 + 5 * round; }
+
+std::vector<char> pattern(int source, int target, int round, std::size_t bytes) {
+  std::vector<char> data(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) data[i] = static_cast<char>(source * 101 + target * 37 + round * 7 + i * 13);
+  return data;
+}
+
+// One rank: window memory, a socket network of its own, the executor and
+// a proxy with a ring for this rank's host threads.
+struct GdaRank {
+  gpu::Backend* backend = testing::unit_test_device();
+  void* window = nullptr;
+  std::unique_ptr<GdaNetExecutor> executor;
+  std::unique_ptr<GdaProxy> proxy;
+  GdaRing ring{};
+
+  explicit GdaRank(Bootstrap& bootstrap) {
+    SocketNetworkOptions options;
+    options.ifname = "lo";
+    std::unique_ptr<NetProvider> net;
+    EXPECT_EQ(make_socket_network(bootstrap, &net, options), Status::kOk);
+    EXPECT_EQ(backend->device_alloc(kWindowBytes, &window), Status::kOk);
+    const std::vector<char> zeros(kWindowBytes, 0);
+    EXPECT_EQ(backend->copy(window, zeros.data(), kWindowBytes), Status::kOk);
+    executor = std::make_unique<GdaNetExecutor>(backend, std::move(net));
+    executor->add_window(kWindowId, window, kWindowBytes);
+    proxy = std::make_unique<GdaProxy>(backend, executor.get());
+    EXPECT_EQ(proxy->add_ring(8, Producers::kHost, &ring), Status::kOk);
+    // Every rank's window is known before any rank posts.
+    EXPECT_EQ(bootstrap.barrier(), Status::kOk);
+    proxy->start();
+  }
+  ~GdaRank() {
+    proxy.reset();
+    executor.reset();
+    EXPECT_EQ(backend->device_free(window), Status::kOk);
+  }
+
+  std::vector<char> window_bytes() {
+    std::vector<char> bytes(kWindowBytes);
+    EXPECT_EQ(backend->copy(bytes.data(), window, kWindowBytes), Status::kOk);
+    return bytes;
+  }
+};
+
+std::uint64_t word_at(const std::vector<char>& bytes, std::size_t offset) {
+  std::uint64_t word = 0;
+  std::memcpy(&word, bytes.data() + offset, 8);
+  return word;
+}
+
+TEST(GdaNet, PutsWithSignalsReachEveryRankWholeAndInOrder) {
+  constexpr int kRanks = 3;
+  testing::run_loopback_ranks(kRanks, [](int me, Bootstrap& bootstrap) {
+    GdaRank rank(bootstrap);
+    std::vector<std::vector<char>> sources;  // kept until quiet
+    std::uint64_t last = 0;
+    for (int round = 0; round < kRounds; ++round)
+      for (int target = 0; target < kRanks; ++target) {
+        sources.push_back(pattern(me, target, round, put_bytes(round)));
+        GdaDescriptor d{};
+        d.op = static_cast<std::uint8_t>(GdaOp::kPutSignal);
+        d.window = kWindowId;
+        d.target = target;
+        d.source = reinterpret_cast<std::uintptr_t>(sources.back().data());
+        d.offset = put_offset(me, round);
+        d.bytes = sources.back().size();
+        d.signal_op = static_cast<std::uint8_t>(GdaSignalOp::kAdd);
+        d.signal_offset = 8 * me;
+        d.value = 1;
+        d.producer = me;
+        last = post(rank.ring, d);
+        ASSERT_NE(last, kRingFailed);
+      }
+    ASSERT_TRUE(wait_completed(rank.ring, last));  // quiet: visible at every target
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+    const std::vector<char> window = rank.window_bytes();
+    for (int source = 0; source < kRanks; ++source) {
+      EXPECT_EQ(word_at(window, 8 * source), std::uint64_t{kRounds}) << "signals from rank " << source;
+      // Later rounds overlap earlier ones: the last write of each byte wins.
+      std::vector<char> expected(kPart, 0);
+      for (int round = 0; round < kRounds; ++round) {
+        const std::vector<char> data = pattern(source, me, round, put_bytes(round));
+        std::memcpy(expected.data() + (put_offset(source, round) - put_offset(source, 0)), data.data(), data.size());
+      }
+      const std::size_t span = put_offset(source, kRounds - 1) + put_bytes(kRounds - 1) - put_offset(source, 0);
+      EXPECT_EQ(std::memcmp(window.data() + put_offset(source, 0), expected.data(), span), 0)
+          << "rank " << me << ": data from rank " << source;
+    }
+    EXPECT_EQ(rank.proxy->status(), Status::kOk);
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+  });
+}
+
+TEST(GdaNet, AtomicAddsFromEveryRankSum) {
+  constexpr int kRanks = 3, kAdds = 200;
+  testing::run_loopback_ranks(kRanks, [](int me, Bootstrap& bootstrap) {
+    GdaRank rank(bootstrap);
+    std::uint64_t last = 0;
+    for (int i = 0; i < kAdds; ++i) {
+      GdaDescriptor d{};
+      d.op = static_cast<std::uint8_t>(GdaOp::kAtomicAdd);
+      d.window = kWindowId;
+      d.target = 0;
+      d.offset = 40;
+      d.value = me + 1;
+      last = post(rank.ring, d);
+    }
+    ASSERT_TRUE(wait_completed(rank.ring, last));
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+    if (me == 0) EXPECT_EQ(word_at(rank.window_bytes(), 40), std::uint64_t{kAdds} * (1 + 2 + 3));
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+  });
+}
+
+TEST(GdaNet, ARequestPastTheWindowIsRefusedAndTouchesNothing) {
+  testing::run_loopback_ranks(2, [](int me, Bootstrap& bootstrap) {
+    GdaRank rank(bootstrap);
+    if (me == 0) {
+      std::vector<char> data(100, 'x');
+      GdaDescriptor d{};
+      d.op = static_cast<std::uint8_t>(GdaOp::kPutSignal);
+      d.window = kWindowId;
+      d.target = 1;
+      d.source = reinterpret_cast<std::uintptr_t>(data.data());
+      d.offset = kWindowBytes - 50;  // its last 50 bytes would fall outside
+      d.bytes = data.size();
+      d.signal_offset = 0;
+      d.value = 9;
+      const std::uint64_t ticket = post(rank.ring, d);
+      EXPECT_FALSE(wait_completed(rank.ring, ticket));
+      EXPECT_EQ(rank.proxy->status(), Status::kInvalidArgument);
+    }
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+    if (me == 1) {
+      const std::vector<char> window = rank.window_bytes();
+      EXPECT_EQ(word_at(window, 0), 0u);  // nor the signal
+      for (std::size_t i = kWindowBytes - 50; i < kWindowBytes; ++i) ASSERT_EQ(window[i], 0);
+      EXPECT_EQ(rank.proxy->status(), Status::kOk);
+    }
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+  });
+}
+
+}  // namespace
+}  // namespace ferry::gda
