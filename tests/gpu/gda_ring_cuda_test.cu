@@ -2,8 +2,11 @@
 // blocks post into rings smaller than what they post (they wait for room),
 // the proxy thread executes every descriptor in each block's order, puts
 // land before the signal that follows them, and quiet (wait_completed)
-// returns once the proxy has finished a block's operations. No MPI: one
-// process, GPU 0. Prints "No Errors" on success.
+// returns once the proxy has finished a block's operations. Then two ranks
+// (threads with a loopback bootstrap and socket networks of their own, as
+// two machines): a kernel on rank 0 puts into rank 1's device window through
+// the net executor (gda_net.h) while a kernel on rank 1 waits for the
+// signals. No MPI: one process, GPU 0. Prints "No Errors" on success.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -12,7 +15,12 @@
 #include <utility>
 #include <vector>
 
+#include <thread>
+
+#include "engine/bootstrap/tcp_bootstrap.h"
 #include "engine/gpu/gpu.h"
+#include "engine/transport/gda/gda_net.h"
+#include "engine/transport/socket_network.h"
 #include "engine/transport/gda/proxy.h"
 
 namespace gda = ferry::gda;
@@ -118,6 +126,93 @@ __global__ void put_then_signal(gda::GdaRing ring, const unsigned char* source, 
   }
 }
 
+// Every block puts its slice of source into rank `target`'s window (after
+// the signal words) and adds 1 to its signal word there, `rounds` times;
+// then waits for completion (quiet).
+constexpr int kRemoteBlocks = 8;
+constexpr std::size_t kSlice = 4099;
+__global__ void put_to_remote(gda::GdaRing ring, int target, const unsigned char* source, int rounds, int* failed) {
+  if (threadIdx.x != 0) return;
+  std::uint64_t last = 0;
+  for (int r = 0; r < rounds; ++r) {
+    gda::GdaDescriptor d{};
+    d.op = static_cast<std::uint8_t>(gda::GdaOp::kPutSignal);
+    d.window = 1;
+    d.target = target;
+    d.source = reinterpret_cast<std::uintptr_t>(source + blockIdx.x * kSlice);
+    d.offset = 8 * kRemoteBlocks + blockIdx.x * kSlice;
+    d.bytes = kSlice;
+    d.signal_op = static_cast<std::uint8_t>(gda::GdaSignalOp::kAdd);
+    d.signal_offset = 8 * blockIdx.x;
+    d.value = 1;
+    d.producer = blockIdx.x;
+    last = gda::post(ring, d);
+    if (last == gda::kRingFailed) break;
+  }
+  if (last == gda::kRingFailed || !gda::wait_completed(ring, last)) failed[blockIdx.x] = 1;
+}
+
+// Block b waits until its signal word in this rank's window reaches rounds.
+__global__ void wait_signals(const unsigned long long* window, int rounds) {
+  if (threadIdx.x != 0) return;
+  while (*reinterpret_cast<const volatile unsigned long long*>(&window[blockIdx.x]) < rounds) __nanosleep(256);
+}
+
+// Rank `rank` of two, over bootstrap: rank 0 puts from its GPU, rank 1's
+// GPU waits for the data.
+void remote_rank(ferry::gpu::Backend* backend, ferry::Bootstrap& bootstrap, const std::vector<unsigned char>& pattern,
+                 int rounds, bool* passed) {
+  const int rank = bootstrap.rank();
+  backend->set_device(0);
+  ferry::SocketNetworkOptions options;
+  options.ifname = "lo";
+  std::unique_ptr<ferry::NetProvider> net;
+  if (!ferry::ok(ferry::make_socket_network(bootstrap, &net, options))) return;
+  const std::size_t window_bytes = 8 * kRemoteBlocks + kRemoteBlocks * kSlice;
+  unsigned char* window = nullptr;
+  unsigned char* source = nullptr;
+  int* failed = nullptr;
+  cudaMalloc(&window, window_bytes);
+  cudaMemset(window, 0, window_bytes);
+  cudaMalloc(&source, pattern.size());
+  cudaMemcpy(source, pattern.data(), pattern.size(), cudaMemcpyHostToDevice);
+  cudaMalloc(&failed, kRemoteBlocks * sizeof(int));
+  cudaMemset(failed, 0, kRemoteBlocks * sizeof(int));
+  cudaDeviceSynchronize();
+  {
+    gda::GdaNetExecutor executor(backend, std::move(net));
+    executor.add_window(1, window, window_bytes);
+    gda::GdaProxy proxy(backend, &executor);
+    gda::GdaRing ring{};
+    bool ok = ferry::ok(proxy.add_ring(16, gda::Producers::kDevice, &ring));
+    ok = ferry::ok(bootstrap.barrier()) && ok;
+    proxy.start();
+    cudaStream_t stream;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (rank == 0)
+      put_to_remote<<<kRemoteBlocks, 32, 0, stream>>>(ring, 1, source, rounds, failed);
+    else
+      wait_signals<<<kRemoteBlocks, 32, 0, stream>>>(reinterpret_cast<unsigned long long*>(window), rounds);
+    ok = cudaStreamSynchronize(stream) == cudaSuccess && ok;
+    cudaStreamDestroy(stream);
+    std::vector<int> failures(kRemoteBlocks);
+    cudaMemcpy(failures.data(), failed, failures.size() * sizeof(int), cudaMemcpyDeviceToHost);
+    for (int f : failures) ok = ok && f == 0;
+    ok = ferry::ok(bootstrap.barrier()) && ok;
+    if (rank == 1) {
+      std::vector<unsigned char> landed(window_bytes);
+      cudaMemcpy(landed.data(), window, window_bytes, cudaMemcpyDeviceToHost);
+      ok = ok && std::memcmp(landed.data() + 8 * kRemoteBlocks, pattern.data(), kRemoteBlocks * kSlice) == 0;
+    }
+    ok = ok && ferry::ok(proxy.status());
+    *passed = ok;
+    proxy.stop();
+  }
+  cudaFree(window);
+  cudaFree(source);
+  cudaFree(failed);
+}
+
 }  // namespace
 
 int main() {
@@ -183,6 +278,30 @@ int main() {
     cudaFree(source);
   }
   cudaFree(failed);
+
+  {  // GPU-initiated puts to a rank on another (virtual) machine.
+    constexpr int kRounds = 50;
+    std::vector<unsigned char> pattern(kRemoteBlocks * kSlice);
+    for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<unsigned char>(i * 13 + 5);
+    ferry::TcpBootstrapOptions options;
+    options.timeout_s = 30;
+    options.loopback = true;
+    std::string id;
+    check(ferry::ok(ferry::create_unique_id(&id, options)), "a loopback bootstrap");
+    bool passed[2] = {false, false};
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < 2; ++rank)
+      ranks.emplace_back([&, rank] {
+        std::unique_ptr<ferry::Bootstrap> bootstrap;
+        if (!ferry::ok(ferry::make_tcp_bootstrap(id, rank, 2, &bootstrap, options))) return;
+        remote_rank(backend, *bootstrap, pattern, kRounds, &passed[rank]);
+      });
+    for (auto& t : ranks) t.join();
+    check(passed[0], "rank 0's puts to the other machine completed (quiet)");
+    check(passed[1], "rank 1's window holds the data once its signals arrived");
+    std::printf("remote: %d blocks x %d puts of %zu bytes with signals, rank 0 -> rank 1 over the socket provider\n",
+                kRemoteBlocks, kRounds, kSlice);
+  }
   if (errors == 0) std::printf("No Errors\n");
   return errors == 0 ? 0 : 1;
 }
