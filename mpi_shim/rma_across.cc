@@ -169,6 +169,14 @@ int create_window_across(FunctionId id, void* memory, bool device_here, MPI_Aint
 
 bool is_window_across(MPI_Win win) { return find(win) != nullptr; }
 
+bool device_memory_across(MPI_Win win, void** memory, std::size_t* bytes) {
+  AcrossWindow* w = find(win);
+  if (!w) return false;
+  *memory = w->device;
+  *bytes = w->device ? w->bytes : 0;
+  return true;
+}
+
 int rank_in_window(MPI_Win win) {
   const AcrossWindow* w = find(win);
   return w ? w->rank : MPI_UNDEFINED;

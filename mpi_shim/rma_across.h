@@ -31,6 +31,7 @@
 
 #include <mpi.h>
 
+#include <cstddef>
 #include <functional>
 
 #include "function_ids.h"
@@ -47,6 +48,9 @@ int create_window_across(FunctionId id, void* memory, bool device_here, MPI_Aint
 
 // Whether win is such a window.
 bool is_window_across(MPI_Win win);
+// This rank's device memory of such a window (null and 0 where its memory
+// is host memory); false when win is not one.
+bool device_memory_across(MPI_Win win, void** memory, std::size_t* bytes);
 
 // A synchronization call pmpi on win: on such a window reconciled before
 // and after (when it succeeds); `after_only`: reconciled only after (a lock,

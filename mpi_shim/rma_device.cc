@@ -1,35 +1,81 @@
 // ferry_win_device_handle: the handle users' kernels drive a device window
 // with (include/ferry/device.h). Built on first request, collectively over
 // the window's ranks, and kept as an attribute of the window so that
-// MPI_Win_free releases it.
+// MPI_Win_free releases it. A window whose ranks span machines gets a
+// handle that reaches the other ranks through the proxy GDA (RemoteAccess).
 #include <mpi.h>
 
 #include <new>
 
+#include "engine/bootstrap/mpi_bootstrap.h"
+#include "engine/gpu/gpu.h"
 #include "engine/pgas/device_access.h"
+#include "engine/pgas/remote_access.h"
 #include "ferry/device.h"
 #include "mpi_shim/rma.h"
+#include "mpi_shim/rma_across.h"
 #include "mpi_shim/wrapper_support.h"
 
 namespace ferry::shim {
 namespace {
 
+template <typename Access>
 int delete_access(MPI_Win, int, void* value, void*) {
-  delete static_cast<DeviceAccess*>(value);
+  delete static_cast<Access*>(value);
   return MPI_SUCCESS;
 }
 
+template <typename Access>
 int access_keyval() {
   static const int keyval = [] {
     int k = MPI_KEYVAL_INVALID;
-    PMPI_Win_create_keyval(MPI_WIN_NULL_COPY_FN, delete_access, &k, nullptr);
+    PMPI_Win_create_keyval(MPI_WIN_NULL_COPY_FN, delete_access<Access>, &k, nullptr);
     return k;
   }();
   return keyval;
 }
 
+// The window's ranks as a bootstrap of their own, in the window's order.
+std::unique_ptr<Bootstrap> window_bootstrap(MPI_Win win) {
+  MPI_Group group = MPI_GROUP_NULL;
+  if (PMPI_Win_get_group(win, &group) != MPI_SUCCESS) return nullptr;
+  MPI_Comm comm = MPI_COMM_NULL;
+  const int rc = PMPI_Comm_create_group(MPI_COMM_WORLD, group, 0, &comm);
+  PMPI_Group_free(&group);
+  if (rc != MPI_SUCCESS || comm == MPI_COMM_NULL) return nullptr;
+  std::unique_ptr<Bootstrap> bootstrap = make_mpi_bootstrap(comm);
+  PMPI_Comm_free(&comm);
+  return bootstrap;
+}
+
+// The handle of a window across machines.
+int remote_handle(MPI_Win win, ferry_window_device_t* handle) {
+  void* value = nullptr;
+  int found = 0;
+  if (PMPI_Win_get_attr(win, access_keyval<RemoteAccess>(), &value, &found) != MPI_SUCCESS)
+    return raise_win_error(win, MPI_ERR_WIN);
+  if (!found) {
+    void* memory = nullptr;
+    std::size_t bytes = 0;
+    device_memory_across(win, &memory, &bytes);
+    std::unique_ptr<Bootstrap> bootstrap = window_bootstrap(win);
+    if (!bootstrap) return raise_win_error(win, MPI_ERR_OTHER);
+    std::unique_ptr<RemoteAccess> access;
+    const Status status = RemoteAccess::create(std::move(bootstrap), gpu::active_backend(), memory, bytes, &access);
+    if (!ok(status)) {
+      FERRY_WARN(Pgas, "ferry_win_device_handle: a window across machines: %s", status_name(status));
+      return raise_win_error(win, status == Status::kOutOfMemory ? MPI_ERR_NO_MEM : MPI_ERR_OTHER);
+    }
+    value = access.release();
+    PMPI_Win_set_attr(win, access_keyval<RemoteAccess>(), value);
+  }
+  *handle = static_cast<RemoteAccess*>(value)->handle();
+  return MPI_SUCCESS;
+}
+
 int device_handle(MPI_Win win, ferry_window_device_t* handle) {
   Window* window = engine_window(win);
+  if (!window && handle && is_window_across(win)) return remote_handle(win, handle);
   if (!window) {
     FERRY_WARN(Pgas, "ferry_win_device_handle: the window is not a device window");
     return raise_win_error(win, MPI_ERR_WIN);
@@ -37,7 +83,8 @@ int device_handle(MPI_Win win, ferry_window_device_t* handle) {
   if (!handle) return raise_win_error(win, MPI_ERR_ARG);
   void* value = nullptr;
   int found = 0;
-  if (PMPI_Win_get_attr(win, access_keyval(), &value, &found) != MPI_SUCCESS) return raise_win_error(win, MPI_ERR_WIN);
+  if (PMPI_Win_get_attr(win, access_keyval<DeviceAccess>(), &value, &found) != MPI_SUCCESS)
+    return raise_win_error(win, MPI_ERR_WIN);
   if (!found) {
     std::unique_ptr<DeviceAccess> access;
     const Status status = DeviceAccess::create(*window, &access);
@@ -46,7 +93,7 @@ int device_handle(MPI_Win win, ferry_window_device_t* handle) {
       return raise_win_error(win, status == Status::kOutOfMemory ? MPI_ERR_NO_MEM : MPI_ERR_OTHER);
     }
     value = access.release();
-    PMPI_Win_set_attr(win, access_keyval(), value);
+    PMPI_Win_set_attr(win, access_keyval<DeviceAccess>(), value);
   }
   *handle = static_cast<DeviceAccess*>(value)->handle();
   return MPI_SUCCESS;

@@ -96,6 +96,7 @@ constexpr Range kRanges[] = {
     {"socket_streams", 1, 16},
     {"ib_qps", 1, 8},
     {"ib_gid_index", 0, 255},
+    {"gda_ring_slots", 8, 65536},
 };
 
 bool equal_ignoring_case(const std::string& a, const char* b) {

@@ -164,6 +164,13 @@ class CudaBackend final : public Backend {
     *stream = reinterpret_cast<Stream>(s);
     return Status::kOk;
   }
+  Status stream_create_independent(Stream* stream) override {
+    ensure_device_for_thread(device_count_);
+    cudaStream_t s = nullptr;
+    FERRY_CHECK(FERRY_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)));
+    *stream = reinterpret_cast<Stream>(s);
+    return Status::kOk;
+  }
   Status stream_destroy(Stream stream) override {
     return FERRY_CUDA(cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream)));
   }

@@ -127,6 +127,10 @@ class Backend {
   // streams as SMs free up: for the engine's short kernels that would
   // otherwise wait behind every block of an application kernel.
   virtual Status stream_create_urgent(Stream* stream) { return stream_create(stream); }
+  // A stream that never waits for the application's default stream, nor it
+  // for this one: for copies that must go on while an application kernel
+  // waits for them (the GDA proxy's).
+  virtual Status stream_create_independent(Stream* stream) { return stream_create(stream); }
   virtual Status stream_destroy(Stream stream) = 0;
   virtual Status stream_synchronize(Stream stream) = 0;
   virtual Status event_create(Event* event) = 0;

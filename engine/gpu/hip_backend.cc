@@ -119,6 +119,12 @@ class HipBackend final : public Backend {
     *stream = reinterpret_cast<Stream>(s);
     return Status::kOk;
   }
+  Status stream_create_independent(Stream* stream) override {
+    hipStream_t s = nullptr;
+    FERRY_CHECK(FERRY_HIP(hipStreamCreateWithFlags(&s, hipStreamNonBlocking)));
+    *stream = reinterpret_cast<Stream>(s);
+    return Status::kOk;
+  }
   Status stream_destroy(Stream stream) override { return FERRY_HIP(hipStreamDestroy(native(stream))); }
   Status stream_synchronize(Stream stream) override { return FERRY_HIP(hipStreamSynchronize(native(stream))); }
   Status stream_done(Stream stream, bool* done) override {

@@ -13,9 +13,13 @@
  * (a 64-bit word of the target's window memory set or added to after the
  * data before it is visible) with wait_until, fence/quiet, and a barrier
  * over the window's ranks. Offsets are bytes into the target's window
- * memory. Every peer of a window is reachable today (windows need all ranks
- * on one machine with peer access); reachable() says so per rank, and a call
- * to an unreachable peer traps with a message.
+ * memory. Ranks whose memory this GPU maps are reached by load and store;
+ * in a window whose ranks span machines, the others go through a GDA queue
+ * that a proxy thread of this process drains over the network
+ * (ferry/gda_ring.h). Across machines today: put (all forms), p, signal,
+ * put_signal, atomic_add of 64-bit integers, quiet(w) and barrier_block;
+ * get, g, fetch_add, compare_swap and ll::put to another machine trap with
+ * a message. reachable() says whether a rank can be reached at all.
  *
  * ll::put/ll::wait move small messages whose words carry their own flags:
  * one NVLink crossing, no fence, no separate signal.
@@ -23,7 +27,9 @@
  * Ordering: put/p/atomics from one thread to one target are not ordered with
  * each other until fence(); signal() orders everything the calling thread
  * (for block and warp forms: the whole block or warp) wrote before it.
- * quiet() completes every earlier write of the calling thread everywhere.
+ * quiet() completes every earlier write of the calling thread to mapped
+ * ranks; quiet(w) also every write this process queued for other machines.
+ * A put to another machine returns once its source may be reused.
  *
  * The same header compiles in HIP kernels (hipcc, AMD GPUs), where a warp
  * is a wavefront (warpSize threads, 64 on CDNA GPUs); Ferry's HIP build has
@@ -53,9 +59,12 @@ int ferry_win_device_handle(MPI_Win win, ferry_window_device_t* handle);
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <type_traits>
 #if defined(__HIPCC__)
 #include <hip/hip_runtime.h>
 #endif
+
+#include "ferry/gda_ring.h"
 
 namespace ferry::device {
 
@@ -80,8 +89,57 @@ enum class SignalOp { kSet, kAdd };
 enum class Compare { kEq, kNe, kGt, kGe, kLt, kLe };
 
 __device__ __forceinline__ bool reachable(const ferry_window_device_t& w, int rank) {
-  return rank >= 0 && rank < w.size && w.peers[rank] != nullptr;
+  return rank >= 0 && rank < w.size && (w.peers[rank] != nullptr || w.gda_ring != nullptr);
 }
+
+namespace detail {
+
+// Whether rank's memory is mapped here (load and store), else it is on
+// another machine (the GDA queue).
+__device__ __forceinline__ bool mapped(const ferry_window_device_t& w, int rank) { return w.peers[rank] != nullptr; }
+
+__device__ __forceinline__ const gda::GdaRing& queue(const ferry_window_device_t& w) {
+  return *static_cast<const gda::GdaRing*>(w.gda_ring);
+}
+
+__device__ __forceinline__ void not_across_machines(const ferry_window_device_t& w, int rank, const char* call) {
+  printf("ferry: %s to window rank %d (another machine) is not supported across machines\n", call, rank);
+  trap();
+}
+
+// Queues op for rank's window memory (or sync block) on the GDA queue; the
+// ticket (gda::kRingFailed when the proxy has failed: the call is dropped,
+// and quiet(w) returns).
+__device__ __forceinline__ std::uint64_t post_remote(const ferry_window_device_t& w, int rank, gda::GdaOp op,
+                                                    std::size_t offset, const void* src, std::size_t bytes,
+                                                    std::size_t signal_offset = 0, unsigned long long value = 0,
+                                                    SignalOp signal_op = SignalOp::kSet, bool sync_block = false) {
+  if (w.gda_ring == nullptr || rank < 0 || rank >= w.size) {
+    printf("ferry: window rank %d is not reachable from this GPU\n", rank);
+    trap();
+  }
+  gda::GdaDescriptor d{};
+  d.op = static_cast<std::uint8_t>(op);
+  d.signal_op = static_cast<std::uint8_t>(signal_op == SignalOp::kAdd ? gda::GdaSignalOp::kAdd : gda::GdaSignalOp::kSet);
+  d.window = sync_block ? w.gda_sync_window : w.gda_window;
+  d.target = rank;
+  d.source = reinterpret_cast<std::uintptr_t>(src);
+  d.offset = offset;
+  d.bytes = bytes;
+  d.signal_offset = signal_offset;
+  d.value = value;
+  d.producer = blockIdx.x;
+  return gda::post(queue(w), d);
+}
+
+// A put's source may be reused once the proxy has read it.
+__device__ __forceinline__ void put_remote(const ferry_window_device_t& w, int rank, std::size_t offset,
+                                           const void* src, std::size_t bytes) {
+  const std::uint64_t ticket = post_remote(w, rank, gda::GdaOp::kPut, offset, src, bytes);
+  if (ticket != gda::kRingFailed) gda::wait_started(queue(w), ticket);
+}
+
+}  // namespace detail
 
 // rank's window memory at offset, as this GPU reaches it.
 __device__ __forceinline__ char* address(const ferry_window_device_t& w, int rank, std::size_t offset) {
@@ -119,12 +177,18 @@ __device__ __forceinline__ unsigned lane_in_block() {
 // One thread copies bytes from src (this GPU's memory) to rank's window.
 __device__ __forceinline__ void put(const ferry_window_device_t& w, int rank, std::size_t offset, const void* src,
                                     std::size_t bytes) {
+  if (!detail::mapped(w, rank)) return detail::put_remote(w, rank, offset, src, bytes);
   detail::copy(address(w, rank, offset), static_cast<const char*>(src), bytes, 0, 1);
 }
 // The threads of a warp (32; a wavefront's 64 on AMD) copy together; all
 // must call with the same arguments.
 __device__ __forceinline__ void put_warp(const ferry_window_device_t& w, int rank, std::size_t offset,
                                          const void* src, std::size_t bytes) {
+  if (!detail::mapped(w, rank)) {
+    if (threadIdx.x % detail::kWarpSize == 0) detail::put_remote(w, rank, offset, src, bytes);
+    detail::sync_warp();
+    return;
+  }
   detail::copy(address(w, rank, offset), static_cast<const char*>(src), bytes, threadIdx.x % detail::kWarpSize,
                detail::kWarpSize);
   __threadfence_system();
@@ -133,6 +197,12 @@ __device__ __forceinline__ void put_warp(const ferry_window_device_t& w, int ran
 // Every thread of the block copies together; all must call with the same arguments.
 __device__ __forceinline__ void put_block(const ferry_window_device_t& w, int rank, std::size_t offset,
                                           const void* src, std::size_t bytes) {
+  if (!detail::mapped(w, rank)) {
+    __syncthreads();  // the block's writes to src come first
+    if (detail::lane_in_block() == 0) detail::put_remote(w, rank, offset, src, bytes);
+    __syncthreads();
+    return;
+  }
   const unsigned threads = blockDim.x * blockDim.y * blockDim.z;
   detail::copy(address(w, rank, offset), static_cast<const char*>(src), bytes, detail::lane_in_block(), threads);
   __threadfence_system();
@@ -141,6 +211,7 @@ __device__ __forceinline__ void put_block(const ferry_window_device_t& w, int ra
 
 __device__ __forceinline__ void get(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
                                     std::size_t bytes) {
+  if (!detail::mapped(w, rank)) detail::not_across_machines(w, rank, "get");
   detail::copy(static_cast<char*>(dst), address(w, rank, offset), bytes, 0, 1);
 }
 __device__ __forceinline__ void get_warp(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
@@ -160,10 +231,18 @@ __device__ __forceinline__ void get_block(const ferry_window_device_t& w, int ra
 
 template <typename T>
 __device__ __forceinline__ void p(const ferry_window_device_t& w, int rank, std::size_t offset, T value) {
+  static_assert(sizeof(T) <= 8, "p moves one element of at most 8 bytes");
+  if (!detail::mapped(w, rank)) {
+    unsigned long long bits = 0;
+    memcpy(&bits, &value, sizeof(T));
+    detail::post_remote(w, rank, gda::GdaOp::kPutInline, offset, nullptr, sizeof(T), 0, bits);
+    return;
+  }
   *reinterpret_cast<volatile T*>(address(w, rank, offset)) = value;
 }
 template <typename T>
 __device__ __forceinline__ T g(const ferry_window_device_t& w, int rank, std::size_t offset) {
+  if (!detail::mapped(w, rank)) detail::not_across_machines(w, rank, "g");
   return *reinterpret_cast<volatile T*>(address(w, rank, offset));
 }
 
@@ -172,16 +251,25 @@ __device__ __forceinline__ T g(const ferry_window_device_t& w, int rank, std::si
 // T: int, unsigned, unsigned long long, float, double.
 template <typename T>
 __device__ __forceinline__ T fetch_add(const ferry_window_device_t& w, int rank, std::size_t offset, T value) {
+  if (!detail::mapped(w, rank)) detail::not_across_machines(w, rank, "fetch_add");
   return atomicAdd_system(reinterpret_cast<T*>(address(w, rank, offset)), value);
 }
+// To another machine: 64-bit integers only.
 template <typename T>
 __device__ __forceinline__ void atomic_add(const ferry_window_device_t& w, int rank, std::size_t offset, T value) {
+  if (!detail::mapped(w, rank)) {
+    if (sizeof(T) != 8 || !std::is_integral<T>::value) detail::not_across_machines(w, rank, "atomic_add of this type");
+    detail::post_remote(w, rank, gda::GdaOp::kAtomicAdd, offset, nullptr, 0, 0,
+                        static_cast<unsigned long long>(value));
+    return;
+  }
   (void)fetch_add(w, rank, offset, value);
 }
 // T: int, unsigned, unsigned long long. Returns the old value.
 template <typename T>
 __device__ __forceinline__ T compare_swap(const ferry_window_device_t& w, int rank, std::size_t offset, T compare,
                                           T value) {
+  if (!detail::mapped(w, rank)) detail::not_across_machines(w, rank, "compare_swap");
   return atomicCAS_system(reinterpret_cast<T*>(address(w, rank, offset)), compare, value);
 }
 
@@ -198,6 +286,12 @@ __device__ __forceinline__ void fence() {
 // Completes this thread's earlier writes: peer stores over NVLink are done
 // once ordered, so quiet is a system fence as well.
 __device__ __forceinline__ void quiet() { __threadfence_system(); }
+// quiet(), and every write this process queued for other machines
+// (by any thread) is complete there.
+__device__ __forceinline__ void quiet(const ferry_window_device_t& w) {
+  __threadfence_system();
+  if (w.gda_ring != nullptr) gda::wait_all_completed(detail::queue(w));
+}
 
 // ---- Signals ---------------------------------------------------------------
 
@@ -235,6 +329,11 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
 // thread's earlier writes are visible there.
 __device__ __forceinline__ void signal(const ferry_window_device_t& w, int rank, std::size_t offset,
                                        unsigned long long value, SignalOp op = SignalOp::kSet) {
+  if (!detail::mapped(w, rank)) {
+    // The queue keeps this thread's order: its earlier puts there land first.
+    detail::post_remote(w, rank, gda::GdaOp::kSignal, 0, nullptr, 0, offset, value, op);
+    return;
+  }
   auto* word = reinterpret_cast<unsigned long long*>(address(w, rank, offset));
   if (op == SignalOp::kSet)
     detail::store_release(word, value);
@@ -246,6 +345,12 @@ __device__ __forceinline__ void signal(const ferry_window_device_t& w, int rank,
 __device__ __forceinline__ void put_signal(const ferry_window_device_t& w, int rank, std::size_t offset,
                                            const void* src, std::size_t bytes, std::size_t signal_offset,
                                            unsigned long long value, SignalOp op = SignalOp::kSet) {
+  if (!detail::mapped(w, rank)) {
+    const std::uint64_t ticket =
+        detail::post_remote(w, rank, gda::GdaOp::kPutSignal, offset, src, bytes, signal_offset, value, op);
+    if (ticket != gda::kRingFailed) gda::wait_started(detail::queue(w), ticket);
+    return;
+  }
   put(w, rank, offset, src, bytes);
   signal(w, rank, signal_offset, value, op);
 }
@@ -341,6 +446,7 @@ __device__ __forceinline__ unsigned data_word(const unsigned char* src, std::siz
 // `lane` of `lanes` cooperating threads (one thread: 0, 1).
 __device__ __forceinline__ void put(const ferry_window_device_t& w, int rank, std::size_t offset, const void* src,
                                     std::size_t bytes, unsigned flag, unsigned lane = 0, unsigned lanes = 1) {
+  if (w.peers[rank] == nullptr) ferry::device::detail::not_across_machines(w, rank, "ll::put");
   auto* at = reinterpret_cast<unsigned long long*>(address(w, rank, offset));
   const auto* data = static_cast<const unsigned char*>(src);
   const std::size_t words = (bytes + 3) / 4;
@@ -406,10 +512,17 @@ __device__ __forceinline__ void barrier_block(const ferry_window_device_t& w) {
   __threadfence_system();
   __syncthreads();
   if (detail::lane_in_block() == 0) {
+    // What this process queued for other machines lands before it arrives.
+    if (w.gda_ring != nullptr) gda::wait_all_completed(detail::queue(w));
     unsigned long long* mine = w.sync[w.rank];
     const unsigned long long epoch = mine[1] + 1;
     mine[1] = epoch;
-    for (int r = 0; r < w.size; ++r) atomicAdd_system(&w.sync[r][0], 1ULL);
+    for (int r = 0; r < w.size; ++r) {
+      if (w.sync[r] != nullptr)
+        atomicAdd_system(&w.sync[r][0], 1ULL);
+      else
+        detail::post_remote(w, r, gda::GdaOp::kAtomicAdd, 0, nullptr, 0, 0, 1, SignalOp::kSet, true);
+    }
     while (*reinterpret_cast<volatile unsigned long long*>(&mine[0]) < epoch * static_cast<unsigned>(w.size)) {
     }
     __threadfence_system();

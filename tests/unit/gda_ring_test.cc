@@ -152,6 +152,22 @@ TEST(GdaRing, AFullRingMakesProducersWaitAndLosesNothing) {
   EXPECT_EQ(sum, 12u);
 }
 
+TEST(GdaRing, ASourceIsFreeOnceTheProxyStartedItsDescriptor) {
+  WindowExecutor executor(64);
+  GdaProxy proxy(testing::unit_test_device(), &executor);
+  GdaRing ring{};
+  ASSERT_EQ(proxy.add_ring(4, Producers::kHost, &ring), Status::kOk);
+  executor.held = true;  // start() has not read the source yet
+  proxy.start();
+  const std::uint64_t ticket = post(ring, signal_add(0, 0, 1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(load(&ring.words->started), 0u);
+  executor.held = false;
+  EXPECT_TRUE(wait_started(ring, ticket));
+  EXPECT_TRUE(wait_completed(ring, ticket));
+  proxy.stop();
+}
+
 TEST(GdaRing, PutsLandBeforeTheSignalThatFollowsThem) {
   WindowExecutor executor(1 << 16);
   GdaProxy proxy(testing::unit_test_device(), &executor);

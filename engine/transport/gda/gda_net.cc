@@ -12,7 +12,7 @@ constexpr int kRequestTag = 1;
 constexpr int kDataTag = 2;
 constexpr int kAckTag = 3;
 
-bool moves_data(GdaOp op) { return op == GdaOp::kPut || op == GdaOp::kPutSignal; }
+bool moves_data(GdaOp op) { return op == GdaOp::kPut || op == GdaOp::kPutSignal || op == GdaOp::kPutInline; }
 bool sets_signal(GdaOp op) { return op == GdaOp::kPutSignal || op == GdaOp::kSignal; }
 
 // offset + bytes within limit, without overflow.
@@ -23,7 +23,21 @@ bool within(std::uint64_t offset, std::uint64_t bytes, std::size_t limit) {
 }  // namespace
 
 GdaNetExecutor::GdaNetExecutor(gpu::Backend* backend, std::unique_ptr<NetProvider> net)
-    : backend_(backend), net_(std::move(net)), peers_(net_->size()) {}
+    : backend_(backend), net_(std::move(net)), peers_(net_->size()) {
+  if (!backend_->chosen_device(&device_)) device_ = -1;
+}
+
+Status GdaNetExecutor::bind_thread() {
+  if (bound_) return Status::kOk;
+  if (device_ >= 0) FERRY_CHECK(backend_->set_device(device_));
+  FERRY_CHECK(backend_->stream_create_independent(&stream_));
+  bound_ = true;
+  return Status::kOk;
+}
+
+Status GdaNetExecutor::copy(void* dst, const void* src, std::size_t bytes) {
+  return backend_->copy_and_wait(dst, src, bytes, stream_);
+}
 
 GdaNetExecutor::~GdaNetExecutor() {
   // Receives still posted, sends still in flight: the peers' side is not told.
@@ -34,6 +48,7 @@ GdaNetExecutor::~GdaNetExecutor() {
   }
   for (auto& out : outgoing_)
     if (out->request.handle) net_->cancel(&out->request);
+  if (stream_) FERRY_LOG_IF_FAILED(backend_->stream_destroy(stream_));
 }
 
 void GdaNetExecutor::add_window(std::uint16_t id, void* base, std::size_t bytes) {
@@ -60,28 +75,37 @@ Status GdaNetExecutor::apply(const GdaWireRequest& request, const char* data, bo
   const auto op = static_cast<GdaOp>(request.op);
   const bool known = find_window(request.window, &window);
   const bool data_fits = !moves_data(op) || within(request.offset, request.bytes, window.bytes);
+  const std::uint64_t word_offset = op == GdaOp::kAtomicAdd ? request.offset : request.signal_offset;
   const bool word_fits = !(sets_signal(op) || op == GdaOp::kAtomicAdd) ||
-                         within(op == GdaOp::kAtomicAdd ? request.offset : request.signal_offset, 8, window.bytes);
+                         (within(word_offset, 8, window.bytes) && word_offset % 8 == 0);
   if (!known || !data_fits || !word_fits) {
     FERRY_WARN(Transport, "gda: refused a request for window %u, offset %llu, %llu bytes (%s)", request.window,
                static_cast<unsigned long long>(request.offset), static_cast<unsigned long long>(request.bytes),
-               !known ? "no such window here" : "past the window's end");
+               !known ? "no such window here" : "past the window's end, or a signal word not 8-byte aligned");
     *refused = true;
     return Status::kOk;
   }
   if (moves_data(op) && request.bytes != 0)
-    FERRY_CHECK(backend_->copy(window.base + request.offset, data, request.bytes));
+    FERRY_CHECK(copy(window.base + request.offset, data, request.bytes));
   if (sets_signal(op) || op == GdaOp::kAtomicAdd) {
     char* word_at = window.base + (op == GdaOp::kAtomicAdd ? request.offset : request.signal_offset);
-    std::uint64_t word = request.value;
-    if (op == GdaOp::kAtomicAdd || static_cast<GdaSignalOp>(request.signal_op) == GdaSignalOp::kAdd) {
-      std::uint64_t old = 0;
-      FERRY_CHECK(backend_->copy(&old, word_at, sizeof old));
-      word = old + request.value;
-    }
-    FERRY_CHECK(backend_->copy(word_at, &word, sizeof word));
+    if (op == GdaOp::kAtomicAdd || static_cast<GdaSignalOp>(request.signal_op) == GdaSignalOp::kAdd)
+      return add_to_word(word_at, request.value);
+    FERRY_CHECK(copy(word_at, &request.value, sizeof request.value));
   }
   return Status::kOk;
+}
+
+Status GdaNetExecutor::add_to_word(char* word, std::uint64_t value) {
+  if (device_add_) return device_add_(reinterpret_cast<std::uint64_t*>(word), value, stream_);
+  if (backend_->execution_site() == gpu::ExecutionSite::kHost) {
+    __atomic_fetch_add(static_cast<std::uint64_t*>(backend_->host_view(word)), value, __ATOMIC_ACQ_REL);
+    return Status::kOk;
+  }
+  std::uint64_t old = 0;
+  FERRY_CHECK(copy(&old, word, sizeof old));
+  const std::uint64_t sum = old + value;
+  return copy(word, &sum, sizeof sum);
 }
 
 Status GdaNetExecutor::send(int peer, int tag, std::vector<char> bytes) {
@@ -93,11 +117,15 @@ Status GdaNetExecutor::send(int peer, int tag, std::vector<char> bytes) {
 }
 
 Status GdaNetExecutor::start(const GdaDescriptor& d, int ring, std::uint64_t ticket) {
+  FERRY_CHECK(bind_thread());
   const GdaWireRequest request{d.offset, d.bytes, d.signal_offset, d.value, d.op, d.signal_op, d.window, 0};
   if (d.target < 0 || d.target >= size()) return Status::kInvalidArgument;
+  const bool inline_data = static_cast<GdaOp>(d.op) == GdaOp::kPutInline;
+  if (inline_data && d.bytes > sizeof d.value) return Status::kInvalidArgument;
+  const char* source = inline_data ? reinterpret_cast<const char*>(&d.value) : reinterpret_cast<const char*>(d.source);
   if (d.target == rank()) {
     bool refused = false;
-    FERRY_CHECK(apply(request, reinterpret_cast<const char*>(d.source), &refused));
+    FERRY_CHECK(apply(request, source, &refused));
     if (refused) return Status::kInvalidArgument;
     finished_here_.emplace_back(ring, ticket);
     return Status::kOk;
@@ -108,7 +136,7 @@ Status GdaNetExecutor::start(const GdaDescriptor& d, int ring, std::uint64_t tic
   if (moves_data(static_cast<GdaOp>(d.op)) && d.bytes != 0) {
     // Staged through host memory: the source may be device memory.
     std::vector<char> data(d.bytes);
-    FERRY_CHECK(backend_->copy(data.data(), reinterpret_cast<const void*>(d.source), d.bytes));
+    FERRY_CHECK(copy(data.data(), source, d.bytes));
     FERRY_CHECK(send(d.target, kDataTag, std::move(data)));
   }
   Peer& peer = peers_[d.target];
@@ -175,6 +203,7 @@ Status GdaNetExecutor::acknowledge(int p) {
 }
 
 Status GdaNetExecutor::progress(const std::function<void(int, std::uint64_t)>& finished) {
+  FERRY_CHECK(bind_thread());
   if (!receives_posted_) {
     for (int p = 0; p < size(); ++p)
       if (p != rank()) FERRY_CHECK(post_receives(p));

@@ -18,13 +18,17 @@
 // peer whose process ended fails the proxy with kPeerEnded.
 //
 // Window memory is device memory (or host memory) of backend; the target
-// writes data and signals there with the backend's copies, and a signal or
-// atomic add read-modify-writes its word: updates to one word from the
-// proxy and from this GPU's own threads are not atomic with each other.
+// writes data and signals there with copies on a stream that never waits
+// for the application's kernels (they may be waiting for these very
+// signals). An add (signal or atomic) is atomic with the GPU's own atomics
+// on the word where the creator gave a DeviceAdd (a kernel), or where the
+// backend's kernels run on the host (a host atomic); otherwise it reads,
+// adds and writes the word.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -67,6 +71,9 @@ class GdaNetExecutor : public GdaExecutor {
   Status start(const GdaDescriptor& d, int ring, std::uint64_t ticket) override;
   Status progress(const std::function<void(int, std::uint64_t)>& finished) override;
 
+  using DeviceAdd = std::function<Status(std::uint64_t* word, std::uint64_t value, gpu::Stream stream)>;
+  void set_device_add(DeviceAdd add) { device_add_ = std::move(add); }
+
   int rank() const { return net_->rank(); }
   int size() const { return net_->size(); }
 
@@ -104,6 +111,10 @@ class GdaNetExecutor : public GdaExecutor {
     std::unique_ptr<Outgoing> ack_out;
   };
 
+  // On the proxy's thread: its device and a stream of its own for copies.
+  Status bind_thread();
+  Status copy(void* dst, const void* src, std::size_t bytes);
+  Status add_to_word(char* word, std::uint64_t value);
   Status post_receives(int peer);
   Status send(int peer, int tag, std::vector<char> bytes);
   // Target side: applies request (data: its bytes) from peer, or refuses it.
@@ -113,6 +124,10 @@ class GdaNetExecutor : public GdaExecutor {
   bool find_window(std::uint16_t id, Window* out);
 
   gpu::Backend* backend_;
+  int device_ = -1;  // the creating thread's
+  gpu::Stream stream_ = nullptr;
+  bool bound_ = false;
+  DeviceAdd device_add_;
   std::unique_ptr<NetProvider> net_;
   std::vector<Peer> peers_;
   std::deque<std::unique_ptr<Outgoing>> outgoing_;

@@ -106,6 +106,7 @@ std::uint64_t GdaProxy::drain(int index, Ring& ring) {
       fail(status);
       return started;
     }
+    store_word(&ring.view.words->started, ring.next);
     ++started;
   }
 }

@@ -24,7 +24,7 @@
 
 #include "engine/common/status.h"
 #include "engine/gpu/gpu.h"
-#include "engine/transport/gda/gda_ring.h"
+#include "ferry/gda_ring.h"
 
 namespace ferry::gda {
 
@@ -33,8 +33,9 @@ class GdaExecutor {
  public:
   virtual ~GdaExecutor() = default;
   // Starts d, posted with ticket on ring `ring` (tickets of a ring come in
-  // order). Its effects at the target follow those of the ring's earlier
-  // descriptors to the same target.
+  // order), having read its source by the time it returns (the producer
+  // may then reuse it). Its effects at the target follow those of the
+  // ring's earlier descriptors to the same target.
   virtual Status start(const GdaDescriptor& d, int ring, std::uint64_t ticket) = 0;
   // Moves started operations along; calls finished(ring, ticket) for each
   // whose data and signal are now visible at its target.

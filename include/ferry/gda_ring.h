@@ -1,6 +1,6 @@
 // The proxy GDA's queue: a ring of fixed-size descriptors that producers
 // (GPU threads; host threads in tests and host-initiated calls) fill and one
-// consumer (the proxy thread, proxy.h) drains in order, playing the NIC.
+// consumer (the proxy thread, engine/transport/gda/proxy.h) drains in order, playing the NIC.
 // Compiles under nvcc, hipcc and a plain C++ compiler: the same protocol
 // runs on both sides.
 //
@@ -14,7 +14,8 @@
 // advances `completed` once the descriptor's operation has finished, in
 // ticket order. So a producer's descriptors are taken in the order it
 // posted them, and its operations are complete once `completed` passed its
-// last ticket (quiet()).
+// last ticket (quiet()). `started` passes a ticket once the consumer has
+// read the descriptor's source: the producer may then reuse that memory.
 //
 // Memory: the slots and the consumer's words live in pinned host memory
 // that the GPU maps (the consumer is a host thread); `tickets` lives where
@@ -45,6 +46,7 @@ enum class GdaOp : std::uint8_t {
   kPutSignal = 2,   // kPut, then the signal word at signal_offset set (or added to) with value
   kSignal = 3,      // the signal only
   kAtomicAdd = 4,   // 64-bit add of value at offset
+  kPutInline = 5,   // bytes (at most 8) carried in value itself, to the target's window at offset
 };
 enum class GdaSignalOp : std::uint8_t { kSet = 0, kAdd = 1 };
 
@@ -68,6 +70,7 @@ static_assert(sizeof(GdaDescriptor) == 64, "a descriptor is one cache line");
 // The words the consumer writes and producers read, each on its own line.
 struct GdaRingWords {
   alignas(64) std::uint64_t consumed;   // tickets taken out of the ring
+  alignas(64) std::uint64_t started;    // tickets whose source the consumer has read
   alignas(64) std::uint64_t completed;  // tickets whose operation finished
   alignas(64) std::uint32_t failed;     // nonzero: the consumer gave up
 };
@@ -139,6 +142,16 @@ FERRY_GDA_HOST_DEVICE std::uint64_t post(const GdaRing& ring, const GdaDescripto
   return ticket;
 }
 
+// Waits until the consumer has read the source of ticket's descriptor (and
+// of every earlier one); false when it gave up first.
+FERRY_GDA_HOST_DEVICE bool wait_started(const GdaRing& ring, std::uint64_t ticket) {
+  while (detail::load_word(&ring.words->started) <= ticket) {
+    if (detail::load_word(&ring.words->failed) != 0) return false;
+    detail::pause();
+  }
+  return true;
+}
+
 // Waits until every operation up to and including ticket has finished;
 // false when the consumer gave up first.
 FERRY_GDA_HOST_DEVICE bool wait_completed(const GdaRing& ring, std::uint64_t ticket) {
@@ -147,6 +160,13 @@ FERRY_GDA_HOST_DEVICE bool wait_completed(const GdaRing& ring, std::uint64_t tic
     detail::pause();
   }
   return true;
+}
+
+// Waits until every operation posted on ring so far, by any producer, has
+// finished; false when the consumer gave up first.
+FERRY_GDA_HOST_DEVICE bool wait_all_completed(const GdaRing& ring) {
+  const std::uint64_t posted = detail::load_word(ring.tickets);
+  return posted == 0 || wait_completed(ring, posted - 1);
 }
 
 }  // namespace ferry::gda

@@ -1,0 +1,131 @@
+#include "engine/pgas/remote_access.h"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "engine/common/liveness.h"
+#include "engine/common/log.h"
+#include "engine/common/params.h"
+#include "engine/pgas/atomics.h"
+#include "engine/transport/gda/gda_net.h"
+#include "engine/transport/gda/proxy.h"
+#include "engine/transport/socket_network.h"
+
+namespace ferry {
+namespace {
+
+std::uint32_t ring_capacity() {
+  std::uint32_t slots = 8;
+  while (slots < static_cast<std::uint64_t>(params().gda_ring_slots)) slots *= 2;
+  return slots;
+}
+
+}  // namespace
+
+Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* backend, void* memory,
+                            std::size_t bytes, std::unique_ptr<RemoteAccess>* out) {
+  std::unique_ptr<RemoteAccess> access(new RemoteAccess);
+  access->backend_ = backend;
+  const int n = bootstrap->size(), me = bootstrap->rank();
+
+  std::unique_ptr<NetProvider> net;
+  FERRY_CHECK(make_socket_network(*bootstrap, &net));
+  access->executor_ = std::make_unique<gda::GdaNetExecutor>(backend, std::move(net));
+  access->proxy_ = std::make_unique<gda::GdaProxy>(backend, access->executor_.get());
+
+  // This rank's sync block, zeroed; the ring the handle points to; the
+  // handle's tables (filled below).
+  const std::size_t sync_bytes = FERRY_DEVICE_SYNC_WORDS * sizeof(unsigned long long);
+  const std::size_t pointer_bytes = n * sizeof(void*), size_bytes = n * sizeof(unsigned long long);
+  std::vector<char> tables(2 * pointer_bytes + size_bytes);
+  gda::GdaRing ring{};
+  std::int32_t ready = ok(backend->device_alloc(sync_bytes, &access->sync_block_)) &&
+                       ok(backend->device_alloc(tables.size(), &access->tables_));
+  if (ready) {
+    const std::vector<unsigned long long> zeros(FERRY_DEVICE_SYNC_WORDS, 0);
+    ready = ok(backend->copy(access->sync_block_, zeros.data(), sync_bytes)) &&
+            ok(access->proxy_->add_ring(ring_capacity(), gda::Producers::kDevice, &ring)) &&
+            ok(backend->device_alloc(sizeof ring, &access->ring_)) &&
+            ok(backend->copy(access->ring_, &ring, sizeof ring));
+  }
+  struct Published {
+    std::uint64_t bytes;
+    std::int32_t ready;
+    std::int32_t reserved;
+  };
+  const Published mine{bytes, ready, 0};
+  std::vector<Published> all(n);
+  FERRY_CHECK(bootstrap->allgather(&mine, all.data(), sizeof mine));
+  for (const Published& p : all)
+    if (!p.ready) return Status::kUnavailable;
+#ifdef FERRY_HAVE_GPU_KERNELS
+  // Adds from other machines as this GPU's own atomics: a rank's kernels
+  // and the proxy may add to one signal word at once.
+  if (backend->device_atomics() && ok(backend->device_alloc(sizeof(std::uint64_t), &access->operand_))) {
+    void* operand = access->operand_;
+    access->executor_->set_device_add([backend, operand](std::uint64_t* word, std::uint64_t value, gpu::Stream stream) {
+      FERRY_CHECK(backend->copy_async(operand, &value, sizeof value, stream));
+      FERRY_CHECK(gpu_atomic_accumulate(word, operand, nullptr, 1, DataType::kUint64, ReduceOp::kSum, stream));
+      return backend->stream_synchronize(stream);
+    });
+  }
+#endif
+  access->executor_->add_window(kWindowId, memory, bytes);
+  access->executor_->add_window(kSyncId, access->sync_block_, sync_bytes);
+
+  // Tables as kernels read them: only this rank's memory is mapped.
+  std::vector<void*> peers(n, nullptr), sync(n, nullptr);
+  std::vector<unsigned long long> peer_bytes(n);
+  for (int r = 0; r < n; ++r) peer_bytes[r] = all[r].bytes;
+  peers[me] = memory;
+  sync[me] = access->sync_block_;
+  std::memcpy(tables.data(), peers.data(), pointer_bytes);
+  std::memcpy(tables.data() + pointer_bytes, peer_bytes.data(), size_bytes);
+  std::memcpy(tables.data() + pointer_bytes + size_bytes, sync.data(), pointer_bytes);
+  FERRY_CHECK(backend->copy(access->tables_, tables.data(), tables.size()));
+  char* device_tables = static_cast<char*>(access->tables_);
+
+  ferry_window_device_t& h = access->handle_;
+  h.rank = me;
+  h.size = n;
+  h.bytes = bytes;
+  h.peers = reinterpret_cast<void* const*>(device_tables);
+  h.peer_bytes = reinterpret_cast<const unsigned long long*>(device_tables + pointer_bytes);
+  h.sync = reinterpret_cast<unsigned long long* const*>(device_tables + pointer_bytes + size_bytes);
+  h.gda_ring = access->ring_;
+  h.gda_window = kWindowId;
+  h.gda_sync_window = kSyncId;
+  // No rank posts to a peer before the peer serves its window.
+  access->proxy_->start();
+  FERRY_CHECK(bootstrap->barrier());
+  access->bootstrap_ = std::move(bootstrap);
+  *out = std::move(access);
+  return Status::kOk;
+}
+
+RemoteAccess::~RemoteAccess() {
+  if (proxy_ && bootstrap_) {
+    // This rank's operations first (the peers still serve), then everyone's.
+    gda::GdaRing ring{};
+    if (ok(backend_->copy(&ring, ring_, sizeof ring))) {
+      const auto deadline = handshake_deadline();
+      std::uint64_t posted = 0;
+      FERRY_LOG_IF_FAILED(backend_->copy(&posted, ring.tickets, sizeof posted));
+      while (__atomic_load_n(&ring.words->completed, __ATOMIC_ACQUIRE) < posted &&
+             __atomic_load_n(&ring.words->failed, __ATOMIC_ACQUIRE) == 0 &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    FERRY_LOG_IF_FAILED(bootstrap_->barrier());
+  }
+  proxy_.reset();
+  executor_.reset();
+  if (tables_) FERRY_LOG_IF_FAILED(backend_->device_free(tables_));
+  if (ring_) FERRY_LOG_IF_FAILED(backend_->device_free(ring_));
+  if (sync_block_) FERRY_LOG_IF_FAILED(backend_->device_free(sync_block_));
+  if (operand_) FERRY_LOG_IF_FAILED(backend_->device_free(operand_));
+}
+
+}  // namespace ferry

@@ -1,0 +1,59 @@
+// GPU-initiated access (ferry/device.h) to a device window whose ranks span
+// machines: the handle's kernels reach this rank's own memory by load and
+// store and every other rank through a GDA queue (ferry/gda_ring.h) that a
+// proxy thread of this process drains over the net transport's socket
+// provider (engine/transport/gda). The proxy writes what peers put into
+// this rank's window memory and sync block, so signals and barriers work as
+// on one machine.
+//
+// Created collectively over the window's ranks the first time a rank asks
+// for the handle; destroyed collectively (MPI_Win_free), after every rank's
+// operations have finished.
+#pragma once
+
+#include <memory>
+
+#include "engine/bootstrap/bootstrap.h"
+#include "engine/gpu/gpu.h"
+#include "ferry/device_handle.h"
+
+namespace ferry {
+
+namespace gda {
+class GdaNetExecutor;
+class GdaProxy;
+}  // namespace gda
+
+class RemoteAccess {
+ public:
+  // Ids of the memory the proxy serves.
+  static constexpr unsigned short kWindowId = 0;
+  static constexpr unsigned short kSyncId = 1;
+
+  // Collective over bootstrap's ranks, the window's in its order. memory:
+  // this rank's window memory (device memory of backend; null with bytes 0).
+  static Status create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* backend, void* memory,
+                       std::size_t bytes, std::unique_ptr<RemoteAccess>* out);
+  // Collective: waits until this rank's operations have finished and every
+  // rank got there, then stops the proxy.
+  ~RemoteAccess();
+  RemoteAccess(const RemoteAccess&) = delete;
+  RemoteAccess& operator=(const RemoteAccess&) = delete;
+
+  const ferry_window_device_t& handle() const { return handle_; }
+
+ private:
+  RemoteAccess() = default;
+
+  std::unique_ptr<Bootstrap> bootstrap_;
+  gpu::Backend* backend_ = nullptr;
+  std::unique_ptr<gda::GdaNetExecutor> executor_;
+  std::unique_ptr<gda::GdaProxy> proxy_;
+  ferry_window_device_t handle_{};
+  void* ring_ = nullptr;        // the GdaRing the handle points to (device memory)
+  void* sync_block_ = nullptr;  // this rank's
+  void* tables_ = nullptr;      // device memory behind the handle's pointers
+  void* operand_ = nullptr;     // device memory: the proxy's atomic adds' operand
+};
+
+}  // namespace ferry
