@@ -41,12 +41,15 @@ Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* 
   const std::size_t pointer_bytes = n * sizeof(void*), size_bytes = n * sizeof(unsigned long long);
   std::vector<char> tables(2 * pointer_bytes + size_bytes);
   gda::GdaRing ring{};
+  // Where kernels run on the host (the emulated device), so do producers.
+  const gda::Producers producers =
+      backend->execution_site() == gpu::ExecutionSite::kHost ? gda::Producers::kHost : gda::Producers::kDevice;
   std::int32_t ready = ok(backend->device_alloc(sync_bytes, &access->sync_block_)) &&
                        ok(backend->device_alloc(tables.size(), &access->tables_));
   if (ready) {
     const std::vector<unsigned long long> zeros(FERRY_DEVICE_SYNC_WORDS, 0);
     ready = ok(backend->copy(access->sync_block_, zeros.data(), sync_bytes)) &&
-            ok(access->proxy_->add_ring(ring_capacity(), gda::Producers::kDevice, &ring)) &&
+            ok(access->proxy_->add_ring(ring_capacity(), producers, &ring)) &&
             ok(backend->device_alloc(sizeof ring, &access->ring_)) &&
             ok(backend->copy(access->ring_, &ring, sizeof ring));
   }

@@ -150,3 +150,16 @@ list(APPEND suite_tests mpi_suite.net_messages.bogus_provider_reported.np2
      mpi_suite.net_messages.bogus_ifname_reported.np2 mpi_suite.net_messages.ib_without_device_reported.np2)
 list(APPEND suite_tests mpi_suite.net_messages.virtual_2x2.without_net.np4 mpi_suite.net_messages.np4
      mpi_suite.net_messages.host_baseline.np4)
+
+# The device API's handle on a window across machines (one rank a node):
+# the GDA queue to the other ranks, driven from the host as the emulated
+# device's kernels would (tests/gpu drives it from kernels).
+add_executable(mpi_suite_rma_device_across rma_device_across.cc)
+target_link_libraries(mpi_suite_rma_device_across PRIVATE ferry_mpi_suite)
+target_include_directories(mpi_suite_rma_device_across PRIVATE ${PROJECT_SOURCE_DIR}/include)
+foreach(ranks 2 3)
+  ferry_add_mpi_test(NAME mpi_suite.virtual_nodes.rma_device_across.np${ranks} NP ${ranks}
+                     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_rma_device_across>
+                     ENV FERRY_SUITE_RANKS_PER_NODE=1)
+  list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.np${ranks})
+endforeach()

@@ -1,0 +1,196 @@
+// ferry_win_device_handle on a device window whose ranks are on different
+// machines (virtual nodes, one rank a node): the handle maps only this
+// rank's memory and carries a GDA queue to the others. This rank then
+// drives the queue as a kernel would (on the emulated device the
+// producers are host threads): puts with signal adds to every other rank,
+// one element (p), 64-bit atomic adds to rank 0, a barrier's arrivals into
+// every sync block; after quiet and MPI_Barrier every rank finds the data
+// in its device memory, and after a fence the real MPI's window serves it
+// to MPI_Get. Last, a put past a rank's window fails this rank's queue
+// (quiet returns) and touches nothing there. Run by virtual_node.sh.
+#include <dlfcn.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ferry/device_handle.h"
+#include "ferry/gda_ring.h"
+#include "suite.h"
+
+namespace {
+
+using namespace suite;
+namespace gda = ferry::gda;
+
+using HandleFunction = int (*)(MPI_Win, ferry_window_device_t*);
+
+constexpr std::size_t kSignals = 64;  // signal words from each rank, then rank 0's atomic word
+constexpr std::size_t kAtomicWord = 8 * 63;
+constexpr std::size_t kPart = 5000;  // each source's part of every window
+constexpr int kRounds = 7;
+
+std::size_t put_bytes(int round) { return 1 + static_cast<std::size_t>(round) * 611; }  // 1 .. 3667
+std::size_t put_offset(int source, int round) { return kSignals * 8 + source * kPart + 1 + 3 * round; }
+
+std::vector<char> pattern(int source, int target, int round, std::size_t bytes) {
+  std::vector<char> data(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) data[i] = static_cast<char>(source * 59 + target * 17 + round * 5 + i * 11);
+  return data;
+}
+
+gda::GdaDescriptor descriptor(gda::GdaOp op, const ferry_window_device_t& h, int target) {
+  gda::GdaDescriptor d{};
+  d.op = static_cast<std::uint8_t>(op);
+  d.window = h.gda_window;
+  d.target = target;
+  d.producer = static_cast<std::uint32_t>(h.rank);
+  return d;
+}
+
+void across(HandleFunction get_handle) {
+  const int me = world_rank(), ranks = world_size();
+  Case what{"ferry_win_device_handle across machines", "MPI_BYTE"};
+  const MPI_Aint bytes = kSignals * 8 + ranks * kPart;
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mpi_memory_alloc_kinds", "cuda:device");
+  void* base = nullptr;
+  MPI_Win win;
+  check_mpi(MPI_Win_allocate(bytes, 1, info, MPI_COMM_WORLD, &base, &win), what);
+  MPI_Info_free(&info);
+  const std::vector<char> zeros(bytes, 0);
+  suite_memcpy(base, zeros.data(), bytes);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  ferry_window_device_t h{};
+  check_mpi(get_handle(win, &h), what);
+  expect(h.rank == me && h.size == ranks && h.bytes == static_cast<unsigned long long>(bytes), what,
+         "handle says rank " + std::to_string(h.rank) + " of " + std::to_string(h.size));
+  expect(h.gda_ring != nullptr, what, "no GDA queue for the other machines");
+  if (h.gda_ring == nullptr) {
+    MPI_Win_free(&win);
+    return;
+  }
+  std::vector<void*> peers(ranks), sync(ranks);
+  suite_memcpy(peers.data(), h.peers, ranks * sizeof(void*));
+  suite_memcpy(sync.data(), h.sync, ranks * sizeof(void*));
+  for (int r = 0; r < ranks; ++r) {
+    expect((peers[r] != nullptr) == (r == me), what, "rank " + std::to_string(r) + ": mapped only if it is this rank");
+    expect((sync[r] != nullptr) == (r == me), what, "rank " + std::to_string(r) + ": sync block mapped only here");
+  }
+  gda::GdaRing ring{};
+  suite_memcpy(&ring, h.gda_ring, sizeof ring);
+
+  // Puts with signal adds to every other rank, p, atomic adds, a barrier's arrivals.
+  std::vector<std::vector<char>> sources;
+  sources.reserve(kRounds * ranks);
+  for (int round = 0; round < kRounds; ++round)
+    for (int target = 0; target < ranks; ++target) {
+      if (target == me) continue;
+      sources.push_back(pattern(me, target, round, put_bytes(round)));
+      gda::GdaDescriptor d = descriptor(gda::GdaOp::kPutSignal, h, target);
+      d.source = reinterpret_cast<std::uintptr_t>(sources.back().data());
+      d.offset = put_offset(me, round);
+      d.bytes = sources.back().size();
+      d.signal_op = static_cast<std::uint8_t>(gda::GdaSignalOp::kAdd);
+      d.signal_offset = 8 * me;
+      d.value = 1;
+      expect(gda::post(ring, d) != gda::kRingFailed, what, "a put was refused by the queue");
+    }
+  for (int target = 0; target < ranks; ++target) {
+    if (target == me) continue;
+    gda::GdaDescriptor p = descriptor(gda::GdaOp::kPutInline, h, target);
+    p.offset = put_offset(me, 0) + kPart - 8;  // the last 8 bytes of this rank's part there
+    p.bytes = 4;
+    p.value = 0x0a0b0c0d00000000ull | static_cast<unsigned>(me + 1);
+    gda::post(ring, p);
+    gda::GdaDescriptor arrive = descriptor(gda::GdaOp::kAtomicAdd, h, target);
+    arrive.window = h.gda_sync_window;
+    arrive.value = 1;
+    gda::post(ring, arrive);
+  }
+  if (me != 0)
+    for (int i = 0; i < 10; ++i) {
+      gda::GdaDescriptor add = descriptor(gda::GdaOp::kAtomicAdd, h, 0);
+      add.offset = kAtomicWord;
+      add.value = me;
+      gda::post(ring, add);
+    }
+  expect(gda::wait_all_completed(ring), what, "quiet: the queue failed");
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  // What the others put here is in this rank's device memory.
+  std::vector<char> mine(bytes);
+  suite_memcpy(mine.data(), base, bytes);
+  auto word_at = [&](const std::vector<char>& memory, std::size_t offset) {
+    unsigned long long word = 0;
+    std::memcpy(&word, memory.data() + offset, 8);
+    return word;
+  };
+  for (int source = 0; source < ranks; ++source) {
+    if (source == me) continue;
+    const std::string from = "from rank " + std::to_string(source);
+    expect(word_at(mine, 8 * source) == kRounds, what, from + ": signal word " + std::to_string(word_at(mine, 8 * source)));
+    std::vector<char> expected(kPart, 0);
+    for (int round = 0; round < kRounds; ++round) {
+      const std::vector<char> data = pattern(source, me, round, put_bytes(round));
+      std::memcpy(expected.data() + (put_offset(source, round) - put_offset(source, 0)), data.data(), data.size());
+    }
+    const unsigned p_value = static_cast<unsigned>(source + 1);
+    std::memcpy(expected.data() + kPart - 8, &p_value, 4);
+    expect(std::memcmp(mine.data() + put_offset(source, 0), expected.data(), kPart - 4) == 0, what, from + ": data");
+  }
+  if (me == 0) {
+    const unsigned long long sum = 10ull * (ranks - 1) * ranks / 2;
+    expect(word_at(mine, kAtomicWord) == sum, what, "atomic adds: " + std::to_string(word_at(mine, kAtomicWord)));
+  }
+  std::vector<unsigned long long> sync_words(FERRY_DEVICE_SYNC_WORDS);
+  suite_memcpy(sync_words.data(), sync[me], sizeof(unsigned long long) * sync_words.size());
+  expect(sync_words[0] == static_cast<unsigned long long>(ranks - 1), what,
+         "barrier arrivals in this rank's sync block: " + std::to_string(sync_words[0]));
+
+  // The real MPI's window serves the same bytes once the window is synchronized.
+  check_mpi(MPI_Win_fence(0, win), what);
+  const int next = (me + 1) % ranks;
+  std::vector<char> fetched(kPart - 8, 0);
+  check_mpi(MPI_Get(fetched.data(), kPart - 8, MPI_BYTE, next, put_offset(me, 0), kPart - 8, MPI_BYTE, win), what);
+  check_mpi(MPI_Win_fence(0, win), what);
+  const std::vector<char> last = pattern(me, next, kRounds - 1, put_bytes(kRounds - 1));
+  expect(std::memcmp(fetched.data() + 3 * (kRounds - 1), last.data(), last.size()) == 0, what,
+         "MPI_Get from rank " + std::to_string(next) + " does not see this rank's puts");
+
+  // A put past the next rank's window: this rank's queue fails, quiet
+  // returns, the target is untouched.
+  if (me == 0) {
+    std::vector<char> data(100, 'x');
+    gda::GdaDescriptor d = descriptor(gda::GdaOp::kPut, h, next);
+    d.source = reinterpret_cast<std::uintptr_t>(data.data());
+    d.offset = bytes - 50;
+    d.bytes = data.size();
+    gda::post(ring, d);
+    expect(!gda::wait_all_completed(ring), what, "a put past the window's end completed");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == 1 % ranks) {
+    std::vector<char> now(bytes);
+    suite_memcpy(now.data(), base, bytes);
+    expect(std::memcmp(now.data() + bytes - 50, mine.data() + bytes - 50, 50) == 0, what,
+           "the refused put changed the window");
+  }
+  MPI_Win_free(&win);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  init(&argc, &argv);
+  auto get_handle = reinterpret_cast<HandleFunction>(dlsym(RTLD_DEFAULT, "ferry_win_device_handle"));
+  if (get_handle) {
+    across(get_handle);
+  } else {
+    expect(suite_ferry_backend() == nullptr, Case{"ferry_win_device_handle", ""},
+           "libferry.so is loaded but does not export ferry_win_device_handle");
+  }
+  return finish();
+}
