@@ -8,7 +8,6 @@
 #include "engine/common/liveness.h"
 #include "engine/common/log.h"
 #include "engine/common/params.h"
-#include "engine/pgas/atomics.h"
 #include "engine/transport/gda/gda_net.h"
 #include "engine/transport/gda/proxy.h"
 #include "engine/transport/socket_network.h"
@@ -63,18 +62,6 @@ Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* 
   FERRY_CHECK(bootstrap->allgather(&mine, all.data(), sizeof mine));
   for (const Published& p : all)
     if (!p.ready) return Status::kUnavailable;
-#ifdef FERRY_HAVE_GPU_KERNELS
-  // Adds from other machines as this GPU's own atomics: a rank's kernels
-  // and the proxy may add to one signal word at once.
-  if (backend->device_atomics() && ok(backend->device_alloc(sizeof(std::uint64_t), &access->operand_))) {
-    void* operand = access->operand_;
-    access->executor_->set_device_add([backend, operand](std::uint64_t* word, std::uint64_t value, gpu::Stream stream) {
-      FERRY_CHECK(backend->copy_async(operand, &value, sizeof value, stream));
-      FERRY_CHECK(gpu_atomic_accumulate(word, operand, nullptr, 1, DataType::kUint64, ReduceOp::kSum, stream));
-      return backend->stream_synchronize(stream);
-    });
-  }
-#endif
   access->executor_->add_window(kWindowId, memory, bytes);
   access->executor_->add_window(kSyncId, access->sync_block_, sync_bytes);
 
@@ -128,7 +115,6 @@ RemoteAccess::~RemoteAccess() {
   if (tables_) FERRY_LOG_IF_FAILED(backend_->device_free(tables_));
   if (ring_) FERRY_LOG_IF_FAILED(backend_->device_free(ring_));
   if (sync_block_) FERRY_LOG_IF_FAILED(backend_->device_free(sync_block_));
-  if (operand_) FERRY_LOG_IF_FAILED(backend_->device_free(operand_));
 }
 
 }  // namespace ferry

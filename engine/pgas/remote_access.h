@@ -4,7 +4,9 @@
 // proxy thread of this process drains over the net transport's socket
 // provider (engine/transport/gda). The proxy writes what peers put into
 // this rank's window memory and sync block, so signals and barriers work as
-// on one machine.
+// on one machine; it is the only writer of the words it adds to (the
+// device API sends this rank's own signals, adds and barrier arrivals
+// through the queue too).
 //
 // Created collectively over the window's ranks the first time a rank asks
 // for the handle; destroyed collectively (MPI_Win_free), after every rank's
@@ -53,7 +55,6 @@ class RemoteAccess {
   void* ring_ = nullptr;        // the GdaRing the handle points to (device memory)
   void* sync_block_ = nullptr;  // this rank's
   void* tables_ = nullptr;      // device memory behind the handle's pointers
-  void* operand_ = nullptr;     // device memory: the proxy's atomic adds' operand
 };
 
 }  // namespace ferry

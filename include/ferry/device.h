@@ -19,7 +19,10 @@
  * (ferry/gda_ring.h). Across machines today: put (all forms), p, signal,
  * put_signal, atomic_add of 64-bit integers, quiet(w) and barrier_block;
  * get, g, fetch_add, compare_swap and ll::put to another machine trap with
- * a message. reachable() says whether a rank can be reached at all.
+ * a message. On such a window signals and atomic adds go through the queue
+ * even to this rank (the proxy must be the only writer of the words it
+ * adds to): do not mix them with fetch_add or compare_swap on one word.
+ * reachable() says whether a rank can be reached at all.
  *
  * ll::put/ll::wait move small messages whose words carry their own flags:
  * one NVLink crossing, no fence, no separate signal.
@@ -97,6 +100,12 @@ namespace detail {
 // Whether rank's memory is mapped here (load and store), else it is on
 // another machine (the GDA queue).
 __device__ __forceinline__ bool mapped(const ferry_window_device_t& w, int rank) { return w.peers[rank] != nullptr; }
+// Whether an add or a signal to rank goes through the GDA queue: on a
+// window with one, always (this rank's own words too), so that the proxy,
+// which adds by reading and writing, is the only writer of such words.
+__device__ __forceinline__ bool word_by_queue(const ferry_window_device_t& w, int rank) {
+  return w.gda_ring != nullptr || !mapped(w, rank);
+}
 
 __device__ __forceinline__ const gda::GdaRing& queue(const ferry_window_device_t& w) {
   return *static_cast<const gda::GdaRing*>(w.gda_ring);
@@ -234,7 +243,7 @@ __device__ __forceinline__ void p(const ferry_window_device_t& w, int rank, std:
   static_assert(sizeof(T) <= 8, "p moves one element of at most 8 bytes");
   if (!detail::mapped(w, rank)) {
     unsigned long long bits = 0;
-    memcpy(&bits, &value, sizeof(T));
+    __builtin_memcpy(&bits, &value, sizeof(T));
     detail::post_remote(w, rank, gda::GdaOp::kPutInline, offset, nullptr, sizeof(T), 0, bits);
     return;
   }
@@ -257,8 +266,9 @@ __device__ __forceinline__ T fetch_add(const ferry_window_device_t& w, int rank,
 // To another machine: 64-bit integers only.
 template <typename T>
 __device__ __forceinline__ void atomic_add(const ferry_window_device_t& w, int rank, std::size_t offset, T value) {
-  if (!detail::mapped(w, rank)) {
+  if (detail::word_by_queue(w, rank)) {
     if (sizeof(T) != 8 || !std::is_integral<T>::value) detail::not_across_machines(w, rank, "atomic_add of this type");
+    __threadfence_system();
     detail::post_remote(w, rank, gda::GdaOp::kAtomicAdd, offset, nullptr, 0, 0,
                         static_cast<unsigned long long>(value));
     return;
@@ -329,8 +339,10 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
 // thread's earlier writes are visible there.
 __device__ __forceinline__ void signal(const ferry_window_device_t& w, int rank, std::size_t offset,
                                        unsigned long long value, SignalOp op = SignalOp::kSet) {
-  if (!detail::mapped(w, rank)) {
-    // The queue keeps this thread's order: its earlier puts there land first.
+  if (detail::word_by_queue(w, rank)) {
+    // The queue keeps this thread's order: its earlier puts to another
+    // machine land first; the fence, its stores to this one.
+    __threadfence_system();
     detail::post_remote(w, rank, gda::GdaOp::kSignal, 0, nullptr, 0, offset, value, op);
     return;
   }
@@ -518,7 +530,7 @@ __device__ __forceinline__ void barrier_block(const ferry_window_device_t& w) {
     const unsigned long long epoch = mine[1] + 1;
     mine[1] = epoch;
     for (int r = 0; r < w.size; ++r) {
-      if (w.sync[r] != nullptr)
+      if (w.gda_ring == nullptr)
         atomicAdd_system(&w.sync[r][0], 1ULL);
       else
         detail::post_remote(w, r, gda::GdaOp::kAtomicAdd, 0, nullptr, 0, 0, 1, SignalOp::kSet, true);

@@ -97,7 +97,6 @@ Status GdaNetExecutor::apply(const GdaWireRequest& request, const char* data, bo
 }
 
 Status GdaNetExecutor::add_to_word(char* word, std::uint64_t value) {
-  if (device_add_) return device_add_(reinterpret_cast<std::uint64_t*>(word), value, stream_);
   if (backend_->execution_site() == gpu::ExecutionSite::kHost) {
     __atomic_fetch_add(static_cast<std::uint64_t*>(backend_->host_view(word)), value, __ATOMIC_ACQ_REL);
     return Status::kOk;

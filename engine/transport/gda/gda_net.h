@@ -20,10 +20,12 @@
 // Window memory is device memory (or host memory) of backend; the target
 // writes data and signals there with copies on a stream that never waits
 // for the application's kernels (they may be waiting for these very
-// signals). An add (signal or atomic) is atomic with the GPU's own atomics
-// on the word where the creator gave a DeviceAdd (a kernel), or where the
-// backend's kernels run on the host (a host atomic); otherwise it reads,
-// adds and writes the word.
+// signals), and never with a kernel of its own (a kernel could wait for
+// SMs that the application's waiting kernels hold). An add (signal or
+// atomic) reads, adds and writes its word (a host atomic where the
+// backend's kernels run on the host): the words it adds to must have no
+// other writer meanwhile, which is why the device API sends even this
+// rank's own signals and adds through the queue on such windows.
 #pragma once
 
 #include <cstdint>
@@ -70,9 +72,6 @@ class GdaNetExecutor : public GdaExecutor {
 
   Status start(const GdaDescriptor& d, int ring, std::uint64_t ticket) override;
   Status progress(const std::function<void(int, std::uint64_t)>& finished) override;
-
-  using DeviceAdd = std::function<Status(std::uint64_t* word, std::uint64_t value, gpu::Stream stream)>;
-  void set_device_add(DeviceAdd add) { device_add_ = std::move(add); }
 
   int rank() const { return net_->rank(); }
   int size() const { return net_->size(); }
@@ -127,7 +126,6 @@ class GdaNetExecutor : public GdaExecutor {
   int device_ = -1;  // the creating thread's
   gpu::Stream stream_ = nullptr;
   bool bound_ = false;
-  DeviceAdd device_add_;
   std::unique_ptr<NetProvider> net_;
   std::vector<Peer> peers_;
   std::deque<std::unique_ptr<Outgoing>> outgoing_;

@@ -1,0 +1,165 @@
+// The device API (ferry/device.h) on a window whose ranks are on different
+// machines (virtual nodes, virtual_node.sh with one rank a node): kernels
+// reach the other ranks through the proxy GDA. A ring of put_block + signal
+// + wait_until, put_warp with signal adds, p then quiet(w), 64-bit atomic
+// adds from every thread of every rank to rank 0, and barrier_block rounds;
+// every result checked on the host. Prints "No Errors" on success.
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "ferry/device.h"
+#include "ferry/ferry.h"
+
+namespace fd = ferry::device;
+
+namespace {
+
+int errors = 0;
+
+void check(bool ok, const std::string& what) {
+  if (ok) return;
+  ++errors;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "FAIL rank %d: %s\n", rank, what.c_str());
+}
+
+void cuda(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return;
+  std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(error));
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+// Window layout (bytes).
+constexpr std::size_t kData = 1 << 18;                 // ring data (put_block at offset 1)
+constexpr std::size_t kWarpData = kData;               // put_warp's (at offset kWarpData + 3)
+constexpr std::size_t kSignal = 2 * kData + 64;        // ring signal word
+constexpr std::size_t kWarpSignal = kSignal + 64;      // put_warp's signal adds
+constexpr std::size_t kCounter = kWarpSignal + 64;     // atomic adds at rank 0
+constexpr std::size_t kRounds = kCounter + 64;         // barrier rounds' words
+constexpr std::size_t kScalars = kRounds + 64;         // p's
+constexpr std::size_t kWindowBytes = kScalars + 64 * sizeof(int);
+constexpr std::size_t kBytes = 100003;                 // odd
+
+__host__ __device__ unsigned char pattern(int rank, std::size_t i) {
+  return static_cast<unsigned char>(rank * 29 + i * 5 + (i >> 8));
+}
+
+__global__ void fill(unsigned char* data, std::size_t bytes, int rank) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += gridDim.x * blockDim.x)
+    data[i] = pattern(rank, i);
+}
+
+__global__ void ring_put_signal(ferry_window_device_t w, const unsigned char* src, unsigned long long round) {
+  const int right = (w.rank + 1) % w.size;
+  fd::put_block(w, right, 1, src, kBytes);
+  if (threadIdx.x == 0) {
+    fd::signal(w, right, kSignal, round, fd::SignalOp::kSet);
+    fd::wait_until(w, kSignal, fd::Compare::kGe, round);
+  }
+}
+
+__global__ void warp_put(ferry_window_device_t w, const unsigned char* src) {
+  const int right = (w.rank + 1) % w.size;
+  fd::put_warp(w, right, kWarpData + 3, src, kBytes);
+  if (threadIdx.x == 0) fd::signal(w, right, kWarpSignal, 1, fd::SignalOp::kAdd);
+}
+
+__global__ void adds(ferry_window_device_t w, int per_thread) {
+  for (int i = 0; i < per_thread; ++i) fd::atomic_add<unsigned long long>(w, 0, kCounter, 1ULL);
+  fd::quiet(w);
+}
+
+__global__ void scalars(ferry_window_device_t w) {
+  const int right = (w.rank + 1) % w.size;
+  for (int k = threadIdx.x; k < 64; k += blockDim.x) fd::p<int>(w, right, kScalars + k * sizeof(int), w.rank * 100 + k);
+  fd::quiet(w);
+}
+
+// p to the right neighbour, barrier, read what the left neighbour wrote.
+__global__ void barrier_rounds(ferry_window_device_t w, int rounds, int* wrong) {
+  const int right = (w.rank + 1) % w.size, left = (w.rank + w.size - 1) % w.size;
+  const auto* mine = reinterpret_cast<const volatile unsigned long long*>(static_cast<char*>(w.peers[w.rank]) + kRounds);
+  for (int r = 1; r <= rounds; ++r) {
+    if (threadIdx.x == 0) fd::p<unsigned long long>(w, right, kRounds, r * 1000ULL + w.rank);
+    fd::barrier_block(w);
+    if (threadIdx.x == 0 && *mine != r * 1000ULL + left) ++*wrong;
+    fd::barrier_block(w);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mpi_memory_alloc_kinds", "cuda:device");
+  unsigned char* base = nullptr;
+  MPI_Win win;
+  check(MPI_Win_allocate(kWindowBytes, 1, info, MPI_COMM_WORLD, &base, &win) == MPI_SUCCESS, "MPI_Win_allocate");
+  MPI_Info_free(&info);
+  cuda(cudaMemset(base, 0, kWindowBytes), "zero the window");
+  cuda(cudaDeviceSynchronize(), "zero the window");
+  MPI_Barrier(MPI_COMM_WORLD);
+  ferry_window_device_t w{};
+  check(ferry_win_device_handle(win, &w) == MPI_SUCCESS, "ferry_win_device_handle");
+  check(w.gda_ring != nullptr, "the handle has no GDA queue (are the ranks on different virtual nodes?)");
+
+  unsigned char* src = nullptr;
+  int* wrong = nullptr;
+  cuda(cudaMalloc(&src, kBytes), "cudaMalloc");
+  cuda(cudaMalloc(&wrong, sizeof(int)), "cudaMalloc");
+  cuda(cudaMemset(wrong, 0, sizeof(int)), "cudaMemset");
+  fill<<<64, 256>>>(src, kBytes, rank);
+  cuda(cudaDeviceSynchronize(), "fill");
+  const int left = (rank + ranks - 1) % ranks;
+
+  for (unsigned long long round = 1; round <= 3; ++round) ring_put_signal<<<1, 256>>>(w, src, round);
+  warp_put<<<1, 32>>>(w, src);
+  constexpr int kAddBlocks = 2, kAddThreads = 64, kPerThread = 4;
+  adds<<<kAddBlocks, kAddThreads>>>(w, kPerThread);
+  scalars<<<1, 64>>>(w);
+  cuda(cudaDeviceSynchronize(), "puts, signals, adds");
+  barrier_rounds<<<1, 128>>>(w, 5, wrong);
+  cuda(cudaDeviceSynchronize(), "barrier rounds");
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  std::vector<unsigned char> window(kWindowBytes);
+  cuda(cudaMemcpy(window.data(), base, kWindowBytes, cudaMemcpyDeviceToHost), "read the window");
+  auto word = [&](std::size_t offset) { return *reinterpret_cast<const unsigned long long*>(&window[offset]); };
+  bool ring_ok = true, warp_ok = true;
+  for (std::size_t i = 0; i < kBytes && i + 1 < kWarpData + 3; ++i) ring_ok = ring_ok && window[1 + i] == pattern(left, i);
+  for (std::size_t i = 0; i < kBytes; ++i) warp_ok = warp_ok && window[kWarpData + 3 + i] == pattern(left, i);
+  check(ring_ok, "put_block's bytes from the left neighbour");
+  check(word(kSignal) == 3, "ring signal " + std::to_string(word(kSignal)));
+  check(warp_ok, "put_warp's bytes from the left neighbour");
+  check(word(kWarpSignal) == 1, "put_warp's signal " + std::to_string(word(kWarpSignal)));
+  if (rank == 0) {
+    const unsigned long long expected = 1ULL * ranks * kAddBlocks * kAddThreads * kPerThread;
+    check(word(kCounter) == expected, "atomic adds " + std::to_string(word(kCounter)) + ", expected " + std::to_string(expected));
+  }
+  bool scalars_ok = true;
+  for (int k = 0; k < 64; ++k)
+    scalars_ok = scalars_ok && reinterpret_cast<const int*>(&window[kScalars])[k] == left * 100 + k;
+  check(scalars_ok, "p's scalars from the left neighbour");
+  int wrong_rounds = 0;
+  cuda(cudaMemcpy(&wrong_rounds, wrong, sizeof(int), cudaMemcpyDeviceToHost), "read wrong");
+  check(wrong_rounds == 0, std::to_string(wrong_rounds) + " barrier rounds saw a stale value");
+
+  MPI_Win_free(&win);
+  cudaFree(src);
+  cudaFree(wrong);
+  int all_errors = 0;
+  MPI_Allreduce(&errors, &all_errors, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0 && all_errors == 0) std::printf("No Errors\n");
+  MPI_Finalize();
+  return all_errors == 0 ? 0 : 1;
+}
