@@ -220,8 +220,13 @@ void remote_rank(ferry::gpu::Backend* backend, ferry::Bootstrap& bootstrap, cons
 
 int main() {
   ferry::gpu::Backend* backend = ferry::gpu::cuda_backend();
-  if (backend == nullptr || !ferry::ok(backend->set_device(0))) {
-    std::fprintf(stderr, "no CUDA GPU\n");
+  if (backend == nullptr) {
+    std::fprintf(stderr, "no CUDA GPU: %s\n", ferry::gpu::cuda_unavailable_reason().c_str());
+    return 1;
+  }
+  const ferry::Status status = backend->set_device(0);
+  if (!ferry::ok(status)) {
+    std::fprintf(stderr, "GPU 0 cannot be used: %s\n", ferry::status_name(status));
     return 1;
   }
   int* failed = nullptr;
