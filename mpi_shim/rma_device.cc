@@ -5,6 +5,8 @@
 // handle that reaches the other ranks through the proxy GDA (RemoteAccess).
 #include <mpi.h>
 
+#include <functional>
+#include <memory>
 #include <new>
 
 #include "engine/bootstrap/mpi_bootstrap.h"
@@ -48,55 +50,48 @@ std::unique_ptr<Bootstrap> window_bootstrap(MPI_Win win) {
   return bootstrap;
 }
 
-// The handle of a window across machines.
-int remote_handle(MPI_Win win, ferry_window_device_t* handle) {
+// The handle of win's Access, which create() makes the first time
+// (collectively) and the window keeps as an attribute.
+template <typename Access>
+int cached_handle(MPI_Win win, ferry_window_device_t* handle,
+                  const std::function<Status(std::unique_ptr<Access>*)>& create) {
   void* value = nullptr;
   int found = 0;
-  if (PMPI_Win_get_attr(win, access_keyval<RemoteAccess>(), &value, &found) != MPI_SUCCESS)
+  if (PMPI_Win_get_attr(win, access_keyval<Access>(), &value, &found) != MPI_SUCCESS)
     return raise_win_error(win, MPI_ERR_WIN);
   if (!found) {
-    void* memory = nullptr;
-    std::size_t bytes = 0;
-    device_memory_across(win, &memory, &bytes);
-    std::unique_ptr<Bootstrap> bootstrap = window_bootstrap(win);
-    if (!bootstrap) return raise_win_error(win, MPI_ERR_OTHER);
-    std::unique_ptr<RemoteAccess> access;
-    const Status status = RemoteAccess::create(std::move(bootstrap), gpu::active_backend(), memory, bytes, &access);
-    if (!ok(status)) {
-      FERRY_WARN(Pgas, "ferry_win_device_handle: a window across machines: %s", status_name(status));
-      return raise_win_error(win, status == Status::kOutOfMemory ? MPI_ERR_NO_MEM : MPI_ERR_OTHER);
-    }
-    value = access.release();
-    PMPI_Win_set_attr(win, access_keyval<RemoteAccess>(), value);
-  }
-  *handle = static_cast<RemoteAccess*>(value)->handle();
-  return MPI_SUCCESS;
-}
-
-int device_handle(MPI_Win win, ferry_window_device_t* handle) {
-  Window* window = engine_window(win);
-  if (!window && handle && is_window_across(win)) return remote_handle(win, handle);
-  if (!window) {
-    FERRY_WARN(Pgas, "ferry_win_device_handle: the window is not a device window");
-    return raise_win_error(win, MPI_ERR_WIN);
-  }
-  if (!handle) return raise_win_error(win, MPI_ERR_ARG);
-  void* value = nullptr;
-  int found = 0;
-  if (PMPI_Win_get_attr(win, access_keyval<DeviceAccess>(), &value, &found) != MPI_SUCCESS)
-    return raise_win_error(win, MPI_ERR_WIN);
-  if (!found) {
-    std::unique_ptr<DeviceAccess> access;
-    const Status status = DeviceAccess::create(*window, &access);
+    std::unique_ptr<Access> access;
+    const Status status = create(&access);
     if (!ok(status)) {
       FERRY_WARN(Pgas, "ferry_win_device_handle: %s", status_name(status));
       return raise_win_error(win, status == Status::kOutOfMemory ? MPI_ERR_NO_MEM : MPI_ERR_OTHER);
     }
     value = access.release();
-    PMPI_Win_set_attr(win, access_keyval<DeviceAccess>(), value);
+    PMPI_Win_set_attr(win, access_keyval<Access>(), value);
   }
-  *handle = static_cast<DeviceAccess*>(value)->handle();
+  *handle = static_cast<Access*>(value)->handle();
   return MPI_SUCCESS;
+}
+
+int device_handle(MPI_Win win, ferry_window_device_t* handle) {
+  Window* window = engine_window(win);
+  const bool across = !window && is_window_across(win);
+  if (!window && !across) {
+    FERRY_WARN(Pgas, "ferry_win_device_handle: the window is not a device window");
+    return raise_win_error(win, MPI_ERR_WIN);
+  }
+  if (!handle) return raise_win_error(win, MPI_ERR_ARG);
+  if (across)
+    return cached_handle<RemoteAccess>(win, handle, [win](std::unique_ptr<RemoteAccess>* out) {
+      void* memory = nullptr;
+      std::size_t bytes = 0;
+      device_memory_across(win, &memory, &bytes);
+      std::unique_ptr<Bootstrap> bootstrap = window_bootstrap(win);
+      if (!bootstrap) return Status::kUnavailable;
+      return RemoteAccess::create(std::move(bootstrap), gpu::active_backend(), memory, bytes, out);
+    });
+  return cached_handle<DeviceAccess>(
+      win, handle, [window](std::unique_ptr<DeviceAccess>* out) { return DeviceAccess::create(*window, out); });
 }
 
 }  // namespace

@@ -13,26 +13,14 @@
 
 #include "ferry/device.h"
 #include "ferry/ferry.h"
+#include "mpi_gpu_test.h"
 
 namespace fd = ferry::device;
 
 namespace {
 
-int errors = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) return;
-  ++errors;
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "FAIL rank %d: %s\n", rank, what.c_str());
-}
-
-void cuda(cudaError_t error, const char* what) {
-  if (error == cudaSuccess) return;
-  std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(error));
-  MPI_Abort(MPI_COMM_WORLD, 1);
-}
+using mpi_gpu_test::check;
+using mpi_gpu_test::cuda;
 
 // Window layout (bytes).
 constexpr std::size_t kData = 1 << 18;                 // ring data (put_block at offset 1)
@@ -157,9 +145,7 @@ int main(int argc, char** argv) {
   MPI_Win_free(&win);
   cudaFree(src);
   cudaFree(wrong);
-  int all_errors = 0;
-  MPI_Allreduce(&errors, &all_errors, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0 && all_errors == 0) std::printf("No Errors\n");
+  const bool passed = mpi_gpu_test::verdict();
   MPI_Finalize();
-  return all_errors == 0 ? 0 : 1;
+  return passed ? 0 : 1;
 }

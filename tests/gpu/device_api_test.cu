@@ -15,26 +15,14 @@
 
 #include "ferry/device.h"
 #include "ferry/ferry.h"
+#include "mpi_gpu_test.h"
 
 namespace fd = ferry::device;
 
 namespace {
 
-int errors = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) return;
-  ++errors;
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "FAIL rank %d: %s\n", rank, what.c_str());
-}
-
-void cuda(cudaError_t error, const char* what) {
-  if (error == cudaSuccess) return;
-  std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(error));
-  MPI_Abort(MPI_COMM_WORLD, 1);
-}
+using mpi_gpu_test::check;
+using mpi_gpu_test::cuda;
 
 // Window layout (bytes).
 constexpr std::size_t kBlockBytes = 1 << 20;             // ring data
@@ -289,9 +277,7 @@ int main(int argc, char** argv) {
   cudaFree(old);
   cudaFree(wrong);
   MPI_Win_free(&win);
-  int total = 0;
-  MPI_Allreduce(&errors, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) std::printf(total ? "Found %d errors\n" : "No Errors\n", total);
+  const bool passed = mpi_gpu_test::verdict();
   MPI_Finalize();
-  return total ? 1 : 0;
+  return passed ? 0 : 1;
 }
