@@ -10,7 +10,8 @@
 // applies one origin's requests in the order they were posted (data before
 // its signal), and acknowledges once its effects are visible there; an
 // operation is finished at the origin once its count is acknowledged. So
-// a ring's `completed` (quiet) means visible at the target.
+// a ring's `completed` (quiet) means visible at the target. A descriptor
+// for this rank itself is applied here at once.
 //
 // A request the target refuses (an unknown window, a range past the
 // window's bytes) comes back as a refused acknowledgement: the origin's
