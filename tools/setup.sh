@@ -93,7 +93,7 @@ checked_build() {  # <dir> [cmake options...] -- <targets...>
 # without it, which check only Open MPI).
 sanitized_mpi_tests='^mpi_suite[.](threads|nonblocking_engine|peer_messages)[.]'
 unsanitized_mpi_tests='[.]host_baseline[.]'
-sanitized_targets=(ferry ferry-info pmix_bootstrap_test ferry_unit_tests net_transport_mpi_test
+sanitized_targets=(ferry ferry-info pmix_bootstrap_test ferry_unit_tests ferry_gda_tests net_transport_mpi_test
                    mpi_suite_threads mpi_suite_nonblocking_engine mpi_suite_peer_messages)
 
 sanitize() {

@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "engine/transport/socket_network.h"
@@ -65,6 +67,15 @@ struct GdaRank {
     EXPECT_EQ(backend->device_free(window), Status::kOk);
   }
 
+  // Waits until `requests` from other ranks were applied here (the proxy's
+  // writes then visible to this thread), 10 s at most.
+  void wait_applied(std::uint64_t requests) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (executor->applied() < requests && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    EXPECT_EQ(executor->applied(), requests);
+  }
+
   std::vector<char> window_bytes() {
     std::vector<char> bytes(kWindowBytes);
     EXPECT_EQ(backend->copy(bytes.data(), window, kWindowBytes), Status::kOk);
@@ -103,6 +114,7 @@ TEST(GdaNet, PutsWithSignalsReachEveryRankWholeAndInOrder) {
       }
     ASSERT_TRUE(wait_completed(rank.ring, last));  // quiet: visible at every target
     ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+    rank.wait_applied(std::uint64_t{kRounds} * (kRanks - 1));
     const std::vector<char> window = rank.window_bytes();
     for (int source = 0; source < kRanks; ++source) {
       EXPECT_EQ(word_at(window, 8 * source), std::uint64_t{kRounds}) << "signals from rank " << source;
@@ -137,7 +149,10 @@ TEST(GdaNet, AtomicAddsFromEveryRankSum) {
     }
     ASSERT_TRUE(wait_completed(rank.ring, last));
     ASSERT_EQ(bootstrap.barrier(), Status::kOk);
-    if (me == 0) EXPECT_EQ(word_at(rank.window_bytes(), 40), std::uint64_t{kAdds} * (1 + 2 + 3));
+    if (me == 0) {
+      rank.wait_applied(std::uint64_t{kAdds} * (kRanks - 1));
+      EXPECT_EQ(word_at(rank.window_bytes(), 40), std::uint64_t{kAdds} * (1 + 2 + 3));
+    }
     ASSERT_EQ(bootstrap.barrier(), Status::kOk);
   });
 }

@@ -176,7 +176,10 @@ Status GdaNetExecutor::serve(int p) {
     bool refused = false;
     if (!peer.refused) FERRY_CHECK(apply(peer.request_in, peer.data_in.data(), &refused));
     peer.refused = peer.refused || refused;
-    if (!peer.refused) ++peer.applied;
+    if (!peer.refused) {
+      ++peer.applied;
+      applied_.fetch_add(1, std::memory_order_release);
+    }
     FERRY_CHECK(post_receives(p));
     FERRY_CHECK(acknowledge(p));
   }

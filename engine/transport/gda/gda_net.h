@@ -29,6 +29,7 @@
 // rank's own signals and adds through the queue on such windows.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -73,6 +74,10 @@ class GdaNetExecutor : public GdaExecutor {
 
   Status start(const GdaDescriptor& d, int ring, std::uint64_t ticket) override;
   Status progress(const std::function<void(int, std::uint64_t)>& finished) override;
+
+  // Requests from other ranks applied here so far; once it reads n, the
+  // effects of those n are visible to the reading thread.
+  std::uint64_t applied() const { return applied_.load(std::memory_order_acquire); }
 
   int rank() const { return net_->rank(); }
   int size() const { return net_->size(); }
@@ -132,6 +137,7 @@ class GdaNetExecutor : public GdaExecutor {
   std::deque<std::unique_ptr<Outgoing>> outgoing_;
   std::vector<std::pair<int, std::uint64_t>> finished_here_;  // self-targeted, to report
   bool receives_posted_ = false;
+  std::atomic<std::uint64_t> applied_{0};
   std::mutex windows_mutex_;
   std::unordered_map<std::uint16_t, Window> windows_;
 };
