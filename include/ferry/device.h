@@ -16,10 +16,10 @@
  * memory. Ranks whose memory this GPU maps are reached by load and store;
  * in a window whose ranks span machines, the others go through a GDA queue
  * that a proxy thread of this process drains over the network
- * (ferry/gda_ring.h). Across machines today: put (all forms), p, signal,
- * put_signal, atomic_add of 64-bit integers, quiet(w) and barrier_block;
- * get, g, fetch_add, compare_swap and ll::put to another machine trap with
- * a message. On such a window signals and atomic adds go through the queue
+ * (ferry/gda_ring.h). Across machines today: put and get (all forms; a
+ * get's destination must be device memory), p, signal, put_signal,
+ * atomic_add of 64-bit integers, quiet(w) and barrier_block; g, fetch_add,
+ * compare_swap and ll::put to another machine trap with a message. On such a window signals and atomic adds go through the queue
  * even to this rank (the proxy must be the only writer of the words it
  * adds to): do not mix them with fetch_add or compare_swap on one word.
  * reachable() says whether a rank can be reached at all.
@@ -181,6 +181,13 @@ __device__ __forceinline__ unsigned lane_in_block() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
 
+// A get's bytes are in dst once the proxy has finished it.
+__device__ __forceinline__ void get_remote(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
+                                           std::size_t bytes) {
+  const std::uint64_t ticket = post_remote(w, rank, gda::GdaOp::kGet, offset, dst, bytes);
+  if (ticket != gda::kRingFailed) gda::wait_completed(queue(w), ticket);
+}
+
 }  // namespace detail
 
 // One thread copies bytes from src (this GPU's memory) to rank's window.
@@ -218,19 +225,31 @@ __device__ __forceinline__ void put_block(const ferry_window_device_t& w, int ra
   __syncthreads();
 }
 
+// From another machine: dst must be device memory (the proxy writes it),
+// and the bytes are there when the call returns.
 __device__ __forceinline__ void get(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
                                     std::size_t bytes) {
-  if (!detail::mapped(w, rank)) detail::not_across_machines(w, rank, "get");
+  if (!detail::mapped(w, rank)) return detail::get_remote(w, rank, offset, dst, bytes);
   detail::copy(static_cast<char*>(dst), address(w, rank, offset), bytes, 0, 1);
 }
 __device__ __forceinline__ void get_warp(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
                                          std::size_t bytes) {
+  if (!detail::mapped(w, rank)) {
+    if (threadIdx.x % detail::kWarpSize == 0) detail::get_remote(w, rank, offset, dst, bytes);
+    detail::sync_warp();
+    return;
+  }
   detail::copy(static_cast<char*>(dst), address(w, rank, offset), bytes, threadIdx.x % detail::kWarpSize,
                detail::kWarpSize);
   detail::sync_warp();
 }
 __device__ __forceinline__ void get_block(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
                                           std::size_t bytes) {
+  if (!detail::mapped(w, rank)) {
+    if (detail::lane_in_block() == 0) detail::get_remote(w, rank, offset, dst, bytes);
+    __syncthreads();
+    return;
+  }
   const unsigned threads = blockDim.x * blockDim.y * blockDim.z;
   detail::copy(static_cast<char*>(dst), address(w, rank, offset), bytes, detail::lane_in_block(), threads);
   __syncthreads();

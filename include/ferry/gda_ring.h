@@ -47,6 +47,7 @@ enum class GdaOp : std::uint8_t {
   kSignal = 3,      // the signal only
   kAtomicAdd = 4,   // 64-bit add of value at offset
   kPutInline = 5,   // bytes (at most 8) carried in value itself, to the target's window at offset
+  kGet = 6,         // bytes from the target's window at offset into source (here the destination)
 };
 enum class GdaSignalOp : std::uint8_t { kSet = 0, kAdd = 1 };
 

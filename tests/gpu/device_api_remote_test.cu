@@ -1,9 +1,10 @@
 // The device API (ferry/device.h) on a window whose ranks are on different
 // machines (virtual nodes, virtual_node.sh with one rank a node): kernels
 // reach the other ranks through the proxy GDA. A ring of put_block + signal
-// + wait_until, put_warp with signal adds, p then quiet(w), 64-bit atomic
-// adds from every thread of every rank to rank 0, and barrier_block rounds;
-// every result checked on the host. Prints "No Errors" on success.
+// + wait_until, put_warp with signal adds, get_block from the left
+// neighbour, p then quiet(w), 64-bit atomic adds from every thread of every
+// rank to rank 0, and barrier_block rounds; every result checked on the
+// host. Prints "No Errors" on success.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -55,6 +56,11 @@ __global__ void warp_put(ferry_window_device_t w, const unsigned char* src) {
   const int right = (w.rank + 1) % w.size;
   fd::put_warp(w, right, kWarpData + 3, src, kBytes);
   if (threadIdx.x == 0) fd::signal(w, right, kWarpSignal, 1, fd::SignalOp::kAdd);
+}
+
+// Reads back what this rank put into the right neighbour's window.
+__global__ void get_back(ferry_window_device_t w, unsigned char* dst) {
+  fd::get_block(w, (w.rank + 1) % w.size, 1, dst, kBytes);
 }
 
 __global__ void adds(ferry_window_device_t w, int per_thread) {
@@ -118,6 +124,16 @@ int main(int argc, char** argv) {
   cuda(cudaDeviceSynchronize(), "puts, signals, adds");
   barrier_rounds<<<1, 128>>>(w, 5, wrong);
   cuda(cudaDeviceSynchronize(), "barrier rounds");
+  unsigned char* fetched = nullptr;
+  cuda(cudaMalloc(&fetched, kBytes), "cudaMalloc");
+  get_back<<<1, 64>>>(w, fetched);
+  cuda(cudaDeviceSynchronize(), "get_block");
+  std::vector<unsigned char> back(kBytes);
+  cuda(cudaMemcpy(back.data(), fetched, kBytes, cudaMemcpyDeviceToHost), "read the get");
+  bool back_ok = true;
+  for (std::size_t i = 0; i < kBytes; ++i) back_ok = back_ok && back[i] == pattern(rank, i);
+  check(back_ok, "get_block from the right neighbour returns what this rank put there");
+  cudaFree(fetched);
   MPI_Barrier(MPI_COMM_WORLD);
 
   std::vector<unsigned char> window(kWindowBytes);

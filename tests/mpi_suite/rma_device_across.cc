@@ -5,7 +5,7 @@
 // producers are host threads): puts with signal adds to every other rank,
 // one element (p), 64-bit atomic adds to rank 0, a barrier's arrivals into
 // every sync block; after quiet and MPI_Barrier every rank finds the data
-// in its device memory, and after a fence the real MPI's window serves it
+// in its device memory and gets back what it put elsewhere, and after a fence the real MPI's window serves it
 // to MPI_Get. Last, a put past a rank's window fails this rank's queue
 // (quiet returns) and touches nothing there. Run by virtual_node.sh.
 #include <dlfcn.h>
@@ -149,6 +149,17 @@ void across(HandleFunction get_handle) {
   suite_memcpy(sync_words.data(), sync[me], sizeof(unsigned long long) * sync_words.size());
   expect(sync_words[0] == static_cast<unsigned long long>(ranks - 1), what,
          "barrier arrivals in this rank's sync block: " + std::to_string(sync_words[0]));
+
+  // Gets read back what this rank put into the next rank's window.
+  const int after = (me + 1) % ranks;
+  std::vector<char> got(put_bytes(kRounds - 1), 0);
+  gda::GdaDescriptor get = descriptor(gda::GdaOp::kGet, h, after);
+  get.source = reinterpret_cast<std::uintptr_t>(got.data());  // the destination
+  get.offset = put_offset(me, kRounds - 1);
+  get.bytes = got.size();
+  const std::uint64_t ticket = gda::post(ring, get);
+  expect(ticket != gda::kRingFailed && gda::wait_completed(ring, ticket), what, "a get did not complete");
+  expect(got == pattern(me, after, kRounds - 1, got.size()), what, "a get from rank " + std::to_string(after));
 
   // The real MPI's window serves the same bytes once the window is synchronized.
   check_mpi(MPI_Win_fence(0, win), what);

@@ -1,8 +1,9 @@
 // The proxy GDA over the net transport (gda_net.h) between ranks as
 // threads of one process, over the socket provider on loopback: puts with
 // signals to every rank (itself too) land whole before their signal and
-// before quiet returns, atomic adds from every rank sum, and a request past
-// the target's window is refused without touching it.
+// before quiet returns, gets read what every rank holds, atomic adds from
+// every rank sum, and a request past the target's window is refused
+// without touching it.
 #include "engine/transport/gda/gda_net.h"
 
 #include <gtest/gtest.h>
@@ -153,6 +154,40 @@ TEST(GdaNet, AtomicAddsFromEveryRankSum) {
       rank.wait_applied(std::uint64_t{kAdds} * (kRanks - 1));
       EXPECT_EQ(word_at(rank.window_bytes(), 40), std::uint64_t{kAdds} * (1 + 2 + 3));
     }
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+  });
+}
+
+TEST(GdaNet, GetsReadWhatEveryRankHolds) {
+  constexpr int kRanks = 3;
+  testing::run_loopback_ranks(kRanks, [](int me, Bootstrap& bootstrap) {
+    GdaRank rank(bootstrap);
+    const std::vector<char> mine = pattern(me, me, 99, kWindowBytes);
+    ASSERT_EQ(rank.backend->copy(rank.window, mine.data(), kWindowBytes), Status::kOk);
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+    std::vector<std::vector<char>> got;
+    got.reserve(kRounds * kRanks);
+    std::uint64_t last = 0;
+    for (int round = 0; round < kRounds; ++round)
+      for (int target = 0; target < kRanks; ++target) {
+        got.emplace_back(put_bytes(round), 0);
+        GdaDescriptor d{};
+        d.op = static_cast<std::uint8_t>(GdaOp::kGet);
+        d.window = kWindowId;
+        d.target = target;
+        d.source = reinterpret_cast<std::uintptr_t>(got.back().data());  // the destination
+        d.offset = put_offset(me, round);
+        d.bytes = got.back().size();
+        last = post(rank.ring, d);
+      }
+    ASSERT_TRUE(wait_completed(rank.ring, last));
+    std::size_t i = 0;
+    for (int round = 0; round < kRounds; ++round)
+      for (int target = 0; target < kRanks; ++target, ++i) {
+        const std::vector<char> theirs = pattern(target, target, 99, kWindowBytes);
+        EXPECT_EQ(std::memcmp(got[i].data(), theirs.data() + put_offset(me, round), got[i].size()), 0)
+            << "rank " << me << ": get from rank " << target << ", round " << round;
+      }
     ASSERT_EQ(bootstrap.barrier(), Status::kOk);
   });
 }

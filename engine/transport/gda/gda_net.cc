@@ -11,9 +11,12 @@ namespace {
 constexpr int kRequestTag = 1;
 constexpr int kDataTag = 2;
 constexpr int kAckTag = 3;
+constexpr int kReplyTag = 4;
 
 bool moves_data(GdaOp op) { return op == GdaOp::kPut || op == GdaOp::kPutSignal || op == GdaOp::kPutInline; }
 bool sets_signal(GdaOp op) { return op == GdaOp::kPutSignal || op == GdaOp::kSignal; }
+bool touches_word(GdaOp op) { return sets_signal(op) || op == GdaOp::kAtomicAdd; }
+bool covers_range(GdaOp op) { return moves_data(op) || op == GdaOp::kGet; }
 
 // offset + bytes within limit, without overflow.
 bool within(std::uint64_t offset, std::uint64_t bytes, std::size_t limit) {
@@ -45,6 +48,8 @@ GdaNetExecutor::~GdaNetExecutor() {
     for (NetRequest* request : {&peer.ack_receive, &peer.request_receive, &peer.data_receive})
       if (request->handle) net_->cancel(request);
     if (peer.ack_out && peer.ack_out->request.handle) net_->cancel(&peer.ack_out->request);
+    for (auto& reply : peer.replies)
+      if (reply->request.handle) net_->cancel(&reply->request);
   }
   for (auto& out : outgoing_)
     if (out->request.handle) net_->cancel(&out->request);
@@ -69,29 +74,52 @@ bool GdaNetExecutor::find_window(std::uint16_t id, Window* out) {
   return true;
 }
 
-Status GdaNetExecutor::apply(const GdaWireRequest& request, const char* data, bool* refused) {
-  *refused = false;
+char* GdaNetExecutor::locate(const GdaWireRequest& request) {
   Window window{};
   const auto op = static_cast<GdaOp>(request.op);
   const bool known = find_window(request.window, &window);
-  const bool data_fits = !moves_data(op) || within(request.offset, request.bytes, window.bytes);
+  const bool range_fits = !covers_range(op) || within(request.offset, request.bytes, window.bytes);
   const std::uint64_t word_offset = op == GdaOp::kAtomicAdd ? request.offset : request.signal_offset;
-  const bool word_fits = !(sets_signal(op) || op == GdaOp::kAtomicAdd) ||
-                         (within(word_offset, 8, window.bytes) && word_offset % 8 == 0);
-  if (!known || !data_fits || !word_fits) {
-    FERRY_WARN(Transport, "gda: refused a request for window %u, offset %llu, %llu bytes (%s)", request.window,
-               static_cast<unsigned long long>(request.offset), static_cast<unsigned long long>(request.bytes),
-               !known ? "no such window here" : "past the window's end, or a signal word not 8-byte aligned");
-    *refused = true;
-    return Status::kOk;
-  }
-  if (moves_data(op) && request.bytes != 0)
-    FERRY_CHECK(copy(window.base + request.offset, data, request.bytes));
-  if (sets_signal(op) || op == GdaOp::kAtomicAdd) {
-    char* word_at = window.base + (op == GdaOp::kAtomicAdd ? request.offset : request.signal_offset);
+  const bool word_fits = !touches_word(op) || (within(word_offset, 8, window.bytes) && word_offset % 8 == 0);
+  if (known && range_fits && word_fits) return window.base;
+  FERRY_WARN(Transport, "gda: refused a request for window %u, offset %llu, %llu bytes (%s)", request.window,
+             static_cast<unsigned long long>(request.offset), static_cast<unsigned long long>(request.bytes),
+             !known ? "no such window here" : "past the window's end, or a signal word not 8-byte aligned");
+  return nullptr;
+}
+
+Status GdaNetExecutor::apply(const GdaWireRequest& request, const char* data, bool* refused) {
+  const auto op = static_cast<GdaOp>(request.op);
+  char* base = locate(request);
+  *refused = base == nullptr;
+  if (*refused) return Status::kOk;
+  if (moves_data(op) && request.bytes != 0) FERRY_CHECK(copy(base + request.offset, data, request.bytes));
+  if (touches_word(op)) {
+    char* word_at = base + (op == GdaOp::kAtomicAdd ? request.offset : request.signal_offset);
     if (op == GdaOp::kAtomicAdd || static_cast<GdaSignalOp>(request.signal_op) == GdaSignalOp::kAdd)
       return add_to_word(word_at, request.value);
     FERRY_CHECK(copy(word_at, &request.value, sizeof request.value));
+  }
+  return Status::kOk;
+}
+
+Status GdaNetExecutor::answer_get(int peer, const GdaWireRequest& request, bool* refused) {
+  const char* base = locate(request);
+  *refused = base == nullptr;
+  if (*refused) return Status::kOk;
+  std::vector<char> bytes(request.bytes);
+  if (!bytes.empty()) FERRY_CHECK(copy(bytes.data(), base + request.offset, bytes.size()));
+  return send(peer, kReplyTag, std::move(bytes));
+}
+
+Status GdaNetExecutor::take_replies(Peer& peer) {
+  for (auto& reply : peer.replies) {
+    if (reply->done) continue;
+    bool done = false;
+    FERRY_CHECK(net_->test(&reply->request, &done));
+    if (!done) return Status::kOk;  // later replies come after this one
+    if (!reply->bytes.empty()) FERRY_CHECK(copy(reply->destination, reply->bytes.data(), reply->bytes.size()));
+    reply->done = true;
   }
   return Status::kOk;
 }
@@ -122,10 +150,17 @@ Status GdaNetExecutor::start(const GdaDescriptor& d, int ring, std::uint64_t tic
   const bool inline_data = static_cast<GdaOp>(d.op) == GdaOp::kPutInline;
   if (inline_data && d.bytes > sizeof d.value) return Status::kInvalidArgument;
   const char* source = inline_data ? reinterpret_cast<const char*>(&d.value) : reinterpret_cast<const char*>(d.source);
+  const bool get = static_cast<GdaOp>(d.op) == GdaOp::kGet;
   if (d.target == rank()) {
-    bool refused = false;
-    FERRY_CHECK(apply(request, source, &refused));
-    if (refused) return Status::kInvalidArgument;
+    if (get) {
+      const char* base = locate(request);
+      if (!base) return Status::kInvalidArgument;
+      if (d.bytes != 0) FERRY_CHECK(copy(reinterpret_cast<void*>(d.source), base + d.offset, d.bytes));
+    } else {
+      bool refused = false;
+      FERRY_CHECK(apply(request, source, &refused));
+      if (refused) return Status::kInvalidArgument;
+    }
     finished_here_.emplace_back(ring, ticket);
     return Status::kOk;
   }
@@ -139,7 +174,17 @@ Status GdaNetExecutor::start(const GdaDescriptor& d, int ring, std::uint64_t tic
     FERRY_CHECK(send(d.target, kDataTag, std::move(data)));
   }
   Peer& peer = peers_[d.target];
-  peer.started.push_back({ring, ticket, ++peer.sent});
+  Reply* reply = nullptr;
+  if (get) {
+    // Replies from one target come in the order its gets were posted.
+    auto awaited = std::make_unique<Reply>();
+    awaited->bytes.resize(d.bytes);
+    awaited->destination = reinterpret_cast<void*>(d.source);
+    FERRY_CHECK(net_->post_recv(d.target, kReplyTag, awaited->bytes.data(), awaited->bytes.size(), &awaited->request));
+    reply = awaited.get();
+    peer.replies.push_back(std::move(awaited));
+  }
+  peer.started.push_back({ring, ticket, ++peer.sent, reply});
   return Status::kOk;
 }
 
@@ -174,7 +219,10 @@ Status GdaNetExecutor::serve(int p) {
     }
     // A refusal is final for this origin: it fails, and sends no more.
     bool refused = false;
-    if (!peer.refused) FERRY_CHECK(apply(peer.request_in, peer.data_in.data(), &refused));
+    if (!peer.refused && static_cast<GdaOp>(peer.request_in.op) == GdaOp::kGet)
+      FERRY_CHECK(answer_get(p, peer.request_in, &refused));
+    else if (!peer.refused)
+      FERRY_CHECK(apply(peer.request_in, peer.data_in.data(), &refused));
     peer.refused = peer.refused || refused;
     if (!peer.refused) {
       ++peer.applied;
@@ -238,8 +286,14 @@ Status GdaNetExecutor::progress(const std::function<void(int, std::uint64_t)>& f
       peer.acked = peer.ack_in;
       FERRY_CHECK(post_receives(p));
     }
+    FERRY_CHECK(take_replies(peer));
     while (!peer.started.empty() && peer.started.front().sequence <= peer.acked) {
-      finished(peer.started.front().ring, peer.started.front().ticket);
+      const Started& front = peer.started.front();
+      if (front.reply) {
+        if (!front.reply->done) break;
+        peer.replies.pop_front();  // front.reply is the oldest reply
+      }
+      finished(front.ring, front.ticket);
       peer.started.pop_front();
     }
   }

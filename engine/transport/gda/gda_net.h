@@ -5,12 +5,14 @@
 // every rank's proxy is also its target-side progress.
 //
 // Wire, per pair of ranks: a fixed-size request (op, window, offsets,
-// bytes, signal) on kRequestTag, its data on kDataTag, and from the target
-// a cumulative count of the requests it applied on kAckTag. The target
+// bytes, signal) on kRequestTag, its data on kDataTag, a get's bytes back
+// on kReplyTag, and from the target a cumulative count of the requests it
+// applied on kAckTag. The target
 // applies one origin's requests in the order they were posted (data before
 // its signal), and acknowledges once its effects are visible there; an
-// operation is finished at the origin once its count is acknowledged. So
-// a ring's `completed` (quiet) means visible at the target. A descriptor
+// operation is finished at the origin once its count is acknowledged (a
+// get, once its bytes are in its destination too). So a ring's `completed`
+// (quiet) means visible at the target. A descriptor
 // for this rank itself is applied here at once.
 //
 // A request the target refuses (an unknown window, a range past the
@@ -92,16 +94,25 @@ class GdaNetExecutor : public GdaExecutor {
     NetRequest request;
     std::vector<char> bytes;
   };
+  // A get's bytes on their way back, then copied to their destination.
+  struct Reply {
+    NetRequest request;
+    std::vector<char> bytes;
+    void* destination = nullptr;
+    bool done = false;
+  };
   struct Started {
     int ring;
     std::uint64_t ticket;
     std::uint64_t sequence;  // this origin's count of requests to the target
+    Reply* reply;            // a get's; null for other operations
   };
   struct Peer {
     // Origin side.
     std::uint64_t sent = 0;   // requests posted to it
     std::uint64_t acked = 0;  // requests it applied
     std::deque<Started> started;
+    std::deque<std::unique_ptr<Reply>> replies;  // in the order the gets were posted
     NetRequest ack_receive;
     std::uint64_t ack_in = 0;
     // Target side.
@@ -122,8 +133,14 @@ class GdaNetExecutor : public GdaExecutor {
   Status add_to_word(char* word, std::uint64_t value);
   Status post_receives(int peer);
   Status send(int peer, int tag, std::vector<char> bytes);
+  // Where request's bytes lie here, or null (logged) when it must be refused.
+  char* locate(const GdaWireRequest& request);
   // Target side: applies request (data: its bytes) from peer, or refuses it.
   Status apply(const GdaWireRequest& request, const char* data, bool* refused);
+  // Target side: sends a get's bytes back to peer, or refuses it.
+  Status answer_get(int peer, const GdaWireRequest& request, bool* refused);
+  // Origin side: copies arrived replies to their destinations.
+  Status take_replies(Peer& peer);
   Status serve(int peer);
   Status acknowledge(int peer);
   bool find_window(std::uint16_t id, Window* out);
