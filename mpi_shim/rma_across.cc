@@ -185,6 +185,7 @@ int rank_in_window(MPI_Win win) {
 int sync_across(MPI_Win win, const std::function<int()>& pmpi, bool after_only) {
   AcrossWindow* w = find(win);
   if (!w) return pmpi();
+  if (const int lost = remote_access_error(win); lost != MPI_SUCCESS) return raise_win_error(win, lost);
   std::lock_guard<std::mutex> lock(w->mutex);
   if (!after_only)
     if (int rc = reconciled(win, publish(*w)); rc != MPI_SUCCESS) return rc;

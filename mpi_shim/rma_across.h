@@ -46,6 +46,12 @@ namespace ferry::shim {
 int create_window_across(FunctionId id, void* memory, bool device_here, MPI_Aint size, int disp_unit, MPI_Info info,
                          MPI_Comm comm, MPI_Win* win, int flavor, void* allocated, void* host_allocated);
 
+// MPI_SUCCESS, or the error code for a window whose device handle's GDA
+// queue lost a peer (its connection closed): the job cannot go on, so
+// synchronization calls return it at once instead of entering the real
+// MPI (rma_device.cc).
+int remote_access_error(MPI_Win win);
+
 // Whether win is such a window.
 bool is_window_across(MPI_Win win);
 // This rank's device memory of such a window (null and 0 where its memory

@@ -10,10 +10,12 @@
 #include <new>
 
 #include "engine/bootstrap/mpi_bootstrap.h"
+#include "engine/common/liveness.h"
 #include "engine/gpu/gpu.h"
 #include "engine/pgas/device_access.h"
 #include "engine/pgas/remote_access.h"
 #include "ferry/device.h"
+#include "mpi_shim/engine_route.h"
 #include "mpi_shim/rma.h"
 #include "mpi_shim/rma_across.h"
 #include "mpi_shim/wrapper_support.h"
@@ -95,6 +97,16 @@ int device_handle(MPI_Win win, ferry_window_device_t* handle) {
 }
 
 }  // namespace
+
+int remote_access_error(MPI_Win win) {
+  void* value = nullptr;
+  int found = 0;
+  if (PMPI_Win_get_attr(win, access_keyval<RemoteAccess>(), &value, &found) != MPI_SUCCESS || !found)
+    return MPI_SUCCESS;
+  if (static_cast<RemoteAccess*>(value)->status() != Status::kPeerEnded) return MPI_SUCCESS;
+  FERRY_WARN(Pgas, "a window across machines: a peer of its GDA queue is lost: %s", last_ended_peer().c_str());
+  return peer_ended_error();
+}
 }  // namespace ferry::shim
 
 extern "C" __attribute__((visibility("default"))) int ferry_win_device_handle(MPI_Win win,

@@ -46,6 +46,12 @@ void note_ended_peer(int rank, int size, std::int32_t pid) {
             std::to_string(size) + " ranks on " + host_name();
 }
 
+void note_lost_peer(int rank, int size) {
+  std::lock_guard<std::mutex> lock(g_ended_mutex);
+  g_ended = "rank " + std::to_string(rank) + " of a group of " + std::to_string(size) +
+            " ranks, on another machine (its connection closed)";
+}
+
 std::string last_ended_peer() {
   std::lock_guard<std::mutex> lock(g_ended_mutex);
   return g_ended;

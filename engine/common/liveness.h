@@ -41,6 +41,8 @@ class PeerLiveness {
 // by note_ended_peer, e.g. "rank 1 (pid 4242) of a communicator of 2 ranks
 // on vm".
 void note_ended_peer(int rank, int size, std::int32_t pid);
+// The same for a peer on another machine whose connection closed.
+void note_lost_peer(int rank, int size);
 std::string last_ended_peer();
 
 }  // namespace ferry

@@ -95,6 +95,8 @@ Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* 
   return Status::kOk;
 }
 
+Status RemoteAccess::status() const { return proxy_ ? proxy_->status() : Status::kOk; }
+
 RemoteAccess::~RemoteAccess() {
   if (proxy_ && bootstrap_) {
     // This rank's operations first (the peers still serve), then everyone's.

@@ -43,6 +43,9 @@ class RemoteAccess {
   RemoteAccess& operator=(const RemoteAccess&) = delete;
 
   const ferry_window_device_t& handle() const { return handle_; }
+  // kOk, or why the proxy stopped (kPeerEnded: a peer's connection closed,
+  // its process most likely ended; kInvalidArgument: a peer refused a request).
+  Status status() const;
 
  private:
   RemoteAccess() = default;

@@ -8,7 +8,17 @@
 // in its device memory and gets back what it put elsewhere, and after a fence the real MPI's window serves it
 // to MPI_Get. Last, a put past a rank's window fails this rank's queue
 // (quiet returns) and touches nothing there. Run by virtual_node.sh.
+//
+// With the argument peer_dies (killed_peer_test.sh, the launcher told to
+// keep the job): the last rank kills itself once every rank has its handle;
+// rank 0 queues puts to it until its queue fails (quiet returns), and then
+// MPI_Win_fence returns an error naming the lost peer, all within 10 s.
 #include <dlfcn.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 
 #include <cstring>
 #include <string>
@@ -192,12 +202,57 @@ void across(HandleFunction get_handle) {
   MPI_Win_free(&win);
 }
 
+void peer_dies(HandleFunction get_handle) {
+  const int me = world_rank(), last = world_size() - 1;
+  Case what{"a peer of a window across machines dies", "MPI_BYTE"};
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mpi_memory_alloc_kinds", "cuda:device");
+  void* base = nullptr;
+  MPI_Win win;
+  check_mpi(MPI_Win_allocate(4096, 1, info, MPI_COMM_WORLD, &base, &win), what);
+  MPI_Info_free(&info);
+  MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+  ferry_window_device_t h{};
+  check_mpi(get_handle(win, &h), what);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == last) raise(SIGKILL);
+  if (me != 0) {
+    pause();
+    _exit(0);
+  }
+  gda::GdaRing ring{};
+  suite_memcpy(&ring, h.gda_ring, sizeof ring);
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  std::vector<char> data(1000, 'x');
+  bool failed = false;
+  while (!failed && seconds() < 10) {
+    gda::GdaDescriptor d = descriptor(gda::GdaOp::kPut, h, last);
+    d.source = reinterpret_cast<std::uintptr_t>(data.data());
+    d.bytes = data.size();
+    const std::uint64_t ticket = gda::post(ring, d);
+    failed = ticket == gda::kRingFailed || !gda::wait_completed(ring, ticket);
+  }
+  const int rc = MPI_Win_fence(0, win);
+  char text[MPI_MAX_ERROR_STRING] = "";
+  int length = 0, error_class = MPI_SUCCESS;
+  MPI_Error_class(rc, &error_class);
+  MPI_Error_string(rc, text, &length);
+  std::printf("rank 0: MPI_Win_fence returned class %d after %.1f s: %s\n", error_class, seconds(), text);
+  std::printf(failed && rc != MPI_SUCCESS && seconds() < 10 ? "No Errors\n" : "FAIL: no error within 10 s\n");
+  std::fflush(stdout);
+  _exit(0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   init(&argc, &argv);
   auto get_handle = reinterpret_cast<HandleFunction>(dlsym(RTLD_DEFAULT, "ferry_win_device_handle"));
-  if (get_handle) {
+  if (get_handle && argc > 1 && std::strcmp(argv[1], "peer_dies") == 0) {
+    peer_dies(get_handle);
+  } else if (get_handle) {
     across(get_handle);
   } else {
     expect(suite_ferry_backend() == nullptr, Case{"ferry_win_device_handle", ""},

@@ -163,3 +163,13 @@ foreach(ranks 2 3)
                      ENV FERRY_SUITE_RANKS_PER_NODE=1)
   list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.np${ranks})
 endforeach()
+# A rank of such a window killed (SIGKILL, the launcher keeping the job):
+# the survivor's GDA queue fails, quiet returns, and MPI_Win_fence names
+# the lost peer within 10 s.
+add_test(NAME mpi_suite.virtual_nodes.rma_device_across.peer_dies.np2
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/killed_peer_test.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:ferry>
+                 $<TARGET_FILE:mpi_suite_rma_device_across> ${FERRY_MPI_TEST_DEVICE} ${FERRY_MPIEXEC_FLAGS})
+set_tests_properties(mpi_suite.virtual_nodes.rma_device_across.peer_dies.np2 PROPERTIES
+  TIMEOUT 90 PROCESSORS 2
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;KILLED_PEER_WHEN=peer_dies;KILLED_PEER_CALL=MPI_Win_fence;KILLED_PEER_WRAPPER=${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh")
+list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.peer_dies.np2)

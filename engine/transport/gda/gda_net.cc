@@ -3,6 +3,7 @@
 #include <cstring>
 #include <utility>
 
+#include "engine/common/liveness.h"
 #include "engine/common/log.h"
 
 namespace ferry::gda {
@@ -137,6 +138,7 @@ Status GdaNetExecutor::add_to_word(char* word, std::uint64_t value) {
 
 Status GdaNetExecutor::send(int peer, int tag, std::vector<char> bytes) {
   auto out = std::make_unique<Outgoing>();
+  out->peer = peer;
   out->bytes = std::move(bytes);
   FERRY_CHECK(net_->post_send(peer, tag, out->bytes.data(), out->bytes.size(), &out->request));
   outgoing_.push_back(std::move(out));
@@ -265,37 +267,46 @@ Status GdaNetExecutor::progress(const std::function<void(int, std::uint64_t)>& f
   // completion does not depend on later ones).
   while (!outgoing_.empty()) {
     bool done = false;
-    FERRY_CHECK(net_->test(&outgoing_.front()->request, &done));
+    const Status status = net_->test(&outgoing_.front()->request, &done);
+    if (status == Status::kPeerEnded) note_lost_peer(outgoing_.front()->peer, size());
+    FERRY_CHECK(status);
     if (!done) break;
     outgoing_.pop_front();
   }
   for (int p = 0; p < size(); ++p) {
     if (p == rank()) continue;
-    Peer& peer = peers_[p];
-    FERRY_CHECK(serve(p));
-    FERRY_CHECK(acknowledge(p));
-    for (;;) {
-      bool done = false;
-      FERRY_CHECK(net_->test(&peer.ack_receive, &done));
-      if (!done) break;
-      if (peer.ack_in & kRefusedBit) {
-        FERRY_WARN(Transport, "gda: rank %d refused request %llu from this rank (see its log)", p,
-                   static_cast<unsigned long long>((peer.ack_in & ~kRefusedBit) + 1));
-        return Status::kInvalidArgument;
-      }
-      peer.acked = peer.ack_in;
-      FERRY_CHECK(post_receives(p));
+    const Status status = progress_peer(p, finished);
+    if (status == Status::kPeerEnded) note_lost_peer(p, size());
+    if (!ok(status)) return status;
+  }
+  return Status::kOk;
+}
+
+Status GdaNetExecutor::progress_peer(int p, const std::function<void(int, std::uint64_t)>& finished) {
+  Peer& peer = peers_[p];
+  FERRY_CHECK(serve(p));
+  FERRY_CHECK(acknowledge(p));
+  for (;;) {
+    bool done = false;
+    FERRY_CHECK(net_->test(&peer.ack_receive, &done));
+    if (!done) break;
+    if (peer.ack_in & kRefusedBit) {
+      FERRY_WARN(Transport, "gda: rank %d refused request %llu from this rank (see its log)", p,
+                 static_cast<unsigned long long>((peer.ack_in & ~kRefusedBit) + 1));
+      return Status::kInvalidArgument;
     }
-    FERRY_CHECK(take_replies(peer));
-    while (!peer.started.empty() && peer.started.front().sequence <= peer.acked) {
-      const Started& front = peer.started.front();
-      if (front.reply) {
-        if (!front.reply->done) break;
-        peer.replies.pop_front();  // front.reply is the oldest reply
-      }
-      finished(front.ring, front.ticket);
-      peer.started.pop_front();
+    peer.acked = peer.ack_in;
+    FERRY_CHECK(post_receives(p));
+  }
+  FERRY_CHECK(take_replies(peer));
+  while (!peer.started.empty() && peer.started.front().sequence <= peer.acked) {
+    const Started& front = peer.started.front();
+    if (front.reply) {
+      if (!front.reply->done) break;
+      peer.replies.pop_front();  // front.reply is the oldest reply
     }
+    finished(front.ring, front.ticket);
+    peer.started.pop_front();
   }
   return Status::kOk;
 }

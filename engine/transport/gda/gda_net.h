@@ -92,6 +92,7 @@ class GdaNetExecutor : public GdaExecutor {
   // A send and the memory it reads, kept until the send is done.
   struct Outgoing {
     NetRequest request;
+    int peer = -1;
     std::vector<char> bytes;
   };
   // A get's bytes on their way back, then copied to their destination.
@@ -141,6 +142,8 @@ class GdaNetExecutor : public GdaExecutor {
   Status answer_get(int peer, const GdaWireRequest& request, bool* refused);
   // Origin side: copies arrived replies to their destinations.
   Status take_replies(Peer& peer);
+  // Both sides of the traffic with peer p.
+  Status progress_peer(int p, const std::function<void(int, std::uint64_t)>& finished);
   Status serve(int peer);
   Status acknowledge(int peer);
   bool find_window(std::uint16_t id, Window* out);
