@@ -63,6 +63,15 @@ void print_networks() {
   if (!problem.empty()) std::printf("  problem: %s\n", problem.c_str());
 }
 
+// How kernels (ferry/device.h) reach window ranks on other machines.
+void print_gda() {
+  std::printf("\nGPU-initiated access to other machines (GDA, ferry/device.h):\n");
+  std::printf("  proxy  every rank on another machine: a thread of this process drains the kernels' queue\n"
+              "         (FERRY_GDA_RING_SLOTS=%lld) over the socket provider\n",
+              static_cast<long long>(ferry::params().gda_ring_slots));
+  std::printf("  ibgda  not used: the mlx5 encoders are built and tested, no provider drives a NIC yet\n");
+}
+
 }  // namespace
 
 void print_report() {
@@ -81,6 +90,7 @@ void print_report() {
   if (!device_problem.empty()) std::printf("  %s\n", device_problem.c_str());
   if (backend) std::printf("%s\n", backend->describe_devices().c_str());
   print_networks();
+  print_gda();
 
   std::printf("\nallreduce algorithms (FERRY_TUNE=allreduce:MIN-MAX:name,...):\n");
   for (int a = 0; a < static_cast<int>(ferry::AllreduceAlgorithm::kCount); ++a) {
