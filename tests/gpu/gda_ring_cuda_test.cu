@@ -7,8 +7,14 @@
 // two machines): a kernel on rank 0 puts into rank 1's device window through
 // the net executor (gda_net.h) while a kernel on rank 1 waits for the
 // signals. No MPI: one process, GPU 0. Prints "No Errors" on success.
+//
+// No wait here is unbounded: a kernel still running after kKernelSeconds
+// is reported with its ring's counters, its proxy is stopped (producers
+// waiting on the ring return) and the test's own waiting kernel is told to
+// end, so a hang ends as a failure and leaves the GPU usable.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -26,6 +32,8 @@
 namespace gda = ferry::gda;
 
 namespace {
+
+constexpr double kKernelSeconds = 20;
 
 int errors = 0;
 
@@ -86,6 +94,36 @@ class HostWindowExecutor : public gda::GdaExecutor {
   std::vector<std::pair<int, std::uint64_t>> applied;  // not yet reported
   bool puts_in_place = true;
 };
+
+// Waits for stream (0: the whole device) up to kKernelSeconds; on time out
+// prints the ring's counters, stops the proxy (its producers return) and
+// raises *give_up (the test's own waiting kernels return), then waits.
+bool finished_in_time(cudaStream_t stream, const char* what, const gda::GdaRing& ring, gda::GdaProxy& proxy,
+                      volatile int* give_up = nullptr) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kKernelSeconds);
+  for (;;) {
+    const cudaError_t state = stream ? cudaStreamQuery(stream) : cudaStreamQuery(cudaStreamLegacy);
+    if (state == cudaSuccess) return true;
+    if (state != cudaErrorNotReady) {
+      std::fprintf(stderr, "FAIL: %s: %s\n", what, cudaGetErrorString(state));
+      return false;
+    }
+    if (std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::uint64_t tickets = 0;
+  cudaMemcpy(&tickets, ring.tickets, sizeof tickets, cudaMemcpyDeviceToHost);  // may wait: report first
+  std::fprintf(stderr, "FAIL: %s still running after %.0f s: consumed %llu, started %llu, completed %llu, proxy %s\n",
+               what, kKernelSeconds, static_cast<unsigned long long>(__atomic_load_n(&ring.words->consumed, __ATOMIC_ACQUIRE)),
+               static_cast<unsigned long long>(__atomic_load_n(&ring.words->started, __ATOMIC_ACQUIRE)),
+               static_cast<unsigned long long>(__atomic_load_n(&ring.words->completed, __ATOMIC_ACQUIRE)),
+               ferry::status_name(proxy.status()));
+  std::fflush(stderr);
+  proxy.stop();
+  if (give_up) *give_up = 1;
+  if (stream) cudaStreamSynchronize(stream); else cudaDeviceSynchronize();
+  return false;
+}
 
 constexpr int kBlocks = 64;
 constexpr int kPostsPerBlock = 200;
@@ -155,10 +193,12 @@ __global__ void put_to_remote(gda::GdaRing ring, int target, const unsigned char
   if (last == gda::kRingFailed || !gda::wait_completed(ring, last)) failed[blockIdx.x] = 1;
 }
 
-// Block b waits until its signal word in this rank's window reaches rounds.
-__global__ void wait_signals(const unsigned long long* window, int rounds) {
+// Block b waits until its signal word in this rank's window reaches rounds
+// (or the host gives up: *give_up, mapped host memory).
+__global__ void wait_signals(const unsigned long long* window, int rounds, const volatile int* give_up) {
   if (threadIdx.x != 0) return;
-  while (*reinterpret_cast<const volatile unsigned long long*>(&window[blockIdx.x]) < rounds) __nanosleep(256);
+  while (*reinterpret_cast<const volatile unsigned long long*>(&window[blockIdx.x]) < rounds && *give_up == 0)
+    __nanosleep(256);
 }
 
 // Rank `rank` of two, over bootstrap: rank 0 puts from its GPU, rank 1's
@@ -192,12 +232,17 @@ void remote_rank(ferry::gpu::Backend* backend, ferry::Bootstrap& bootstrap, cons
     proxy.start();
     cudaStream_t stream;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    int* give_up = nullptr;
+    cudaHostAlloc(&give_up, sizeof(int), cudaHostAllocMapped);
+    *give_up = 0;
     if (rank == 0)
       put_to_remote<<<kRemoteBlocks, 32, 0, stream>>>(ring, 1, source, rounds, failed);
     else
-      wait_signals<<<kRemoteBlocks, 32, 0, stream>>>(reinterpret_cast<unsigned long long*>(window), rounds);
-    ok = cudaStreamSynchronize(stream) == cudaSuccess && ok;
+      wait_signals<<<kRemoteBlocks, 32, 0, stream>>>(reinterpret_cast<unsigned long long*>(window), rounds, give_up);
+    ok = finished_in_time(stream, rank == 0 ? "rank 0's puts" : "rank 1's wait for the signals", ring, proxy, give_up) &&
+         ok;
     cudaStreamDestroy(stream);
+    cudaFreeHost(give_up);
     std::vector<int> failures(kRemoteBlocks);
     cudaMemcpy(failures.data(), failed, failures.size() * sizeof(int), cudaMemcpyDeviceToHost);
     for (int f : failures) ok = ok && f == 0;
@@ -219,6 +264,7 @@ void remote_rank(ferry::gpu::Backend* backend, ferry::Bootstrap& bootstrap, cons
 }  // namespace
 
 int main() {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);  // each case's line even if a later one is stopped
   ferry::gpu::Backend* backend = ferry::gpu::cuda_backend();
   if (backend == nullptr) {
     std::fprintf(stderr, "no CUDA GPU: %s\n", ferry::gpu::cuda_unavailable_reason().c_str());
@@ -234,13 +280,14 @@ int main() {
   cudaMemset(failed, 0, kBlocks * sizeof(int));
 
   {  // Many blocks, a small ring: back-pressure, wrap-around, each block's order.
+    std::printf("case 1: %d blocks post signal adds into a ring of %u\n", kBlocks, kCapacity);
     HostWindowExecutor executor(backend, 8 * kBlocks);
     gda::GdaProxy proxy(backend, &executor);
     gda::GdaRing ring{};
     check(ferry::ok(proxy.add_ring(kCapacity, gda::Producers::kDevice, &ring)), "add_ring");
     proxy.start();
     post_signals<<<kBlocks, 32>>>(ring, failed);  // no copies: the default stream may wait
-    check(cudaDeviceSynchronize() == cudaSuccess, "post_signals ran");
+    check(finished_in_time(nullptr, "post_signals", ring, proxy), "post_signals ran");
     proxy.stop();
     std::vector<int> failures(kBlocks);
     cudaMemcpy(failures.data(), failed, kBlocks * sizeof(int), cudaMemcpyDeviceToHost);
@@ -260,6 +307,7 @@ int main() {
   }
 
   {  // Puts from device memory, each followed by its signal.
+    std::printf("case 2: puts from device memory, each followed by its signal\n");
     constexpr int kRounds = 100;
     std::vector<unsigned char> pattern(kPutBytes + kRounds);
     for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<unsigned char>(i);
@@ -273,7 +321,7 @@ int main() {
     proxy.start();
     cudaMemset(failed, 0, sizeof(int));
     put_then_signal<<<1, 1>>>(ring, source, kRounds, failed);
-    check(cudaDeviceSynchronize() == cudaSuccess, "put_then_signal ran");
+    check(finished_in_time(nullptr, "put_then_signal", ring, proxy), "put_then_signal ran");
     proxy.stop();
     int failure = 0;
     cudaMemcpy(&failure, failed, sizeof(int), cudaMemcpyDeviceToHost);
@@ -288,6 +336,7 @@ int main() {
   cudaFree(failed);
 
   {  // GPU-initiated puts to a rank on another (virtual) machine.
+    std::printf("case 3: puts from rank 0's kernel into rank 1's device window over sockets\n");
     constexpr int kRounds = 50;
     std::vector<unsigned char> pattern(kRemoteBlocks * kSlice);
     for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<unsigned char>(i * 13 + 5);
