@@ -96,7 +96,7 @@ class HostWindowExecutor : public gda::GdaExecutor {
 };
 
 // Waits for stream (0: the whole device) up to kKernelSeconds; on time out
-// prints the ring's counters, stops the proxy (its producers return) and
+// prints the ring's counters, abandons the proxy (its producers return) and
 // raises *give_up (the test's own waiting kernels return), then waits.
 bool finished_in_time(cudaStream_t stream, const char* what, const gda::GdaRing& ring, gda::GdaProxy& proxy,
                       volatile int* give_up = nullptr) {
@@ -119,6 +119,7 @@ bool finished_in_time(cudaStream_t stream, const char* what, const gda::GdaRing&
                static_cast<unsigned long long>(__atomic_load_n(&ring.words->completed, __ATOMIC_ACQUIRE)),
                ferry::status_name(proxy.status()));
   std::fflush(stderr);
+  proxy.abandon(ferry::Status::kTimeout);
   proxy.stop();
   if (give_up) *give_up = 1;
   if (stream) cudaStreamSynchronize(stream); else cudaDeviceSynchronize();

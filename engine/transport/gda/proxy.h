@@ -62,6 +62,10 @@ class GdaProxy {
   // what it started to finish, then stops; every ring is then marked failed
   // (a producer still waiting on one returns).
   void stop();
+  // Gives up at once: every ring is marked failed (producers waiting on one
+  // return) and the thread ends without waiting for what it started; for a
+  // caller whose producers can no longer be waited for.
+  void abandon(Status why) { fail(why); }
   // kOk, or the first failure (after which every ring is marked failed).
   Status status() const { return status_.load(std::memory_order_acquire); }
   // Descriptors finished so far, over all rings.
