@@ -98,7 +98,8 @@ Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* 
 Status RemoteAccess::status() const { return proxy_ ? proxy_->status() : Status::kOk; }
 
 RemoteAccess::~RemoteAccess() {
-  if (proxy_ && bootstrap_) {
+  // With a peer lost the other ranks cannot all meet: no barrier then.
+  if (proxy_ && bootstrap_ && status() != Status::kPeerEnded) {
     // This rank's operations first (the peers still serve), then everyone's.
     gda::GdaRing ring{};
     if (ok(backend_->copy(&ring, ring_, sizeof ring))) {

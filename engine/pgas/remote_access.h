@@ -37,7 +37,8 @@ class RemoteAccess {
   static Status create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* backend, void* memory,
                        std::size_t bytes, std::unique_ptr<RemoteAccess>* out);
   // Collective: waits until this rank's operations have finished and every
-  // rank got there, then stops the proxy.
+  // rank got there, then stops the proxy (not collective once a peer is
+  // lost).
   ~RemoteAccess();
   RemoteAccess(const RemoteAccess&) = delete;
   RemoteAccess& operator=(const RemoteAccess&) = delete;
