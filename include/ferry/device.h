@@ -201,6 +201,7 @@ __device__ __forceinline__ void put(const ferry_window_device_t& w, int rank, st
 __device__ __forceinline__ void put_warp(const ferry_window_device_t& w, int rank, std::size_t offset,
                                          const void* src, std::size_t bytes) {
   if (!detail::mapped(w, rank)) {
+    detail::sync_warp();  // the warp's writes to src come first
     if (threadIdx.x % detail::kWarpSize == 0) detail::put_remote(w, rank, offset, src, bytes);
     detail::sync_warp();
     return;
