@@ -60,7 +60,7 @@ struct alignas(64) GdaDescriptor {
   std::uint64_t value;           // signal value or atomic operand
   std::uint8_t op;               // GdaOp
   std::uint8_t signal_op;        // GdaSignalOp
-  std::uint16_t window;          // which window of the proxy's (GdaWindows)
+  std::uint16_t window;          // which window of the target's (GdaNetExecutor::add_window)
   std::int32_t target;           // the window's rank
   std::uint32_t producer;        // who posted it (block, or host thread): for traces and checks
   std::uint32_t reserved;
@@ -143,24 +143,29 @@ FERRY_GDA_HOST_DEVICE std::uint64_t post(const GdaRing& ring, const GdaDescripto
   return ticket;
 }
 
+namespace detail {
+
+// Waits until the consumer's word passes ticket; false when it gave up first.
+FERRY_GDA_HOST_DEVICE bool wait_past(const GdaRing& ring, const std::uint64_t* word, std::uint64_t ticket) {
+  while (load_word(word) <= ticket) {
+    if (load_word(&ring.words->failed) != 0) return false;
+    pause();
+  }
+  return true;
+}
+
+}  // namespace detail
+
 // Waits until the consumer has read the source of ticket's descriptor (and
 // of every earlier one); false when it gave up first.
 FERRY_GDA_HOST_DEVICE bool wait_started(const GdaRing& ring, std::uint64_t ticket) {
-  while (detail::load_word(&ring.words->started) <= ticket) {
-    if (detail::load_word(&ring.words->failed) != 0) return false;
-    detail::pause();
-  }
-  return true;
+  return detail::wait_past(ring, &ring.words->started, ticket);
 }
 
 // Waits until every operation up to and including ticket has finished;
 // false when the consumer gave up first.
 FERRY_GDA_HOST_DEVICE bool wait_completed(const GdaRing& ring, std::uint64_t ticket) {
-  while (detail::load_word(&ring.words->completed) <= ticket) {
-    if (detail::load_word(&ring.words->failed) != 0) return false;
-    detail::pause();
-  }
-  return true;
+  return detail::wait_past(ring, &ring.words->completed, ticket);
 }
 
 // Waits until every operation posted on ring so far, by any producer, has

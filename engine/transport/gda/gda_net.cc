@@ -62,11 +62,6 @@ void GdaNetExecutor::add_window(std::uint16_t id, void* base, std::size_t bytes)
   windows_[id] = {static_cast<char*>(base), bytes};
 }
 
-void GdaNetExecutor::remove_window(std::uint16_t id) {
-  std::lock_guard<std::mutex> lock(windows_mutex_);
-  windows_.erase(id);
-}
-
 bool GdaNetExecutor::find_window(std::uint16_t id, Window* out) {
   std::lock_guard<std::mutex> lock(windows_mutex_);
   const auto it = windows_.find(id);
@@ -104,13 +99,17 @@ Status GdaNetExecutor::apply(const GdaWireRequest& request, const char* data, bo
   return Status::kOk;
 }
 
-Status GdaNetExecutor::answer_get(int peer, const GdaWireRequest& request, bool* refused) {
+Status GdaNetExecutor::read_window(const GdaWireRequest& request, void* into, bool* refused) {
   const char* base = locate(request);
   *refused = base == nullptr;
-  if (*refused) return Status::kOk;
+  if (*refused || request.bytes == 0) return Status::kOk;
+  return copy(into, base + request.offset, request.bytes);
+}
+
+Status GdaNetExecutor::answer_get(int peer, const GdaWireRequest& request, bool* refused) {
   std::vector<char> bytes(request.bytes);
-  if (!bytes.empty()) FERRY_CHECK(copy(bytes.data(), base + request.offset, bytes.size()));
-  return send(peer, kReplyTag, std::move(bytes));
+  FERRY_CHECK(read_window(request, bytes.data(), refused));
+  return *refused ? Status::kOk : send(peer, kReplyTag, std::move(bytes));
 }
 
 Status GdaNetExecutor::take_replies(Peer& peer) {
@@ -154,15 +153,10 @@ Status GdaNetExecutor::start(const GdaDescriptor& d, int ring, std::uint64_t tic
   const char* source = inline_data ? reinterpret_cast<const char*>(&d.value) : reinterpret_cast<const char*>(d.source);
   const bool get = static_cast<GdaOp>(d.op) == GdaOp::kGet;
   if (d.target == rank()) {
-    if (get) {
-      const char* base = locate(request);
-      if (!base) return Status::kInvalidArgument;
-      if (d.bytes != 0) FERRY_CHECK(copy(reinterpret_cast<void*>(d.source), base + d.offset, d.bytes));
-    } else {
-      bool refused = false;
-      FERRY_CHECK(apply(request, source, &refused));
-      if (refused) return Status::kInvalidArgument;
-    }
+    bool refused = false;
+    FERRY_CHECK(get ? read_window(request, reinterpret_cast<void*>(d.source), &refused)
+                    : apply(request, source, &refused));
+    if (refused) return Status::kInvalidArgument;
     finished_here_.emplace_back(ring, ticket);
     return Status::kOk;
   }

@@ -72,7 +72,6 @@ class GdaNetExecutor : public GdaExecutor {
   // This rank's memory of window id: [base, base + bytes). Any thread; a
   // rank registers a window before any peer posts to it.
   void add_window(std::uint16_t id, void* base, std::size_t bytes);
-  void remove_window(std::uint16_t id);
 
   Status start(const GdaDescriptor& d, int ring, std::uint64_t ticket) override;
   Status progress(const std::function<void(int, std::uint64_t)>& finished) override;
@@ -138,6 +137,8 @@ class GdaNetExecutor : public GdaExecutor {
   char* locate(const GdaWireRequest& request);
   // Target side: applies request (data: its bytes) from peer, or refuses it.
   Status apply(const GdaWireRequest& request, const char* data, bool* refused);
+  // A get's bytes into `into` (any memory the backend copies to), or refused.
+  Status read_window(const GdaWireRequest& request, void* into, bool* refused);
   // Target side: sends a get's bytes back to peer, or refuses it.
   Status answer_get(int peer, const GdaWireRequest& request, bool* refused);
   // Origin side: copies arrived replies to their destinations.
