@@ -16,13 +16,13 @@
  * memory. Ranks whose memory this GPU maps are reached by load and store;
  * in a window whose ranks span machines, the others go through a GDA queue
  * that a proxy thread of this process drains over the network
- * (ferry/gda_ring.h). Across machines today: put and get (all forms; a
- * get's destination must be device memory), p, signal, put_signal,
- * atomic_add of 64-bit integers, quiet(w) and barrier_block; g, fetch_add,
- * compare_swap and ll::put to another machine trap with a message. On such a window signals and atomic adds go through the queue
- * even to this rank (the proxy must be the only writer of the words it
- * adds to): do not mix them with fetch_add or compare_swap on one word.
- * reachable() says whether a rank can be reached at all.
+ * (ferry/gda_ring.h). Every call reaches other machines, with these
+ * limits: a get's destination must be device memory; atomics to another
+ * machine (fetch_add, atomic_add, compare_swap) take 64-bit integers; g, fetch_add and
+ * compare_swap wait for the target's answer (a network round trip). On
+ * such a window, atomics on 64-bit integers and signals go through the
+ * queue even to this rank (the proxy must be the only writer of the words
+ * it updates). reachable() says whether a rank can be reached at all.
  *
  * ll::put/ll::wait move small messages whose words carry their own flags:
  * one NVLink crossing, no fence, no separate signal.
@@ -148,6 +148,18 @@ __device__ __forceinline__ void put_remote(const ferry_window_device_t& w, int r
   if (ticket != gda::kRingFailed) gda::wait_started(queue(w), ticket);
 }
 
+// Queues an operation that returns a value (a read of bytes <= 8, a
+// fetch-add, a compare-and-swap: compare) and waits for it; 0 when the
+// proxy has failed.
+__device__ __forceinline__ unsigned long long fetch_remote(const ferry_window_device_t& w, int rank, gda::GdaOp op,
+                                                           std::size_t offset, unsigned long long value,
+                                                           unsigned long long compare = 0, std::size_t bytes = 8) {
+  const std::uint64_t ticket = post_remote(w, rank, op, offset, nullptr, bytes, compare, value);
+  std::uint64_t result = 0;
+  if (ticket != gda::kRingFailed) gda::take_result(queue(w), ticket, &result);
+  return result;
+}
+
 }  // namespace detail
 
 // rank's window memory at offset, as this GPU reaches it.
@@ -271,23 +283,45 @@ __device__ __forceinline__ void p(const ferry_window_device_t& w, int rank, std:
 }
 template <typename T>
 __device__ __forceinline__ T g(const ferry_window_device_t& w, int rank, std::size_t offset) {
-  if (!detail::mapped(w, rank)) detail::not_across_machines(w, rank, "g");
+  static_assert(sizeof(T) <= 8, "g moves one element of at most 8 bytes");
+  if (!detail::mapped(w, rank)) {
+    const unsigned long long bits = detail::fetch_remote(w, rank, gda::GdaOp::kGetValue, offset, 0, 0, sizeof(T));
+    T value;
+    __builtin_memcpy(&value, &bits, sizeof(T));
+    return value;
+  }
   return *reinterpret_cast<volatile T*>(address(w, rank, offset));
 }
 
 // ---- Atomics (system scope: every GPU and the host see one order) ---------
+//
+// On a window whose ranks span machines, atomics on 64-bit integers go
+// through the GDA queue to every rank, this one too (the proxy then is the
+// only writer of such words); other types reach mapped ranks only.
 
-// T: int, unsigned, unsigned long long, float, double.
+namespace detail {
+template <typename T>
+__device__ __forceinline__ constexpr bool queueable_atomic() {
+  return sizeof(T) == 8 && std::is_integral<T>::value;
+}
+}  // namespace detail
+
+// T: int, unsigned, unsigned long long, float, double; to another machine,
+// 64-bit integers.
 template <typename T>
 __device__ __forceinline__ T fetch_add(const ferry_window_device_t& w, int rank, std::size_t offset, T value) {
-  if (!detail::mapped(w, rank)) detail::not_across_machines(w, rank, "fetch_add");
+  if (detail::queueable_atomic<T>() && detail::word_by_queue(w, rank)) {
+    __threadfence_system();
+    return static_cast<T>(detail::fetch_remote(w, rank, gda::GdaOp::kFetchAdd, offset,
+                                               static_cast<unsigned long long>(value)));
+  }
+  if (!detail::mapped(w, rank)) detail::not_across_machines(w, rank, "fetch_add of this type");
   return atomicAdd_system(reinterpret_cast<T*>(address(w, rank, offset)), value);
 }
-// To another machine: 64-bit integers only.
+// fetch_add without the old value (to another machine: no round trip).
 template <typename T>
 __device__ __forceinline__ void atomic_add(const ferry_window_device_t& w, int rank, std::size_t offset, T value) {
-  if (detail::word_by_queue(w, rank)) {
-    if (sizeof(T) != 8 || !std::is_integral<T>::value) detail::not_across_machines(w, rank, "atomic_add of this type");
+  if (detail::queueable_atomic<T>() && detail::word_by_queue(w, rank)) {
     __threadfence_system();
     detail::post_remote(w, rank, gda::GdaOp::kAtomicAdd, offset, nullptr, 0, 0,
                         static_cast<unsigned long long>(value));
@@ -295,11 +329,18 @@ __device__ __forceinline__ void atomic_add(const ferry_window_device_t& w, int r
   }
   (void)fetch_add(w, rank, offset, value);
 }
-// T: int, unsigned, unsigned long long. Returns the old value.
+// T: int, unsigned, unsigned long long; to another machine, 64-bit
+// integers. Returns the old value.
 template <typename T>
 __device__ __forceinline__ T compare_swap(const ferry_window_device_t& w, int rank, std::size_t offset, T compare,
                                           T value) {
-  if (!detail::mapped(w, rank)) detail::not_across_machines(w, rank, "compare_swap");
+  if (detail::queueable_atomic<T>() && detail::word_by_queue(w, rank)) {
+    __threadfence_system();
+    return static_cast<T>(detail::fetch_remote(w, rank, gda::GdaOp::kCompareSwap, offset,
+                                               static_cast<unsigned long long>(value),
+                                               static_cast<unsigned long long>(compare)));
+  }
+  if (!detail::mapped(w, rank)) detail::not_across_machines(w, rank, "compare_swap of this type");
   return atomicCAS_system(reinterpret_cast<T*>(address(w, rank, offset)), compare, value);
 }
 
@@ -408,133 +449,6 @@ __device__ __forceinline__ unsigned long long wait_until(const ferry_window_devi
   }
 }
 
-// ---- LL: small messages that carry their own flags -----------------------------
-
-// Every 4 data bytes travel with a 4-byte flag in one 8-byte store, which
-// arrives whole: the receiver knows a word has come when its flag has, so a
-// message needs no fence and no separate signal, and one NVLink crossing
-// delivers it. The message occupies ll::footprint(bytes) bytes of the
-// target's window; each message at one place needs a new nonzero flag
-// (e.g. a sequence number).
-namespace ll {
-
-__host__ __device__ constexpr std::size_t footprint(std::size_t bytes) { return (bytes + 3) / 4 * 8; }
-
-namespace detail {
-
-#if defined(__HIPCC__)
-// AMD: relaxed system-scope 8-byte atomics, a pair as two of them (each
-// word still arrives whole, which is all a flagged word needs).
-__device__ __forceinline__ void store_word(unsigned long long* at, unsigned data, unsigned flag) {
-  const unsigned long long word = (static_cast<unsigned long long>(flag) << 32) | data;
-  __hip_atomic_store(at, word, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
-}
-__device__ __forceinline__ void store_two_words(unsigned long long* at, unsigned data0, unsigned data1,
-                                                unsigned flag) {
-  store_word(at, data0, flag);
-  store_word(at + 1, data1, flag);
-}
-__device__ __forceinline__ unsigned long long load_word(const unsigned long long* at) {
-  return __hip_atomic_load(at, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
-}
-__device__ __forceinline__ void load_two_words(const unsigned long long* at, unsigned long long* first,
-                                               unsigned long long* second) {
-  *first = load_word(at);
-  *second = load_word(at + 1);
-}
-#else
-__device__ __forceinline__ void store_word(unsigned long long* at, unsigned data, unsigned flag) {
-  const unsigned long long word = (static_cast<unsigned long long>(flag) << 32) | data;
-  asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(at), "l"(word) : "memory");
-}
-// Two words in one 16-byte store (each word still arrives whole).
-__device__ __forceinline__ void store_two_words(unsigned long long* at, unsigned data0, unsigned data1,
-                                                unsigned flag) {
-  const unsigned long long high = static_cast<unsigned long long>(flag) << 32;
-  asm volatile("st.relaxed.sys.v2.u64 [%0], {%1, %2};" ::"l"(at), "l"(high | data0), "l"(high | data1) : "memory");
-}
-__device__ __forceinline__ void load_two_words(const unsigned long long* at, unsigned long long* first,
-                                               unsigned long long* second) {
-  asm volatile("ld.relaxed.sys.v2.u64 {%0, %1}, [%2];" : "=l"(*first), "=l"(*second) : "l"(at) : "memory");
-}
-__device__ __forceinline__ unsigned long long load_word(const unsigned long long* at) {
-  unsigned long long word;
-  asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(word) : "l"(at) : "memory");
-  return word;
-}
-#endif
-// Data word i of a message of bytes, zero-padded past the end.
-__device__ __forceinline__ unsigned data_word(const unsigned char* src, std::size_t bytes, std::size_t i) {
-  if (4 * i + 4 <= bytes && reinterpret_cast<std::uintptr_t>(src) % 4 == 0)
-    return reinterpret_cast<const unsigned*>(src)[i];
-  unsigned word = 0;
-  for (int b = 0; b < 4 && 4 * i + b < bytes; ++b) word |= static_cast<unsigned>(src[4 * i + b]) << (8 * b);
-  return word;
-}
-
-}  // namespace detail
-
-// Sends bytes from src to rank's window at offset (8-byte aligned), with
-// `lane` of `lanes` cooperating threads (one thread: 0, 1).
-__device__ __forceinline__ void put(const ferry_window_device_t& w, int rank, std::size_t offset, const void* src,
-                                    std::size_t bytes, unsigned flag, unsigned lane = 0, unsigned lanes = 1) {
-  if (w.peers[rank] == nullptr) ferry::device::detail::not_across_machines(w, rank, "ll::put");
-  auto* at = reinterpret_cast<unsigned long long*>(address(w, rank, offset));
-  const auto* data = static_cast<const unsigned char*>(src);
-  const std::size_t words = (bytes + 3) / 4;
-  if (reinterpret_cast<std::uintptr_t>(at) % 16 == 0) {
-    // Pairs of words per 16-byte store: half the stores on the wire.
-    for (std::size_t pair = lane; pair < words / 2; pair += lanes)
-      detail::store_two_words(at + 2 * pair, detail::data_word(data, bytes, 2 * pair),
-                              detail::data_word(data, bytes, 2 * pair + 1), flag);
-    if (words % 2 && lane == (words / 2) % lanes)
-      detail::store_word(at + words - 1, detail::data_word(data, bytes, words - 1), flag);
-    return;
-  }
-  for (std::size_t i = lane; i < words; i += lanes) detail::store_word(at + i, detail::data_word(data, bytes, i), flag);
-}
-
-// Waits until the message at offset in this rank's window carries flag in
-// every word, and copies its bytes to dst.
-__device__ __forceinline__ void wait(const ferry_window_device_t& w, std::size_t offset, void* dst,
-                                     std::size_t bytes, unsigned flag, unsigned lane = 0, unsigned lanes = 1) {
-  const auto* at = reinterpret_cast<const unsigned long long*>(address(w, w.rank, offset));
-  auto* out = static_cast<unsigned char*>(dst);
-  auto deliver = [&](std::size_t i, unsigned long long word) {
-    if (4 * i + 4 <= bytes && reinterpret_cast<std::uintptr_t>(out) % 4 == 0) {
-      reinterpret_cast<unsigned*>(out)[i] = static_cast<unsigned>(word);
-      return;
-    }
-    for (int b = 0; b < 4 && 4 * i + b < bytes; ++b) out[4 * i + b] = static_cast<unsigned char>(word >> (8 * b));
-  };
-  const std::size_t words = (bytes + 3) / 4;
-  std::size_t first_single = 0;
-  if (reinterpret_cast<std::uintptr_t>(at) % 16 == 0) {
-    // Poll pairs of words with one 16-byte load: one memory round trip per pair.
-    for (std::size_t pair = lane; pair < words / 2; pair += lanes) {
-      unsigned long long a, b;
-      do {
-        detail::load_two_words(at + 2 * pair, &a, &b);
-      } while (static_cast<unsigned>(a >> 32) != flag || static_cast<unsigned>(b >> 32) != flag);
-      deliver(2 * pair, a);
-      deliver(2 * pair + 1, b);
-    }
-    first_single = words - words % 2;
-    if (first_single == words || lane != (words / 2) % lanes) return;
-    lane = 0;
-    lanes = 1;
-  }
-  for (std::size_t i = first_single + lane; i < words; i += lanes) {
-    unsigned long long word;
-    do {
-      word = detail::load_word(at + i);
-    } while (static_cast<unsigned>(word >> 32) != flag);
-    deliver(i, word);
-  }
-}
-
-}  // namespace ll
-
 // ---- Barrier over the window's ranks ------------------------------------------
 
 // Called by every thread of one block on every rank (one block per rank at a
@@ -563,6 +477,8 @@ __device__ __forceinline__ void barrier_block(const ferry_window_device_t& w) {
 }
 
 }  // namespace ferry::device
+
+#include "ferry/device_ll.h"
 #endif /* __CUDACC__ || __HIPCC__ */
 
 #endif /* FERRY_DEVICE_H */

@@ -17,7 +17,14 @@
 // last ticket (quiet()). `started` passes a ticket once the consumer has
 // read the descriptor's source: the producer may then reuse that memory.
 //
-// Memory: the slots and the consumer's words live in pinned host memory
+// Operations that return a value (a read of one element, fetching atomics)
+// deliver it in the ticket's result slot: the consumer writes the value and
+// then marks the slot with ticket + 1; the producer takes the value and
+// frees the slot (marks it 0). The consumer writes a slot only while it is
+// free, so a later ticket of the same slot never overwrites a value its
+// producer has not taken yet.
+//
+// Memory: the slots, the result slots and the consumer's words live in pinned host memory
 // that the GPU maps (the consumer is a host thread); `tickets` lives where
 // the producers are (device memory for GPU producers). A consumer that gives
 // up (a failed peer, the job ending) sets `failed`; producers waiting for
@@ -34,8 +41,10 @@
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define FERRY_GDA_HOST_DEVICE __host__ __device__ __forceinline__
+#define FERRY_GDA_HOST_DEVICE_CONSTEXPR __host__ __device__ constexpr
 #else
 #define FERRY_GDA_HOST_DEVICE inline
+#define FERRY_GDA_HOST_DEVICE_CONSTEXPR constexpr
 #endif
 
 namespace ferry::gda {
@@ -48,7 +57,20 @@ enum class GdaOp : std::uint8_t {
   kAtomicAdd = 4,   // 64-bit add of value at offset
   kPutInline = 5,   // bytes (at most 8) carried in value itself, to the target's window at offset
   kGet = 6,         // bytes from the target's window at offset into source (here the destination)
+  // Operations that return a value in the ticket's result slot (take_result):
+  kGetValue = 7,     // bytes (at most 8) from the target's window at offset
+  kFetchAdd = 8,     // 64-bit add of value at offset; returns the word's old value
+  kCompareSwap = 9,  // 64-bit: value stored at offset if the word equals signal_offset
+                     // (the compare operand); returns the word's old value
+  // Put of small messages whose words carry their own flag (ferry::device::ll):
+  kPutFlagged = 10,  // bytes from source sent as 8-byte words, each 4 data bytes under the
+                     // 4-byte flag in value's low half, to offset (ll::footprint(bytes) bytes there)
 };
+
+// Whether op's operation returns a value in its ticket's result slot.
+FERRY_GDA_HOST_DEVICE_CONSTEXPR bool returns_value(GdaOp op) {
+  return op == GdaOp::kGetValue || op == GdaOp::kFetchAdd || op == GdaOp::kCompareSwap;
+}
 enum class GdaSignalOp : std::uint8_t { kSet = 0, kAdd = 1 };
 
 // One cache line; `published` last, written after the body.
@@ -76,12 +98,19 @@ struct GdaRingWords {
   alignas(64) std::uint32_t failed;     // nonzero: the consumer gave up
 };
 
+// Where the consumer returns an operation's value: slot ticket % capacity.
+struct alignas(16) GdaResult {
+  std::uint64_t value;
+  std::uint64_t ready;  // ticket + 1 once value is written; 0: free
+};
+
 // What a producer holds, passed by value into kernels.
 struct GdaRing {
   GdaDescriptor* slots;
   std::uint32_t capacity;  // a power of two
   std::uint64_t* tickets;  // producers' counter
   GdaRingWords* words;
+  GdaResult* results;      // capacity of them
 };
 
 constexpr std::uint64_t kRingFailed = ~std::uint64_t{0};
@@ -102,6 +131,8 @@ __device__ __forceinline__ void publish(std::uint64_t* word, std::uint64_t value
   __threadfence_system();  // the body before the mark, as the host sees them
   *reinterpret_cast<volatile std::uint64_t*>(word) = value;
 }
+// Orders a load of a mark before the loads of what it marks.
+__device__ __forceinline__ void acquire_fence() { __threadfence_system(); }
 #if defined(__HIP_DEVICE_COMPILE__)
 __device__ __forceinline__ void pause() { __builtin_amdgcn_s_sleep(1); }
 #else
@@ -114,6 +145,7 @@ inline std::uint64_t take_ticket(std::uint64_t* tickets) {
 inline std::uint64_t load_word(const std::uint64_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
 inline std::uint32_t load_word(const std::uint32_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
 inline void publish(std::uint64_t* word, std::uint64_t value) { __atomic_store_n(word, value, __ATOMIC_RELEASE); }
+inline void acquire_fence() {}  // load_word acquires
 // Host producers share cores with the proxy thread: give it the core.
 inline void pause() { sched_yield(); }
 #endif
@@ -173,6 +205,23 @@ FERRY_GDA_HOST_DEVICE bool wait_completed(const GdaRing& ring, std::uint64_t tic
 FERRY_GDA_HOST_DEVICE bool wait_all_completed(const GdaRing& ring) {
   const std::uint64_t posted = detail::load_word(ring.tickets);
   return posted == 0 || wait_completed(ring, posted - 1);
+}
+
+// Waits for the value of ticket's operation (one that returns_value), stores
+// it in *value and frees the result slot; false (and *value 0) when the
+// consumer gave up first.
+FERRY_GDA_HOST_DEVICE bool take_result(const GdaRing& ring, std::uint64_t ticket, std::uint64_t* value) {
+  GdaResult* slot = &ring.results[ticket & (ring.capacity - 1)];
+  *value = 0;
+  // Exactly this ticket's mark: a later ticket of the slot may come first.
+  while (detail::load_word(&slot->ready) != ticket + 1) {
+    if (detail::load_word(&ring.words->failed) != 0) return false;
+    detail::pause();
+  }
+  detail::acquire_fence();
+  *value = detail::load_word(&slot->value);
+  detail::publish(&slot->ready, 0);  // after the value is read
+  return true;
 }
 
 }  // namespace ferry::gda

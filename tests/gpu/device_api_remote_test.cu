@@ -3,8 +3,11 @@
 // reach the other ranks through the proxy GDA. A ring of put_block + signal
 // + wait_until, put_warp with signal adds, get_block from the left
 // neighbour, p then quiet(w), 64-bit atomic adds from every thread of every
-// rank to rank 0, and barrier_block rounds; every result checked on the
-// host. Prints "No Errors" on success.
+// rank to rank 0, and barrier_block rounds; then the calls that wait for
+// an answer: g of what p wrote, fetch_add from every thread (old values all
+// distinct), compare_swap (one rank wins), and ll::put/ll::wait with a
+// warp's lanes; every result checked on the host. Prints "No Errors" on
+// success.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -31,7 +34,11 @@ constexpr std::size_t kWarpSignal = kSignal + 64;      // put_warp's signal adds
 constexpr std::size_t kCounter = kWarpSignal + 64;     // atomic adds at rank 0
 constexpr std::size_t kRounds = kCounter + 64;         // barrier rounds' words
 constexpr std::size_t kScalars = kRounds + 64;         // p's
-constexpr std::size_t kWindowBytes = kScalars + 64 * sizeof(int);
+constexpr std::size_t kFetchCounter = kScalars + 64 * sizeof(int);  // fetch_adds at rank 0
+constexpr std::size_t kLock = kFetchCounter + 64;                     // compare_swap at rank 0
+constexpr std::size_t kMessage = kLock + 64;                          // ll messages from the left
+constexpr std::size_t kMessageBytes = 1001;                           // odd
+constexpr std::size_t kWindowBytes = kMessage + (kMessageBytes + 3) / 4 * 8;
 constexpr std::size_t kBytes = 100003;                 // odd
 
 __host__ __device__ unsigned char pattern(int rank, std::size_t i) {
@@ -84,6 +91,28 @@ __global__ void barrier_rounds(ferry_window_device_t w, int rounds, int* wrong) 
     if (threadIdx.x == 0 && *mine != r * 1000ULL + left) ++*wrong;
     fd::barrier_block(w);
   }
+}
+
+// g reads back what scalars() put into the right neighbour's window.
+__global__ void read_scalars(ferry_window_device_t w, int* out) {
+  const int right = (w.rank + 1) % w.size;
+  for (int k = threadIdx.x; k < 64; k += blockDim.x) out[k] = fd::g<int>(w, right, kScalars + k * sizeof(int));
+}
+
+__global__ void fetch_adds(ferry_window_device_t w, unsigned long long* olds) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  olds[i] = fd::fetch_add<unsigned long long>(w, 0, kFetchCounter, 1ULL);
+}
+
+__global__ void take_lock(ferry_window_device_t w, unsigned long long* old) {
+  *old = fd::compare_swap<unsigned long long>(w, 0, kLock, 0ULL, w.rank + 1ULL);
+}
+
+// A warp sends kMessageBytes to the right neighbour and receives the left's.
+__global__ void ll_exchange(ferry_window_device_t w, const unsigned char* src, unsigned char* dst, unsigned flag) {
+  const int right = (w.rank + 1) % w.size;
+  fd::ll::put(w, right, kMessage, src, kMessageBytes, flag, threadIdx.x, blockDim.x);
+  fd::ll::wait(w, kMessage, dst, kMessageBytes, flag, threadIdx.x, blockDim.x);
 }
 
 }  // namespace
@@ -157,6 +186,49 @@ int main(int argc, char** argv) {
   int wrong_rounds = 0;
   cuda(cudaMemcpy(&wrong_rounds, wrong, sizeof(int), cudaMemcpyDeviceToHost), "read wrong");
   check(wrong_rounds == 0, std::to_string(wrong_rounds) + " barrier rounds saw a stale value");
+
+  // The calls that wait for an answer.
+  int* read = nullptr;
+  cuda(cudaMalloc(&read, 64 * sizeof(int)), "cudaMalloc");
+  read_scalars<<<1, 64>>>(w, read);
+  constexpr int kFetchBlocks = 2, kFetchThreads = 64, kFetches = kFetchBlocks * kFetchThreads;
+  unsigned long long* olds = nullptr;
+  cuda(cudaMalloc(&olds, (kFetches + 1) * sizeof(unsigned long long)), "cudaMalloc");
+  fetch_adds<<<kFetchBlocks, kFetchThreads>>>(w, olds);
+  take_lock<<<1, 1>>>(w, olds + kFetches);
+  unsigned char* message = nullptr;
+  cuda(cudaMalloc(&message, kMessageBytes), "cudaMalloc");
+  ll_exchange<<<1, 32>>>(w, src + 7, message, 0x5eed0001u);
+  cuda(cudaDeviceSynchronize(), "g, fetch_add, compare_swap, ll");
+  std::vector<int> read_back(64);
+  cuda(cudaMemcpy(read_back.data(), read, 64 * sizeof(int), cudaMemcpyDeviceToHost), "read g's");
+  bool g_ok = true;
+  for (int k = 0; k < 64; ++k) g_ok = g_ok && read_back[k] == rank * 100 + k;
+  check(g_ok, "g reads what this rank's p wrote at the right neighbour");
+  std::vector<unsigned long long> mine(kFetches + 1), all(static_cast<std::size_t>(kFetches + 1) * ranks);
+  cuda(cudaMemcpy(mine.data(), olds, mine.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost), "read olds");
+  MPI_Allgather(mine.data(), kFetches + 1, MPI_UNSIGNED_LONG_LONG, all.data(), kFetches + 1, MPI_UNSIGNED_LONG_LONG,
+                MPI_COMM_WORLD);
+  std::vector<int> times(static_cast<std::size_t>(kFetches) * ranks, 0);
+  int winners = 0;
+  bool olds_ok = true;
+  for (int r = 0; r < ranks; ++r) {
+    for (int i = 0; i < kFetches; ++i) {
+      const unsigned long long old = all[static_cast<std::size_t>(r) * (kFetches + 1) + i];
+      olds_ok = olds_ok && old < times.size() && ++times[old] == 1;
+    }
+    winners += all[static_cast<std::size_t>(r) * (kFetches + 1) + kFetches] == 0;
+  }
+  check(olds_ok, "fetch_add's old values are 0 .. n-1, each once over every thread of every rank");
+  check(winners == 1, std::to_string(winners) + " ranks won compare_swap, expected one");
+  std::vector<unsigned char> received(kMessageBytes);
+  cuda(cudaMemcpy(received.data(), message, kMessageBytes, cudaMemcpyDeviceToHost), "read the message");
+  bool message_ok = true;
+  for (std::size_t i = 0; i < kMessageBytes; ++i) message_ok = message_ok && received[i] == pattern(left, i + 7);
+  check(message_ok, "ll::put's message from the left neighbour");
+  cudaFree(read);
+  cudaFree(olds);
+  cudaFree(message);
 
   MPI_Win_free(&win);
   cudaFree(src);

@@ -19,10 +19,14 @@ __global__ void every_call(ferry_window_device_t w, char* scratch, unsigned flag
   fd::atomic_add(w, peer, 2056, 1ULL);
   (void)fd::fetch_add(w, peer, 2064, 1.5f);
   (void)fd::compare_swap(w, peer, 2072, 0u, 1u);
+  // 64-bit integers: the forms that reach other machines.
+  (void)fd::fetch_add(w, peer, 2096, 1ULL);
+  (void)fd::compare_swap(w, peer, 2104, 0ULL, 1ULL);
   fd::fence();
   fd::put_signal(w, peer, 0, scratch, 8, 2080, 1ULL, fd::SignalOp::kAdd);
   fd::signal(w, peer, 2088, flag);
   fd::quiet();
+  fd::quiet(w);
   (void)fd::wait_until(w, 2088, fd::Compare::kGe, flag);
   fd::ll::put(w, peer, 4096, scratch, 100, flag, threadIdx.x % warpSize, warpSize);
   fd::ll::wait(w, 4096, scratch, 100, flag, threadIdx.x % warpSize, warpSize);

@@ -6,7 +6,9 @@
 // one element (p), 64-bit atomic adds to rank 0, a barrier's arrivals into
 // every sync block; after quiet and MPI_Barrier every rank finds the data
 // in its device memory and gets back what it put elsewhere, and after a fence the real MPI's window serves it
-// to MPI_Get. Last, a put past a rank's window fails this rank's queue
+// to MPI_Get. Fetch-adds and compare-and-swaps at rank 0, 4-byte reads and
+// flagged messages to the next rank return and land as the device API's
+// g, fetch_add, compare_swap and ll::put expect. Last, a put past a rank's window fails this rank's queue
 // (quiet returns) and touches nothing there. Run by virtual_node.sh.
 //
 // With the argument peer_dies (killed_peer_test.sh, the launcher told to
@@ -20,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -39,9 +42,17 @@ constexpr std::size_t kSignals = 64;  // signal words from each rank, then rank 
 constexpr std::size_t kAtomicWord = 8 * 63;
 constexpr std::size_t kPart = 5000;  // each source's part of every window
 constexpr int kRounds = 7;
+// Signal words 60 and 61 of rank 0: fetch-adds, compare-and-swaps.
+constexpr std::size_t kFetchWord = 8 * 60;
+constexpr std::size_t kLockWord = 8 * 61;
+// Flagged messages, past every round's puts in the source's part.
+constexpr std::size_t kMessageBytes = 37;
+constexpr std::uint32_t kFlag = 0xfeed0005;
 
 std::size_t put_bytes(int round) { return 1 + static_cast<std::size_t>(round) * 611; }  // 1 .. 3667
 std::size_t put_offset(int source, int round) { return kSignals * 8 + source * kPart + 1 + 3 * round; }
+
+std::size_t message_offset(int source) { return kSignals * 8 + source * kPart + 4000; }
 
 std::vector<char> pattern(int source, int target, int round, std::size_t bytes) {
   std::vector<char> data(bytes);
@@ -56,6 +67,71 @@ gda::GdaDescriptor descriptor(gda::GdaOp op, const ferry_window_device_t& h, int
   d.target = target;
   d.producer = static_cast<std::uint32_t>(h.rank);
   return d;
+}
+
+// The operations that return a value, posted as a kernel's g, fetch_add and
+// compare_swap would, and ll::put's flagged put: fetch-adds to rank 0 from
+// every rank return distinct old values; one compare-and-swap wins; a read
+// of 4 bytes returns what this rank put at the next rank; a flagged message
+// arrives as flagged words. base: this rank's window memory.
+void fetching_operations(const ferry_window_device_t& h, const gda::GdaRing& ring, const void* base) {
+  const int me = h.rank, ranks = h.size, after = (me + 1) % ranks;
+  Case what{"fetching operations across machines", "MPI_BYTE"};
+  auto value_op = [&](gda::GdaOp op, int target, std::uint64_t offset, std::uint64_t value, std::uint64_t compare,
+                      std::uint64_t bytes) {
+    gda::GdaDescriptor d = descriptor(op, h, target);
+    d.offset = offset;
+    d.value = value;
+    d.signal_offset = compare;  // a compare-and-swap's compare operand
+    d.bytes = bytes;
+    std::uint64_t result = 0;
+    expect(gda::take_result(ring, gda::post(ring, d), &result), what, "the queue failed");
+    return result;
+  };
+  constexpr int kFetches = 5;
+  std::vector<unsigned long long> olds;
+  for (int i = 0; i < kFetches; ++i) olds.push_back(value_op(gda::GdaOp::kFetchAdd, 0, kFetchWord, 1, 0, 0));
+  olds.push_back(value_op(gda::GdaOp::kCompareSwap, 0, kLockWord, me + 1, 0, 0));
+  std::vector<unsigned long long> all(olds.size() * ranks);
+  MPI_Allgather(olds.data(), olds.size(), MPI_UNSIGNED_LONG_LONG, all.data(), olds.size(), MPI_UNSIGNED_LONG_LONG,
+                MPI_COMM_WORLD);
+  std::vector<int> times(kFetches * ranks, 0);
+  int winners = 0;
+  for (int r = 0; r < ranks; ++r) {
+    for (int i = 0; i < kFetches; ++i) {
+      const unsigned long long old = all[r * olds.size() + i];
+      expect(old < times.size() && ++times[old] == 1, what, "fetch-add returned " + std::to_string(old));
+    }
+    winners += all[r * olds.size() + kFetches] == 0;
+  }
+  expect(winners == 1, what, std::to_string(winners) + " compare-and-swaps won, expected one");
+
+  const std::vector<char> last = pattern(me, after, kRounds - 1, put_bytes(kRounds - 1));
+  std::uint32_t four = 0;
+  std::memcpy(&four, last.data() + 5, 4);
+  expect(value_op(gda::GdaOp::kGetValue, after, put_offset(me, kRounds - 1) + 5, 0, 0, 4) == four, what,
+         "a 4-byte read from rank " + std::to_string(after));
+
+  const std::vector<char> message = pattern(me, after, 99, kMessageBytes);
+  gda::GdaDescriptor flagged = descriptor(gda::GdaOp::kPutFlagged, h, after);
+  flagged.source = reinterpret_cast<std::uintptr_t>(message.data());
+  flagged.offset = message_offset(me);
+  flagged.bytes = message.size();
+  flagged.value = kFlag;
+  expect(gda::wait_completed(ring, gda::post(ring, flagged)), what, "a flagged put did not complete");
+  MPI_Barrier(MPI_COMM_WORLD);
+  const int before = (me + ranks - 1) % ranks;
+  const std::vector<char> sent = pattern(before, me, 99, kMessageBytes);
+  std::vector<char> words((kMessageBytes + 3) / 4 * 8);
+  suite_memcpy(words.data(), static_cast<const char*>(base) + message_offset(before), words.size());
+  bool flagged_ok = true;
+  for (std::size_t i = 0; i < words.size() / 8; ++i) {
+    std::uint32_t word[2] = {0, 0}, data = 0;
+    std::memcpy(word, words.data() + 8 * i, 8);
+    std::memcpy(&data, sent.data() + 4 * i, std::min<std::size_t>(4, sent.size() - 4 * i));
+    flagged_ok = flagged_ok && word[0] == data && word[1] == kFlag;
+  }
+  expect(flagged_ok, what, "the flagged message from rank " + std::to_string(before));
 }
 
 void across(HandleFunction get_handle) {
@@ -170,6 +246,7 @@ void across(HandleFunction get_handle) {
   const std::uint64_t ticket = gda::post(ring, get);
   expect(ticket != gda::kRingFailed && gda::wait_completed(ring, ticket), what, "a get did not complete");
   expect(got == pattern(me, after, kRounds - 1, got.size()), what, "a get from rank " + std::to_string(after));
+  fetching_operations(h, ring, base);
 
   // The real MPI's window serves the same bytes once the window is synchronized.
   check_mpi(MPI_Win_fence(0, win), what);

@@ -2,12 +2,14 @@
 // threads of one process, over the socket provider on loopback: puts with
 // signals to every rank (itself too) land whole before their signal and
 // before quiet returns, gets read what every rank holds, atomic adds from
-// every rank sum, and a request past the target's window is refused
-// without touching it.
+// every rank sum, fetching atomics and element reads return the target's
+// values, flagged puts arrive as flagged words, and a request past the
+// target's window is refused without touching it.
 #include "engine/transport/gda/gda_net.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -188,6 +190,94 @@ TEST(GdaNet, GetsReadWhatEveryRankHolds) {
         EXPECT_EQ(std::memcmp(got[i].data(), theirs.data() + put_offset(me, round), got[i].size()), 0)
             << "rank " << me << ": get from rank " << target << ", round " << round;
       }
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+  });
+}
+
+// Rank 0's word at 48, from every rank (itself too) through the queue:
+// fetch-adds whose old values are all distinct, then compare-and-swaps of
+// which exactly one wins, then reads of single elements.
+TEST(GdaNet, FetchingOperationsReturnTheTargetsOldValues) {
+  constexpr int kRanks = 3, kAdds = 150;
+  constexpr std::size_t kWord = 48;
+  testing::run_loopback_ranks(kRanks, [](int me, Bootstrap& bootstrap) {
+    GdaRank rank(bootstrap);
+    auto value_op = [&](GdaOp op, int target, std::uint64_t offset, std::uint64_t value, std::uint64_t compare,
+                        std::uint64_t bytes) {
+      GdaDescriptor d{};
+      d.op = static_cast<std::uint8_t>(op);
+      d.window = kWindowId;
+      d.target = target;
+      d.offset = offset;
+      d.value = value;
+      d.signal_offset = compare;
+      d.bytes = bytes;
+      std::uint64_t result = 0;
+      EXPECT_TRUE(take_result(rank.ring, post(rank.ring, d), &result));
+      return result;
+    };
+    std::vector<std::uint64_t> olds;
+    for (int i = 0; i < kAdds; ++i) olds.push_back(value_op(GdaOp::kFetchAdd, 0, kWord, 1, 0, 0));
+    for (int i = 1; i < kAdds; ++i) ASSERT_GT(olds[i], olds[i - 1]);
+    // Every old value from 0 to the total, once over all ranks.
+    std::vector<std::uint64_t> all(std::size_t{kRanks} * kAdds);
+    ASSERT_EQ(bootstrap.allgather(olds.data(), all.data(), olds.size() * sizeof(std::uint64_t)), Status::kOk);
+    std::sort(all.begin(), all.end());
+    for (std::size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], i);
+
+    // The word is kRanks * kAdds now: one swap from it wins.
+    const std::uint64_t total = std::uint64_t{kRanks} * kAdds;
+    const std::uint64_t swapped = value_op(GdaOp::kCompareSwap, 0, kWord, 1000 + me, total, 0);
+    const std::uint64_t won = swapped == total ? 1 : 0;
+    std::vector<std::uint64_t> wins(kRanks);
+    ASSERT_EQ(bootstrap.allgather(&won, wins.data(), sizeof won), Status::kOk);
+    EXPECT_EQ(std::count(wins.begin(), wins.end(), 1u), 1);
+    if (!won) EXPECT_GE(swapped, 1000u);  // the winner's value
+
+    // Single elements: 8, 4 and 1 bytes, at unaligned offsets too.
+    const std::uint64_t word = value_op(GdaOp::kGetValue, 0, kWord, 0, 0, 8);
+    EXPECT_GE(word, 1000u);
+    EXPECT_LT(word, 1000u + kRanks);
+    const std::vector<char> theirs = pattern(0, 0, 5, 64);
+    if (me == 0) ASSERT_EQ(rank.backend->copy(static_cast<char*>(rank.window) + 1000, theirs.data(), 64), Status::kOk);
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+    std::uint32_t four = 0;
+    std::memcpy(&four, theirs.data() + 3, 4);
+    EXPECT_EQ(value_op(GdaOp::kGetValue, 0, 1003, 0, 0, 4), four);
+    EXPECT_EQ(value_op(GdaOp::kGetValue, 0, 1017, 0, 0, 1), static_cast<unsigned char>(theirs[17]));
+    EXPECT_EQ(rank.proxy->status(), Status::kOk);
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+  });
+}
+
+// Flagged puts (ll::put to another machine) arrive as the words a GPU
+// thread would have stored: 4 data bytes (zero padded) under the flag.
+TEST(GdaNet, FlaggedPutsArriveAsFlaggedWords) {
+  testing::run_loopback_ranks(2, [](int me, Bootstrap& bootstrap) {
+    GdaRank rank(bootstrap);
+    const std::vector<char> message = pattern(me, 1 - me, 3, 37);  // 10 words, the last one 1 byte
+    constexpr std::uint32_t kFlag = 0xfeed0007;
+    GdaDescriptor d{};
+    d.op = static_cast<std::uint8_t>(GdaOp::kPutFlagged);
+    d.window = kWindowId;
+    d.target = 1 - me;
+    d.source = reinterpret_cast<std::uintptr_t>(message.data());
+    d.offset = 4096 + 512 * me;
+    d.bytes = message.size();
+    d.value = kFlag;
+    ASSERT_TRUE(wait_completed(rank.ring, post(rank.ring, d)));
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+    rank.wait_applied(1);
+    const std::vector<char> window = rank.window_bytes();
+    const std::vector<char> sent = pattern(1 - me, me, 3, 37);
+    for (std::size_t i = 0; i < 10; ++i) {
+      const std::uint64_t word = word_at(window, 4096 + 512 * (1 - me) + 8 * i);
+      std::uint32_t data = 0;
+      std::memcpy(&data, sent.data() + 4 * i, std::min<std::size_t>(4, sent.size() - 4 * i));
+      EXPECT_EQ(word >> 32, kFlag) << "word " << i;
+      EXPECT_EQ(static_cast<std::uint32_t>(word), data) << "word " << i;
+    }
+    EXPECT_EQ(word_at(window, 4096 + 512 * (1 - me) + 80), 0u);  // nothing past the message's words
     ASSERT_EQ(bootstrap.barrier(), Status::kOk);
   });
 }

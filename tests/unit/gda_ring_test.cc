@@ -1,6 +1,8 @@
 // The proxy GDA's ring protocol with host threads as producers: rings that
 // fill (producers wait, nothing is overwritten), wrap around many times,
-// keep each producer's order, and count completions that quiet waits for.
+// keep each producer's order, and count completions that quiet waits for;
+// values of fetching operations reach their producers, and one not yet
+// taken is never overwritten by a later ticket of its result slot.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -42,13 +44,18 @@ class WindowExecutor : public GdaExecutor {
         std::memcpy(window.data() + d.signal_offset, &word, 8);
         break;
       }
-      case GdaOp::kAtomicAdd: {
+      case GdaOp::kAtomicAdd:
+      case GdaOp::kFetchAdd: {
         std::uint64_t word = 0;
         std::memcpy(&word, window.data() + d.offset, 8);
+        // A fetch-add leaves the old value where the proxy said.
+        if (static_cast<GdaOp>(d.op) == GdaOp::kFetchAdd) std::memcpy(reinterpret_cast<void*>(d.source), &word, 8);
         word += d.value;
         std::memcpy(window.data() + d.offset, &word, 8);
         break;
       }
+      default:
+        return Status::kInvalidArgument;
     }
     seen.push_back({ring, ticket, d.producer, d.value});
     applied.push_back({ring, ticket});
@@ -231,6 +238,88 @@ TEST(GdaRing, StoppingReleasesProducersThatWaitForRoom) {
   EXPECT_EQ(post(ring, signal_add(0, 0, 1)), 2u);
   EXPECT_EQ(post(ring, signal_add(0, 0, 1)), 3u);
   EXPECT_EQ(post(ring, signal_add(0, 0, 1)), kRingFailed);  // full, and nobody drains it
+}
+
+GdaDescriptor fetch_add(std::uint32_t producer, std::uint64_t offset, std::uint64_t value) {
+  GdaDescriptor d{};
+  d.op = static_cast<std::uint8_t>(GdaOp::kFetchAdd);
+  d.offset = offset;
+  d.value = value;
+  d.producer = producer;
+  return d;
+}
+
+TEST(GdaRing, FetchedValuesReachTheirProducersAcrossWrapArounds) {
+  WindowExecutor executor(64);
+  GdaProxy proxy(testing::unit_test_device(), &executor);
+  GdaRing ring{};
+  ASSERT_EQ(proxy.add_ring(8, Producers::kHost, &ring), Status::kOk);
+  proxy.start();
+  // Every producer adds 1 to one word many times: the old values all
+  // producers get back are 0 .. n-1, each once, rising for each producer.
+  constexpr int kProducers = 4, kPosts = 3000;
+  std::vector<std::vector<std::uint64_t>> fetched(kProducers);
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p)
+    producers.emplace_back([&, p] {
+      for (int i = 0; i < kPosts; ++i) {
+        const std::uint64_t ticket = post(ring, fetch_add(p, 16, 1));
+        std::uint64_t old = 0;
+        ASSERT_TRUE(take_result(ring, ticket, &old));
+        fetched[p].push_back(old);
+      }
+    });
+  for (auto& t : producers) t.join();
+  proxy.stop();
+  ASSERT_EQ(proxy.status(), Status::kOk);
+  std::vector<bool> seen(std::size_t{kProducers} * kPosts, false);
+  for (int p = 0; p < kProducers; ++p)
+    for (int i = 0; i < kPosts; ++i) {
+      const std::uint64_t old = fetched[p][i];
+      ASSERT_LT(old, seen.size());
+      EXPECT_FALSE(seen[old]) << "old value " << old << " returned twice";
+      seen[old] = true;
+      if (i > 0) EXPECT_GT(old, fetched[p][i - 1]) << "producer " << p;
+    }
+}
+
+TEST(GdaRing, AValueNotYetTakenIsNeverOverwritten) {
+  WindowExecutor executor(64);
+  GdaProxy proxy(testing::unit_test_device(), &executor);
+  GdaRing ring{};
+  ASSERT_EQ(proxy.add_ring(4, Producers::kHost, &ring), Status::kOk);
+  proxy.start();
+  // Twice the ring's capacity: tickets 4..7 share result slots with 0..3,
+  // whose values nobody has taken yet.
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(post(ring, fetch_add(0, 0, 10)), std::uint64_t(i));
+  ASSERT_TRUE(wait_completed(ring, 7));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(load(&ring.results[i].ready), std::uint64_t(i + 1)) << "slot " << i;
+    EXPECT_EQ(ring.results[i].value, std::uint64_t(10 * i)) << "slot " << i;
+  }
+  // Taking a value frees its slot for the ticket one pass later.
+  for (int i = 0; i < 8; ++i) {
+    std::uint64_t old = 0;
+    ASSERT_TRUE(take_result(ring, i, &old));
+    EXPECT_EQ(old, std::uint64_t(10 * i));
+  }
+  proxy.stop();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(load(&ring.results[i].ready), 0u);
+}
+
+TEST(GdaRing, AProducerWaitingForAValueReturnsWhenTheProxyFails) {
+  WindowExecutor executor(64);
+  executor.fail_at = 1;
+  GdaProxy proxy(testing::unit_test_device(), &executor);
+  GdaRing ring{};
+  ASSERT_EQ(proxy.add_ring(4, Producers::kHost, &ring), Status::kOk);
+  proxy.start();
+  std::uint64_t old = 99;
+  EXPECT_TRUE(take_result(ring, post(ring, fetch_add(0, 0, 5)), &old));
+  EXPECT_EQ(old, 0u);
+  EXPECT_FALSE(take_result(ring, post(ring, fetch_add(0, 0, 5)), &old));
+  EXPECT_EQ(old, 0u);
+  proxy.stop();
 }
 
 TEST(GdaRing, CapacityIsAPowerOfTwo) {

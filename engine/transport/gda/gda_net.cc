@@ -1,5 +1,6 @@
 #include "engine/transport/gda/gda_net.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -14,10 +15,35 @@ constexpr int kDataTag = 2;
 constexpr int kAckTag = 3;
 constexpr int kReplyTag = 4;
 
-bool moves_data(GdaOp op) { return op == GdaOp::kPut || op == GdaOp::kPutSignal || op == GdaOp::kPutInline; }
+bool moves_data(GdaOp op) {
+  return op == GdaOp::kPut || op == GdaOp::kPutSignal || op == GdaOp::kPutInline || op == GdaOp::kPutFlagged;
+}
 bool sets_signal(GdaOp op) { return op == GdaOp::kPutSignal || op == GdaOp::kSignal; }
-bool touches_word(GdaOp op) { return sets_signal(op) || op == GdaOp::kAtomicAdd; }
-bool covers_range(GdaOp op) { return moves_data(op) || op == GdaOp::kGet; }
+bool atomic_at_offset(GdaOp op) {
+  return op == GdaOp::kAtomicAdd || op == GdaOp::kFetchAdd || op == GdaOp::kCompareSwap;
+}
+bool touches_word(GdaOp op) { return sets_signal(op) || atomic_at_offset(op); }
+bool reads_range(GdaOp op) { return op == GdaOp::kGet || op == GdaOp::kGetValue; }
+bool covers_range(GdaOp op) { return moves_data(op) || reads_range(op); }
+// Whether the target sends bytes back (a get's, or a returned value).
+bool answered(GdaOp op) { return op == GdaOp::kGet || returns_value(op); }
+// The bytes the target sends back for a request of op.
+std::uint64_t answer_bytes(GdaOp op, std::uint64_t bytes) {
+  return reads_range(op) ? bytes : sizeof(std::uint64_t);
+}
+
+// A flagged message's words (ferry::device::ll): each 4 data bytes, zero
+// padded past the end, under the flag, little-endian as the GPU stores them.
+std::vector<char> flagged_words(const char* data, std::size_t bytes, std::uint32_t flag) {
+  const std::size_t words = (bytes + 3) / 4;
+  std::vector<char> out(words * 8);
+  for (std::size_t i = 0; i < words; ++i) {
+    std::uint32_t word[2] = {0, flag};
+    std::memcpy(&word[0], data + 4 * i, std::min<std::size_t>(4, bytes - 4 * i));
+    std::memcpy(out.data() + 8 * i, word, 8);
+  }
+  return out;
+}
 
 // offset + bytes within limit, without overflow.
 bool within(std::uint64_t offset, std::uint64_t bytes, std::size_t limit) {
@@ -75,9 +101,10 @@ char* GdaNetExecutor::locate(const GdaWireRequest& request) {
   const auto op = static_cast<GdaOp>(request.op);
   const bool known = find_window(request.window, &window);
   const bool range_fits = !covers_range(op) || within(request.offset, request.bytes, window.bytes);
-  const std::uint64_t word_offset = op == GdaOp::kAtomicAdd ? request.offset : request.signal_offset;
+  const bool value_fits = op != GdaOp::kGetValue || request.bytes <= sizeof(std::uint64_t);
+  const std::uint64_t word_offset = atomic_at_offset(op) ? request.offset : request.signal_offset;
   const bool word_fits = !touches_word(op) || (within(word_offset, 8, window.bytes) && word_offset % 8 == 0);
-  if (known && range_fits && word_fits) return window.base;
+  if (known && range_fits && value_fits && word_fits) return window.base;
   FERRY_WARN(Transport, "gda: refused a request for window %u, offset %llu, %llu bytes (%s)", request.window,
              static_cast<unsigned long long>(request.offset), static_cast<unsigned long long>(request.bytes),
              !known ? "no such window here" : "past the window's end, or a signal word not 8-byte aligned");
@@ -92,23 +119,30 @@ Status GdaNetExecutor::apply(const GdaWireRequest& request, const char* data, bo
   if (moves_data(op) && request.bytes != 0) FERRY_CHECK(copy(base + request.offset, data, request.bytes));
   if (touches_word(op)) {
     char* word_at = base + (op == GdaOp::kAtomicAdd ? request.offset : request.signal_offset);
+    std::uint64_t old = 0;
     if (op == GdaOp::kAtomicAdd || static_cast<GdaSignalOp>(request.signal_op) == GdaSignalOp::kAdd)
-      return add_to_word(word_at, request.value);
+      return update_word(word_at, GdaOp::kFetchAdd, request.value, 0, &old);
     FERRY_CHECK(copy(word_at, &request.value, sizeof request.value));
   }
   return Status::kOk;
 }
 
-Status GdaNetExecutor::read_window(const GdaWireRequest& request, void* into, bool* refused) {
-  const char* base = locate(request);
+Status GdaNetExecutor::answer(const GdaWireRequest& request, void* into, bool* refused) {
+  const auto op = static_cast<GdaOp>(request.op);
+  char* base = locate(request);
   *refused = base == nullptr;
-  if (*refused || request.bytes == 0) return Status::kOk;
-  return copy(into, base + request.offset, request.bytes);
+  if (*refused) return Status::kOk;
+  if (reads_range(op)) return request.bytes == 0 ? Status::kOk : copy(into, base + request.offset, request.bytes);
+  std::uint64_t old = 0;
+  // A compare-and-swap's compare operand travels in signal_offset.
+  FERRY_CHECK(update_word(base + request.offset, op, request.value, request.signal_offset, &old));
+  std::memcpy(into, &old, sizeof old);
+  return Status::kOk;
 }
 
-Status GdaNetExecutor::answer_get(int peer, const GdaWireRequest& request, bool* refused) {
-  std::vector<char> bytes(request.bytes);
-  FERRY_CHECK(read_window(request, bytes.data(), refused));
+Status GdaNetExecutor::answer_peer(int peer, const GdaWireRequest& request, bool* refused) {
+  std::vector<char> bytes(answer_bytes(static_cast<GdaOp>(request.op), request.bytes));
+  FERRY_CHECK(answer(request, bytes.data(), refused));
   return *refused ? Status::kOk : send(peer, kReplyTag, std::move(bytes));
 }
 
@@ -118,21 +152,32 @@ Status GdaNetExecutor::take_replies(Peer& peer) {
     bool done = false;
     FERRY_CHECK(net_->test(&reply->request, &done));
     if (!done) return Status::kOk;  // later replies come after this one
-    if (!reply->bytes.empty()) FERRY_CHECK(copy(reply->destination, reply->bytes.data(), reply->bytes.size()));
+    if (reply->bytes.empty()) {
+    } else if (reply->host_destination) {
+      std::memcpy(reply->destination, reply->bytes.data(), reply->bytes.size());
+    } else {
+      FERRY_CHECK(copy(reply->destination, reply->bytes.data(), reply->bytes.size()));
+    }
     reply->done = true;
   }
   return Status::kOk;
 }
 
-Status GdaNetExecutor::add_to_word(char* word, std::uint64_t value) {
+Status GdaNetExecutor::update_word(char* word, GdaOp op, std::uint64_t value, std::uint64_t compare,
+                                   std::uint64_t* old) {
   if (backend_->execution_site() == gpu::ExecutionSite::kHost) {
-    __atomic_fetch_add(static_cast<std::uint64_t*>(backend_->host_view(word)), value, __ATOMIC_ACQ_REL);
+    auto* at = static_cast<std::uint64_t*>(backend_->host_view(word));
+    if (op == GdaOp::kFetchAdd) {
+      *old = __atomic_fetch_add(at, value, __ATOMIC_ACQ_REL);
+    } else {
+      *old = compare;
+      __atomic_compare_exchange_n(at, old, value, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
     return Status::kOk;
   }
-  std::uint64_t old = 0;
-  FERRY_CHECK(copy(&old, word, sizeof old));
-  const std::uint64_t sum = old + value;
-  return copy(word, &sum, sizeof sum);
+  FERRY_CHECK(copy(old, word, sizeof *old));
+  const std::uint64_t updated = op == GdaOp::kFetchAdd ? *old + value : (*old == compare ? value : *old);
+  return updated == *old ? Status::kOk : copy(word, &updated, sizeof updated);
 }
 
 Status GdaNetExecutor::send(int peer, int tag, std::vector<char> bytes) {
@@ -144,18 +189,39 @@ Status GdaNetExecutor::send(int peer, int tag, std::vector<char> bytes) {
   return Status::kOk;
 }
 
+Status GdaNetExecutor::stage(const GdaDescriptor& d, std::vector<char>* data) {
+  const auto op = static_cast<GdaOp>(d.op);
+  if (op == GdaOp::kPutInline) {
+    if (d.bytes > sizeof d.value) return Status::kInvalidArgument;
+    data->assign(reinterpret_cast<const char*>(&d.value), reinterpret_cast<const char*>(&d.value) + d.bytes);
+    return Status::kOk;
+  }
+  // Through host memory: the source may be device memory.
+  data->resize(d.bytes);
+  if (d.bytes != 0) FERRY_CHECK(copy(data->data(), reinterpret_cast<const void*>(d.source), d.bytes));
+  if (op == GdaOp::kPutFlagged) *data = flagged_words(data->data(), data->size(), static_cast<std::uint32_t>(d.value));
+  return Status::kOk;
+}
+
 Status GdaNetExecutor::start(const GdaDescriptor& d, int ring, std::uint64_t ticket) {
   FERRY_CHECK(bind_thread());
-  const GdaWireRequest request{d.offset, d.bytes, d.signal_offset, d.value, d.op, d.signal_op, d.window, 0};
   if (d.target < 0 || d.target >= size()) return Status::kInvalidArgument;
-  const bool inline_data = static_cast<GdaOp>(d.op) == GdaOp::kPutInline;
-  if (inline_data && d.bytes > sizeof d.value) return Status::kInvalidArgument;
-  const char* source = inline_data ? reinterpret_cast<const char*>(&d.value) : reinterpret_cast<const char*>(d.source);
-  const bool get = static_cast<GdaOp>(d.op) == GdaOp::kGet;
+  const auto op = static_cast<GdaOp>(d.op);
+  GdaWireRequest request{d.offset, d.bytes, d.signal_offset, d.value, d.op, d.signal_op, d.window, 0};
+  std::vector<char> data;
+  if (moves_data(op)) {
+    FERRY_CHECK(stage(d, &data));
+    if (op == GdaOp::kPutFlagged) {
+      // The target takes the words as a plain put.
+      request.op = static_cast<std::uint8_t>(GdaOp::kPut);
+      request.bytes = data.size();
+    }
+  }
+  // A get's destination, or the proxy's place for a returned value.
+  void* destination = reinterpret_cast<void*>(d.source);
   if (d.target == rank()) {
     bool refused = false;
-    FERRY_CHECK(get ? read_window(request, reinterpret_cast<void*>(d.source), &refused)
-                    : apply(request, source, &refused));
+    FERRY_CHECK(answered(op) ? answer(request, destination, &refused) : apply(request, data.data(), &refused));
     if (refused) return Status::kInvalidArgument;
     finished_here_.emplace_back(ring, ticket);
     return Status::kOk;
@@ -163,19 +229,15 @@ Status GdaNetExecutor::start(const GdaDescriptor& d, int ring, std::uint64_t tic
   std::vector<char> header(sizeof request);
   std::memcpy(header.data(), &request, sizeof request);
   FERRY_CHECK(send(d.target, kRequestTag, std::move(header)));
-  if (moves_data(static_cast<GdaOp>(d.op)) && d.bytes != 0) {
-    // Staged through host memory: the source may be device memory.
-    std::vector<char> data(d.bytes);
-    FERRY_CHECK(copy(data.data(), source, d.bytes));
-    FERRY_CHECK(send(d.target, kDataTag, std::move(data)));
-  }
+  if (!data.empty()) FERRY_CHECK(send(d.target, kDataTag, std::move(data)));
   Peer& peer = peers_[d.target];
   Reply* reply = nullptr;
-  if (get) {
-    // Replies from one target come in the order its gets were posted.
+  if (answered(op)) {
+    // Replies from one target come in the order its requests were posted.
     auto awaited = std::make_unique<Reply>();
-    awaited->bytes.resize(d.bytes);
-    awaited->destination = reinterpret_cast<void*>(d.source);
+    awaited->bytes.resize(answer_bytes(op, d.bytes));
+    awaited->destination = destination;
+    awaited->host_destination = returns_value(op);
     FERRY_CHECK(net_->post_recv(d.target, kReplyTag, awaited->bytes.data(), awaited->bytes.size(), &awaited->request));
     reply = awaited.get();
     peer.replies.push_back(std::move(awaited));
@@ -215,8 +277,8 @@ Status GdaNetExecutor::serve(int p) {
     }
     // A refusal is final for this origin: it fails, and sends no more.
     bool refused = false;
-    if (!peer.refused && static_cast<GdaOp>(peer.request_in.op) == GdaOp::kGet)
-      FERRY_CHECK(answer_get(p, peer.request_in, &refused));
+    if (!peer.refused && answered(static_cast<GdaOp>(peer.request_in.op)))
+      FERRY_CHECK(answer_peer(p, peer.request_in, &refused));
     else if (!peer.refused)
       FERRY_CHECK(apply(peer.request_in, peer.data_in.data(), &refused));
     peer.refused = peer.refused || refused;

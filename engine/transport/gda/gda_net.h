@@ -5,9 +5,11 @@
 // every rank's proxy is also its target-side progress.
 //
 // Wire, per pair of ranks: a fixed-size request (op, window, offsets,
-// bytes, signal) on kRequestTag, its data on kDataTag, a get's bytes back
-// on kReplyTag, and from the target a cumulative count of the requests it
-// applied on kAckTag. The target
+// bytes, signal) on kRequestTag, its data on kDataTag, a get's bytes (or a
+// returned value: an element read, a fetching atomic's old value) back on
+// kReplyTag, and from the target a cumulative count of the requests it
+// applied on kAckTag. A flagged put (kPutFlagged) is encoded into its
+// flagged words here and travels as a plain put. The target
 // applies one origin's requests in the order they were posted (data before
 // its signal), and acknowledges once its effects are visible there; an
 // operation is finished at the origin once its count is acknowledged (a
@@ -24,9 +26,10 @@
 // writes data and signals there with copies on a stream that never waits
 // for the application's kernels (they may be waiting for these very
 // signals), and never with a kernel of its own (a kernel could wait for
-// SMs that the application's waiting kernels hold). An add (signal or
-// atomic) reads, adds and writes its word (a host atomic where the
-// backend's kernels run on the host): the words it adds to must have no
+// SMs that the application's waiting kernels hold). An atomic (a signal
+// add, an add, fetch-add, compare-and-swap) reads, updates and writes its
+// word (a host atomic where the
+// backend's kernels run on the host): the words it updates must have no
 // other writer meanwhile, which is why the device API sends even this
 // rank's own signals and adds through the queue on such windows.
 #pragma once
@@ -99,6 +102,7 @@ class GdaNetExecutor : public GdaExecutor {
     NetRequest request;
     std::vector<char> bytes;
     void* destination = nullptr;
+    bool host_destination = false;  // the proxy's place for a returned value
     bool done = false;
   };
   struct Started {
@@ -130,17 +134,22 @@ class GdaNetExecutor : public GdaExecutor {
   // On the proxy's thread: its device and a stream of its own for copies.
   Status bind_thread();
   Status copy(void* dst, const void* src, std::size_t bytes);
-  Status add_to_word(char* word, std::uint64_t value);
+  // The word's old value into *old, and the word updated: op kFetchAdd
+  // adds value, kCompareSwap stores value if the word equals compare.
+  Status update_word(char* word, GdaOp op, std::uint64_t value, std::uint64_t compare, std::uint64_t* old);
+  // The bytes a put of d carries to its target, in host memory.
+  Status stage(const GdaDescriptor& d, std::vector<char>* data);
   Status post_receives(int peer);
   Status send(int peer, int tag, std::vector<char> bytes);
   // Where request's bytes lie here, or null (logged) when it must be refused.
   char* locate(const GdaWireRequest& request);
   // Target side: applies request (data: its bytes) from peer, or refuses it.
   Status apply(const GdaWireRequest& request, const char* data, bool* refused);
-  // A get's bytes into `into` (any memory the backend copies to), or refused.
-  Status read_window(const GdaWireRequest& request, void* into, bool* refused);
-  // Target side: sends a get's bytes back to peer, or refuses it.
-  Status answer_get(int peer, const GdaWireRequest& request, bool* refused);
+  // What an answered request (a get, or one that returns a value) gives
+  // back, into `into` (any memory the backend copies to), or refused.
+  Status answer(const GdaWireRequest& request, void* into, bool* refused);
+  // Target side: sends that answer back to peer, or refuses the request.
+  Status answer_peer(int peer, const GdaWireRequest& request, bool* refused);
   // Origin side: copies arrived replies to their destinations.
   Status take_replies(Peer& peer);
   // Both sides of the traffic with peer p.

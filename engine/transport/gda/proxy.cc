@@ -28,6 +28,7 @@ GdaProxy::~GdaProxy() {
   for (Ring& ring : rings_) {
     FERRY_LOG_IF_FAILED(backend_->pinned_free(ring.view.slots));
     FERRY_LOG_IF_FAILED(backend_->pinned_free(ring.view.words));
+    FERRY_LOG_IF_FAILED(backend_->pinned_free(ring.view.results));
     if (ring.producers == Producers::kDevice)
       FERRY_LOG_IF_FAILED(backend_->device_free(ring.view.tickets));
     else
@@ -42,13 +43,16 @@ Status GdaProxy::add_ring(std::uint32_t capacity, Producers producers, GdaRing* 
   ring.view.capacity = capacity;
   void* slots = nullptr;
   void* words = nullptr;
+  void* results = nullptr;
   void* tickets = nullptr;
   const std::uint64_t zero = 0;
   Status status = backend_->pinned_alloc(sizeof(GdaDescriptor) * capacity, &slots);
   if (ok(status)) status = backend_->pinned_alloc(sizeof(GdaRingWords), &words);
+  if (ok(status)) status = backend_->pinned_alloc(sizeof(GdaResult) * capacity, &results);
   if (ok(status)) {
     std::memset(slots, 0, sizeof(GdaDescriptor) * capacity);
     std::memset(words, 0, sizeof(GdaRingWords));
+    std::memset(results, 0, sizeof(GdaResult) * capacity);
     if (producers == Producers::kDevice) {
       status = backend_->device_alloc(sizeof(std::uint64_t), &tickets);
       if (ok(status)) status = backend_->copy(tickets, &zero, sizeof zero);
@@ -60,12 +64,14 @@ Status GdaProxy::add_ring(std::uint32_t capacity, Producers producers, GdaRing* 
   if (!ok(status)) {
     if (slots) FERRY_LOG_IF_FAILED(backend_->pinned_free(slots));
     if (words) FERRY_LOG_IF_FAILED(backend_->pinned_free(words));
+    if (results) FERRY_LOG_IF_FAILED(backend_->pinned_free(results));
     if (tickets && producers == Producers::kDevice) FERRY_LOG_IF_FAILED(backend_->device_free(tickets));
     if (tickets && producers == Producers::kHost) FERRY_LOG_IF_FAILED(backend_->pinned_free(tickets));
     return status;
   }
   ring.view.slots = static_cast<GdaDescriptor*>(slots);
   ring.view.words = static_cast<GdaRingWords*>(words);
+  ring.view.results = static_cast<GdaResult*>(results);
   ring.view.tickets = static_cast<std::uint64_t*>(tickets);
   rings_.push_back(ring);
   *out = ring.view;
@@ -96,11 +102,15 @@ std::uint64_t GdaProxy::drain(int index, Ring& ring) {
   for (;;) {
     GdaDescriptor* slot = &ring.view.slots[ring.next & (ring.view.capacity - 1)];
     if (__atomic_load_n(&slot->published, __ATOMIC_ACQUIRE) != ring.next + 1) return started;
-    const GdaDescriptor d = *slot;
+    GdaDescriptor d = *slot;
     const std::uint64_t ticket = ring.next++;
     // The slot is free once copied: a producer waiting for room may write it.
     store_word(&ring.view.words->consumed, ring.next);
-    ring.finished.push_back(false);
+    Started& entry = ring.started.emplace_back();
+    if (returns_value(static_cast<GdaOp>(d.op))) {
+      entry.returns_value = true;
+      d.source = reinterpret_cast<std::uintptr_t>(&entry.value);
+    }
     const Status status = executor_->start(d, index, ticket);
     if (!ok(status)) {
       fail(status);
@@ -113,14 +123,19 @@ std::uint64_t GdaProxy::drain(int index, Ring& ring) {
 
 void GdaProxy::finish(int index, std::uint64_t ticket) {
   Ring& ring = rings_[index];
-  if (ticket < ring.completed || ticket - ring.completed >= ring.finished.size()) {
+  if (ticket < ring.completed || ticket - ring.completed >= ring.started.size()) {
     fail(Status::kInternal);  // an executor that reports what it was not given
     return;
   }
-  ring.finished[ticket - ring.completed] = true;
+  Started& done = ring.started[ticket - ring.completed];
+  done.finished = true;
+  if (done.returns_value) {
+    ring.unreturned.emplace_back(ticket, done.value);
+    return_values(ring);
+  }
   const std::uint64_t before = ring.completed;
-  while (!ring.finished.empty() && ring.finished.front()) {
-    ring.finished.pop_front();
+  while (!ring.started.empty() && ring.started.front().finished) {
+    ring.started.pop_front();
     ++ring.completed;
   }
   if (ring.completed != before) {
@@ -129,9 +144,25 @@ void GdaProxy::finish(int index, std::uint64_t ticket) {
   }
 }
 
+void GdaProxy::return_values(Ring& ring) {
+  auto& pending = ring.unreturned;
+  for (std::size_t i = 0; i < pending.size();) {
+    const auto [ticket, value] = pending[i];
+    GdaResult* slot = &ring.view.results[ticket & (ring.view.capacity - 1)];
+    if (__atomic_load_n(&slot->ready, __ATOMIC_ACQUIRE) != 0) {
+      ++i;  // its producer of one pass earlier has not taken its value yet
+      continue;
+    }
+    slot->value = value;
+    store_word(&slot->ready, ticket + 1);
+    pending[i] = pending.back();
+    pending.pop_back();
+  }
+}
+
 bool GdaProxy::idle() const {
   for (const Ring& ring : rings_)
-    if (!ring.finished.empty()) return false;
+    if (!ring.started.empty()) return false;
   return true;
 }
 
@@ -148,6 +179,11 @@ void GdaProxy::run() {
     // Also after a failed start: what finished before it is reported.
     const Status progressed = executor_->progress(finished);
     if (!ok(progressed)) fail(progressed);
+    bool values_waiting = false;
+    for (Ring& ring : rings_) {
+      if (!ring.unreturned.empty()) return_values(ring);
+      values_waiting = values_waiting || !ring.unreturned.empty();
+    }
     if (!ok(status())) return;
     // Once stopping: what was published is started; wait for it to finish.
     if (stopping) {
@@ -158,7 +194,7 @@ void GdaProxy::run() {
         return;
       }
     }
-    if (started != 0 || executed() != done_before) {
+    if (started != 0 || executed() != done_before || values_waiting) {
       idle_polls = 0;
     } else if (++idle_polls > kSpinsBeforeSleep) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));

@@ -8,6 +8,11 @@
 // out of order (different targets); a ring's `completed` advances over
 // those finished without a gap, which is what quiet() waits for.
 //
+// An operation that returns a value (gda_ring.h: returns_value) is started
+// with its source pointing at 8 bytes of the proxy's, where the executor
+// leaves the value; once it finishes the proxy copies the value into the
+// ticket's result slot as soon as the slot is free.
+//
 // A failed operation, or a ring whose producers wait while the proxy stops,
 // marks every ring failed: producers waiting for room or completion return
 // instead of spinning, and status() says why.
@@ -18,6 +23,7 @@
 #include <deque>
 #include <functional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/common/status.h"
@@ -72,19 +78,30 @@ class GdaProxy {
   std::uint64_t executed() const { return executed_.load(std::memory_order_relaxed); }
 
  private:
+  // A started ticket. A deque keeps each one's address while others come
+  // and go, so `value` can be an executor's destination.
+  struct Started {
+    bool finished = false;
+    bool returns_value = false;
+    std::uint64_t value = 0;
+  };
   struct Ring {
     GdaRing view;
     Producers producers;
     std::uint64_t next = 0;  // the ticket expected next
-    // Tickets from `completed` on: whether each started one has finished.
+    // Tickets from `completed` on, as started.
     std::uint64_t completed = 0;
-    std::deque<bool> finished;
+    std::deque<Started> started;
+    // Values whose result slot was still taken: (ticket, value).
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> unreturned;
   };
 
   void run();
   // Takes what ring holds now and starts it; the descriptors it started.
   std::uint64_t drain(int index, Ring& ring);
   void finish(int ring, std::uint64_t ticket);
+  // Writes values into their result slots where those are free now.
+  void return_values(Ring& ring);
   bool idle() const;
   void fail(Status why);
 
