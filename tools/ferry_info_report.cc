@@ -70,6 +70,7 @@ void print_gda() {
               "         (FERRY_GDA_RING_SLOTS=%lld) over the socket provider\n",
               static_cast<long long>(ferry::params().gda_ring_slots));
   std::printf("  ibgda  not used: the mlx5 encoders are built and tested, no provider drives a NIC yet\n");
+  std::printf("  (ranks of this machine that p2p reaches are mapped: kernels load and store there)\n");
 }
 
 }  // namespace

@@ -27,10 +27,13 @@ Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* 
                             std::size_t bytes, std::unique_ptr<RemoteAccess>* out) {
   std::unique_ptr<RemoteAccess> access(new RemoteAccess);
   access->backend_ = backend;
-  const int n = bootstrap->size(), me = bootstrap->rank();
+  FERRY_CHECK(PeerGroup::create(std::move(bootstrap), &access->group_));
+  PeerGroup& group = *access->group_;
+  Bootstrap& boot = group.bootstrap();
+  const int n = boot.size(), me = boot.rank();
 
   std::unique_ptr<NetProvider> net;
-  FERRY_CHECK(make_socket_network(*bootstrap, &net));
+  FERRY_CHECK(make_socket_network(boot, &net));
   access->executor_ = std::make_unique<gda::GdaNetExecutor>(backend, std::move(net));
   access->proxy_ = std::make_unique<gda::GdaProxy>(backend, access->executor_.get());
 
@@ -52,25 +55,36 @@ Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* 
             ok(backend->device_alloc(sizeof ring, &access->ring_)) &&
             ok(backend->copy(access->ring_, &ring, sizeof ring));
   }
+  // This rank's memory and sync block, for the peers that map them.
   struct Published {
+    ExportedBuffer memory;
+    ExportedBuffer sync;
     std::uint64_t bytes;
     std::int32_t ready;
-    std::int32_t reserved;
+    std::int32_t exported;
   };
-  const Published mine{bytes, ready, 0};
+  Published mine{};
+  mine.bytes = bytes;
+  mine.ready = ready;
+  mine.exported = ready && ok(group.peer_memory().export_buffer(access->sync_block_, &mine.sync)) &&
+                  (bytes == 0 || ok(group.peer_memory().export_buffer(memory, &mine.memory)));
   std::vector<Published> all(n);
-  FERRY_CHECK(bootstrap->allgather(&mine, all.data(), sizeof mine));
+  FERRY_CHECK(boot.allgather(&mine, all.data(), sizeof mine));
   for (const Published& p : all)
     if (!p.ready) return Status::kUnavailable;
   access->executor_->add_window(kWindowId, memory, bytes);
   access->executor_->add_window(kSyncId, access->sync_block_, sync_bytes);
 
-  // Tables as kernels read them: only this rank's memory is mapped.
+  // Tables as kernels read them: this rank's memory, and the peers' this
+  // process maps; null for the ranks the queue reaches.
   std::vector<void*> peers(n, nullptr), sync(n, nullptr);
   std::vector<unsigned long long> peer_bytes(n);
   for (int r = 0; r < n; ++r) peer_bytes[r] = all[r].bytes;
   peers[me] = memory;
   sync[me] = access->sync_block_;
+  for (int r = 0; r < n; ++r)
+    if (r != me && all[r].exported && group.transports().to(r) && group.transports().to(r)->maps_device_memory())
+      access->map_peer(all[r].memory, all[r].bytes, all[r].sync, &peers[r], &sync[r]);
   std::memcpy(tables.data(), peers.data(), pointer_bytes);
   std::memcpy(tables.data() + pointer_bytes, peer_bytes.data(), size_bytes);
   std::memcpy(tables.data() + pointer_bytes + size_bytes, sync.data(), pointer_bytes);
@@ -89,17 +103,25 @@ Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* 
   h.gda_sync_window = kSyncId;
   // No rank posts to a peer before the peer serves its window.
   access->proxy_->start();
-  FERRY_CHECK(bootstrap->barrier());
-  access->bootstrap_ = std::move(bootstrap);
+  FERRY_CHECK(boot.barrier());
   *out = std::move(access);
   return Status::kOk;
+}
+
+void RemoteAccess::map_peer(const ExportedBuffer& memory, std::uint64_t bytes, const ExportedBuffer& sync,
+                            void** memory_here, void** sync_here) {
+  PeerMemory& mappings = group_->peer_memory();
+  if (!ok(mappings.pin_buffer(sync, sync_here))) return;
+  pinned_.push_back(sync);
+  // A peer without memory stays unmapped: nothing can reach its zero bytes.
+  if (bytes != 0 && ok(mappings.pin_buffer(memory, memory_here))) pinned_.push_back(memory);
 }
 
 Status RemoteAccess::status() const { return proxy_ ? proxy_->status() : Status::kOk; }
 
 RemoteAccess::~RemoteAccess() {
   // With a peer lost the other ranks cannot all meet: no barrier then.
-  if (proxy_ && bootstrap_ && status() != Status::kPeerEnded) {
+  if (proxy_ && group_ && status() != Status::kPeerEnded) {
     // This rank's operations first (the peers still serve), then everyone's.
     gda::GdaRing ring{};
     if (ok(backend_->copy(&ring, ring_, sizeof ring))) {
@@ -111,10 +133,11 @@ RemoteAccess::~RemoteAccess() {
              std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
-    FERRY_LOG_IF_FAILED(bootstrap_->barrier());
+    FERRY_LOG_IF_FAILED(group_->bootstrap().barrier());
   }
   proxy_.reset();
   executor_.reset();
+  for (const ExportedBuffer& buffer : pinned_) group_->peer_memory().unpin_buffer(buffer);
   if (tables_) FERRY_LOG_IF_FAILED(backend_->device_free(tables_));
   if (ring_) FERRY_LOG_IF_FAILED(backend_->device_free(ring_));
   if (sync_block_) FERRY_LOG_IF_FAILED(backend_->device_free(sync_block_));

@@ -1,8 +1,10 @@
 // GPU-initiated access (ferry/device.h) to a device window whose ranks span
-// machines: the handle's kernels reach this rank's own memory by load and
-// store and every other rank through a GDA queue (ferry/gda_ring.h) that a
-// proxy thread of this process drains over the net transport's socket
-// provider (engine/transport/gda). The proxy writes what peers put into
+// machines: the handle's kernels reach this rank's own memory, and that of
+// the peers whose device memory this process maps (ranks of this machine,
+// where the engine's plan reaches them by p2p), by load and store, and
+// every other rank through a GDA queue (ferry/gda_ring.h) that a proxy
+// thread of this process drains over the net transport's socket provider
+// (engine/transport/gda). The proxy writes what peers put into
 // this rank's window memory and sync block, so signals and barriers work as
 // on one machine; it is the only writer of the words it adds to (the
 // device API sends this rank's own signals, adds and barrier arrivals
@@ -15,7 +17,10 @@
 
 #include <memory>
 
+#include <vector>
+
 #include "engine/bootstrap/bootstrap.h"
+#include "engine/core/peer_group.h"
 #include "engine/gpu/gpu.h"
 #include "ferry/device_handle.h"
 
@@ -50,8 +55,15 @@ class RemoteAccess {
 
  private:
   RemoteAccess() = default;
+  // Maps a peer's sync block and window memory (*sync_here, *memory_here),
+  // leaving null what cannot be mapped (the queue then reaches the peer).
+  void map_peer(const ExportedBuffer& memory, std::uint64_t bytes, const ExportedBuffer& sync, void** memory_here,
+                void** sync_here);
 
-  std::unique_ptr<Bootstrap> bootstrap_;
+  // Maps the peers of this machine (and keeps their mappings pinned); its
+  // bootstrap is the window's ranks'.
+  std::unique_ptr<PeerGroup> group_;
+  std::vector<ExportedBuffer> pinned_;  // peers' window memory and sync blocks mapped here
   gpu::Backend* backend_ = nullptr;
   std::unique_ptr<gda::GdaNetExecutor> executor_;
   std::unique_ptr<gda::GdaProxy> proxy_;

@@ -1,6 +1,7 @@
 // ferry_win_device_handle on a device window whose ranks are on different
-// machines (virtual nodes, one rank a node): the handle maps only this
-// rank's memory and carries a GDA queue to the others. This rank then
+// machines (virtual nodes of FERRY_SUITE_RANKS_PER_NODE ranks): the handle
+// maps the memory of this machine's ranks (stores through it land there)
+// and carries a GDA queue to every rank. This rank then
 // drives the queue as a kernel would (on the emulated device the
 // producers are host threads): puts with signal adds to every other rank,
 // one element (p), 64-bit atomic adds to rank 0, a barrier's arrivals into
@@ -21,6 +22,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include <algorithm>
 #include <cstring>
@@ -51,6 +53,14 @@ constexpr std::uint32_t kFlag = 0xfeed0005;
 
 std::size_t put_bytes(int round) { return 1 + static_cast<std::size_t>(round) * 611; }  // 1 .. 3667
 std::size_t put_offset(int source, int round) { return kSignals * 8 + source * kPart + 1 + 3 * round; }
+
+// Ranks of one virtual node (virtual_node.sh) map each other's memory.
+bool same_node(int a, int b) {
+  const char* per_node = std::getenv("FERRY_SUITE_RANKS_PER_NODE");
+  const int ranks_per_node = per_node ? std::atoi(per_node) : 2;
+  return a / ranks_per_node == b / ranks_per_node;
+}
+constexpr std::uint64_t kStoredMark = 0x5703ed0000000000ull;  // stored through a mapping, + the storing rank
 
 std::size_t message_offset(int source) { return kSignals * 8 + source * kPart + 4000; }
 
@@ -162,9 +172,16 @@ void across(HandleFunction get_handle) {
   suite_memcpy(peers.data(), h.peers, ranks * sizeof(void*));
   suite_memcpy(sync.data(), h.sync, ranks * sizeof(void*));
   for (int r = 0; r < ranks; ++r) {
-    expect((peers[r] != nullptr) == (r == me), what, "rank " + std::to_string(r) + ": mapped only if it is this rank");
-    expect((sync[r] != nullptr) == (r == me), what, "rank " + std::to_string(r) + ": sync block mapped only here");
+    const std::string which = "rank " + std::to_string(r) + (same_node(r, me) ? " (this machine)" : " (another machine)");
+    expect((peers[r] != nullptr) == same_node(r, me), what, which + ": window memory mapped here or not");
+    expect((sync[r] != nullptr) == same_node(r, me), what, which + ": sync block mapped here or not");
   }
+  // Stores through the mapping to the ranks of this machine.
+  for (int r = 0; r < ranks; ++r)
+    if (r != me && peers[r] != nullptr) {
+      const std::uint64_t stored = kStoredMark + me;
+      suite_memcpy(static_cast<char*>(peers[r]) + put_offset(me, 0) + kPart - 16, &stored, 8);
+    }
   gda::GdaRing ring{};
   suite_memcpy(&ring, h.gda_ring, sizeof ring);
 
@@ -225,6 +242,10 @@ void across(HandleFunction get_handle) {
     }
     const unsigned p_value = static_cast<unsigned>(source + 1);
     std::memcpy(expected.data() + kPart - 8, &p_value, 4);
+    if (same_node(source, me)) {
+      const std::uint64_t stored = kStoredMark + source;
+      std::memcpy(expected.data() + kPart - 16, &stored, 8);
+    }
     expect(std::memcmp(mine.data() + put_offset(source, 0), expected.data(), kPart - 4) == 0, what, from + ": data");
   }
   if (me == 0) {

@@ -163,6 +163,12 @@ foreach(ranks 2 3)
                      ENV FERRY_SUITE_RANKS_PER_NODE=1)
   list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.np${ranks})
 endforeach()
+# Two nodes of two ranks: the ranks of one node map each other's memory
+# beside the queue to the other node's.
+ferry_add_mpi_test(NAME mpi_suite.virtual_nodes.rma_device_across.2x2.np4 NP 4
+                   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_rma_device_across>
+                   ENV FERRY_SUITE_RANKS_PER_NODE=2)
+list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.2x2.np4)
 # A rank of such a window killed (SIGKILL, the launcher keeping the job):
 # the survivor's GDA queue fails, quiet returns, and MPI_Win_fence names
 # the lost peer within 10 s.
