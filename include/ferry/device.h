@@ -23,6 +23,11 @@
  * such a window, atomics on 64-bit integers and signals go through the
  * queue even to this rank (the proxy must be the only writer of the words
  * it updates). reachable() says whether a rank can be reached at all.
+ * While a kernel waits on the queue (the fetching calls, get, quiet(w),
+ * barrier_block, wait_until for a word another machine sets), allocate or
+ * free no device or pinned memory in any process of the window: CUDA may
+ * hold such a call until the device is idle, and with it the copies of the
+ * process's proxy that the kernels wait for.
  *
  * ll::put/ll::wait move small messages whose words carry their own flags:
  * one NVLink crossing, no fence, no separate signal.

@@ -140,6 +140,8 @@ int main(int argc, char** argv) {
   int* wrong = nullptr;
   cuda(cudaMalloc(&src, kBytes), "cudaMalloc");
   cuda(cudaMalloc(&wrong, sizeof(int)), "cudaMalloc");
+  unsigned char* fetched = nullptr;
+  cuda(cudaMalloc(&fetched, kBytes), "cudaMalloc");
   cuda(cudaMemset(wrong, 0, sizeof(int)), "cudaMemset");
   fill<<<64, 256>>>(src, kBytes, rank);
   cuda(cudaDeviceSynchronize(), "fill");
@@ -153,8 +155,6 @@ int main(int argc, char** argv) {
   cuda(cudaDeviceSynchronize(), "puts, signals, adds");
   barrier_rounds<<<1, 128>>>(w, 5, wrong);
   cuda(cudaDeviceSynchronize(), "barrier rounds");
-  unsigned char* fetched = nullptr;
-  cuda(cudaMalloc(&fetched, kBytes), "cudaMalloc");
   get_back<<<1, 64>>>(w, fetched);
   cuda(cudaDeviceSynchronize(), "get_block");
   std::vector<unsigned char> back(kBytes);
@@ -187,17 +187,19 @@ int main(int argc, char** argv) {
   cuda(cudaMemcpy(&wrong_rounds, wrong, sizeof(int), cudaMemcpyDeviceToHost), "read wrong");
   check(wrong_rounds == 0, std::to_string(wrong_rounds) + " barrier rounds saw a stale value");
 
-  // The calls that wait for an answer.
-  int* read = nullptr;
-  cuda(cudaMalloc(&read, 64 * sizeof(int)), "cudaMalloc");
-  read_scalars<<<1, 64>>>(w, read);
+  // The calls that wait for an answer (their memory allocated before any
+  // of them runs: see ferry/device.h on allocating while kernels wait).
   constexpr int kFetchBlocks = 2, kFetchThreads = 64, kFetches = kFetchBlocks * kFetchThreads;
+  int* read = nullptr;
   unsigned long long* olds = nullptr;
+  unsigned char* message = nullptr;
+  cuda(cudaMalloc(&read, 64 * sizeof(int)), "cudaMalloc");
   cuda(cudaMalloc(&olds, (kFetches + 1) * sizeof(unsigned long long)), "cudaMalloc");
+  cuda(cudaMalloc(&message, kMessageBytes), "cudaMalloc");
+  MPI_Barrier(MPI_COMM_WORLD);
+  read_scalars<<<1, 64>>>(w, read);
   fetch_adds<<<kFetchBlocks, kFetchThreads>>>(w, olds);
   take_lock<<<1, 1>>>(w, olds + kFetches);
-  unsigned char* message = nullptr;
-  cuda(cudaMalloc(&message, kMessageBytes), "cudaMalloc");
   ll_exchange<<<1, 32>>>(w, src + 7, message, 0x5eed0001u);
   cuda(cudaDeviceSynchronize(), "g, fetch_add, compare_swap, ll");
   std::vector<int> read_back(64);

@@ -229,13 +229,15 @@ void remote_rank(ferry::gpu::Backend* backend, ferry::Bootstrap& bootstrap, cons
     gda::GdaProxy proxy(backend, &executor);
     gda::GdaRing ring{};
     bool ok = ferry::ok(proxy.add_ring(16, gda::Producers::kDevice, &ring));
-    ok = ferry::ok(bootstrap.barrier()) && ok;
-    proxy.start();
+    // Allocated before either rank's kernel runs: an allocation may wait for
+    // the device to be idle, and hold up the proxies' copies meanwhile.
     cudaStream_t stream;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     int* give_up = nullptr;
     cudaHostAlloc(&give_up, sizeof(int), cudaHostAllocMapped);
     *give_up = 0;
+    ok = ferry::ok(bootstrap.barrier()) && ok;
+    proxy.start();
     if (rank == 0)
       put_to_remote<<<kRemoteBlocks, 32, 0, stream>>>(ring, 1, source, rounds, failed);
     else
