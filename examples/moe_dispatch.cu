@@ -11,6 +11,10 @@
 // memory, the handle comes from ferry_win_device_handle.
 //
 //   mpirun -np 2 -x LD_PRELOAD=libferry.so ferry-moe-dispatch [tokens hidden]
+//
+// The same program runs across machines (or virtual nodes: FERRY_HOSTNAME
+// per rank), where the device API reaches the other machines' ranks
+// through the GDA queue.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -208,10 +212,12 @@ int main(int argc, char** argv) {
     const double sent_bytes = double(layout.tokens) * kTopK * layout.hidden * sizeof(float);
     std::printf("moe dispatch: %d ranks, %d tokens x %d floats per rank, top-%d of %d experts\n", ranks,
                 layout.tokens, layout.hidden, kTopK, kExpertsPerRank * ranks);
-    // Tokens for the rank's own experts move within its GPU; the rest over NVLink.
+    // Tokens for the rank's own experts move within its GPU; the rest over
+    // peer memory, or through the GDA queue to ranks on other machines.
     std::printf("  dispatch + signal + receive: %.1f us (median of %d, slowest rank), %.1f GB/s of tokens per rank"
-                " (local and remote experts)\n",
-                slowest, iterations, sent_bytes / slowest / 1e3);
+                " (local and remote experts%s)\n",
+                slowest, iterations, sent_bytes / slowest / 1e3,
+                w.gda_ring ? "; ranks on other machines through the GDA queue" : "");
     std::printf(total_errors ? "  WRONG: %d ranks found bad slots\n" : "  every slot verified\nNo Errors\n", total_errors);
   }
   cudaFree(tokens);
