@@ -60,11 +60,16 @@ enum class GdaOp : std::uint8_t {
   // Operations that return a value in the ticket's result slot (take_result):
   kGetValue = 7,     // bytes (at most 8) from the target's window at offset
   kFetchAdd = 8,     // 64-bit add of value at offset; returns the word's old value
-  kCompareSwap = 9,  // 64-bit: value stored at offset if the word equals signal_offset
-                     // (the compare operand); returns the word's old value
+  kCompareSwap = 9,  // the word of `bytes` (1, 2, 4 or 8) at offset set to value if it equals
+                     // signal_offset (the compare operand); returns the word's old value
   // Put of small messages whose words carry their own flag (ferry::device::ll):
   kPutFlagged = 10,  // bytes from source sent as 8-byte words, each 4 data bytes under the
                      // 4-byte flag in value's low half, to offset (ll::footprint(bytes) bytes there)
+  // Host-initiated accumulates (MPI_Accumulate and its kin), whose element
+  // type and operation the target's combiner knows by value:
+  kAccumulate = 11,     // bytes from source combined into the target's window at offset
+  kGetAccumulate = 12,  // kAccumulate, and the target's bytes from before it into the
+                        // origin's memory at address signal_offset
 };
 
 // Whether op's operation returns a value in its ticket's result slot.

@@ -101,7 +101,7 @@ void fetching_operations(const ferry_window_device_t& h, const gda::GdaRing& rin
   constexpr int kFetches = 5;
   std::vector<unsigned long long> olds;
   for (int i = 0; i < kFetches; ++i) olds.push_back(value_op(gda::GdaOp::kFetchAdd, 0, kFetchWord, 1, 0, 0));
-  olds.push_back(value_op(gda::GdaOp::kCompareSwap, 0, kLockWord, me + 1, 0, 0));
+  olds.push_back(value_op(gda::GdaOp::kCompareSwap, 0, kLockWord, me + 1, 0, 8));
   std::vector<unsigned long long> all(olds.size() * ranks);
   MPI_Allgather(olds.data(), olds.size(), MPI_UNSIGNED_LONG_LONG, all.data(), olds.size(), MPI_UNSIGNED_LONG_LONG,
                 MPI_COMM_WORLD);

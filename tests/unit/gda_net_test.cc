@@ -48,7 +48,7 @@ struct GdaRank {
   std::unique_ptr<GdaProxy> proxy;
   GdaRing ring{};
 
-  explicit GdaRank(Bootstrap& bootstrap) {
+  explicit GdaRank(Bootstrap& bootstrap, GdaNetExecutor::Combiner combiner = nullptr) {
     SocketNetworkOptions options;
     options.ifname = "lo";
     std::unique_ptr<NetProvider> net;
@@ -58,6 +58,7 @@ struct GdaRank {
     EXPECT_EQ(backend->copy(window, zeros.data(), kWindowBytes), Status::kOk);
     executor = std::make_unique<GdaNetExecutor>(backend, std::move(net));
     executor->add_window(kWindowId, window, kWindowBytes);
+    if (combiner) executor->set_combiner(std::move(combiner));
     proxy = std::make_unique<GdaProxy>(backend, executor.get());
     EXPECT_EQ(proxy->add_ring(8, Producers::kHost, &ring), Status::kOk);
     // Every rank's window is known before any rank posts.
@@ -227,7 +228,7 @@ TEST(GdaNet, FetchingOperationsReturnTheTargetsOldValues) {
 
     // The word is kRanks * kAdds now: one swap from it wins.
     const std::uint64_t total = std::uint64_t{kRanks} * kAdds;
-    const std::uint64_t swapped = value_op(GdaOp::kCompareSwap, 0, kWord, 1000 + me, total, 0);
+    const std::uint64_t swapped = value_op(GdaOp::kCompareSwap, 0, kWord, 1000 + me, total, 8);
     const std::uint64_t won = swapped == total ? 1 : 0;
     std::vector<std::uint64_t> wins(kRanks);
     ASSERT_EQ(bootstrap.allgather(&won, wins.data(), sizeof won), Status::kOk);
@@ -246,6 +247,87 @@ TEST(GdaNet, FetchingOperationsReturnTheTargetsOldValues) {
     EXPECT_EQ(value_op(GdaOp::kGetValue, 0, 1003, 0, 0, 4), four);
     EXPECT_EQ(value_op(GdaOp::kGetValue, 0, 1017, 0, 0, 1), static_cast<unsigned char>(theirs[17]));
     EXPECT_EQ(rank.proxy->status(), Status::kOk);
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+  });
+}
+
+// Accumulates combined by the target's combiner (here: 32-bit integer sum,
+// code 1) from every rank into rank 0's window, with and without the bytes
+// they replaced; and compare-and-swaps of 4 bytes.
+TEST(GdaNet, AccumulatesAreCombinedAtTheTarget) {
+  constexpr int kRanks = 3, kElements = 333, kRounds = 5;
+  constexpr std::size_t kAt = 8192;
+  testing::run_loopback_ranks(kRanks, [](int me, Bootstrap& bootstrap) {
+    GdaRank rank(bootstrap, [](std::uint64_t code, const void* origin, void* target, std::size_t bytes) {
+      if (code != 1 || bytes % 4 != 0) return Status::kInvalidArgument;
+      for (std::size_t i = 0; i < bytes / 4; ++i)
+        static_cast<std::int32_t*>(target)[i] += static_cast<const std::int32_t*>(origin)[i];
+      return Status::kOk;
+    });
+    std::vector<std::int32_t> adds(kElements);
+    for (int i = 0; i < kElements; ++i) adds[i] = (me + 1) * 1000 + i;
+    std::vector<std::vector<std::int32_t>> before(kRounds, std::vector<std::int32_t>(kElements, -1));
+    std::uint64_t last = 0;
+    for (int round = 0; round < kRounds; ++round) {
+      GdaDescriptor d{};
+      d.op = static_cast<std::uint8_t>(round % 2 ? GdaOp::kGetAccumulate : GdaOp::kAccumulate);
+      d.window = kWindowId;
+      d.target = 0;
+      d.source = reinterpret_cast<std::uintptr_t>(adds.data());
+      d.offset = kAt;
+      d.bytes = adds.size() * 4;
+      d.value = 1;
+      d.signal_offset = reinterpret_cast<std::uintptr_t>(before[round].data());
+      last = post(rank.ring, d);
+    }
+    ASSERT_TRUE(wait_completed(rank.ring, last));
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+    if (me == 0) {
+      rank.wait_applied(std::uint64_t{kRounds} * (kRanks - 1));
+      const std::vector<char> window = rank.window_bytes();
+      for (int i = 0; i < kElements; ++i) {
+        std::int32_t sum = 0;
+        std::memcpy(&sum, window.data() + kAt + 4 * i, 4);
+        ASSERT_EQ(sum, kRounds * ((1 + 2 + 3) * 1000 + 3 * i)) << "element " << i;
+      }
+    }
+    // What a get-accumulate replaced came back: a partial sum of whole
+    // contributions (each rank adds (r + 1) * 1000 + i to element i).
+    for (int round = 1; round < kRounds; round += 2)
+      for (int i = 0; i < kElements; ++i) {
+        const std::int32_t seen = before[round][i];
+        ASSERT_GE(seen, 0) << "round " << round;
+        bool whole = false;  // some count of adds per rank sums to it
+        for (int a = 0; a <= kRounds && !whole; ++a)
+          for (int b = 0; b <= kRounds && !whole; ++b)
+            for (int c = 0; c <= kRounds && !whole; ++c)
+              whole = seen == a * (1000 + i) + b * (2000 + i) + c * (3000 + i);
+        ASSERT_TRUE(whole) << "round " << round << ", element " << i << ": " << seen;
+      }
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+
+    // 4-byte compare-and-swap on rank 1's window: one rank wins.
+    GdaDescriptor cas{};
+    cas.op = static_cast<std::uint8_t>(GdaOp::kCompareSwap);
+    cas.window = kWindowId;
+    cas.target = 1;
+    cas.offset = 100;  // 4-byte aligned
+    cas.bytes = 4;
+    cas.signal_offset = 0;
+    cas.value = 0xabc00000u + me;
+    std::uint64_t old = 1;
+    ASSERT_TRUE(take_result(rank.ring, post(rank.ring, cas), &old));
+    const std::uint64_t won = old == 0;
+    std::vector<std::uint64_t> wins(kRanks);
+    ASSERT_EQ(bootstrap.allgather(&won, wins.data(), sizeof won), Status::kOk);
+    EXPECT_EQ(std::count(wins.begin(), wins.end(), 1u), 1);
+    if (me == 1) {
+      const std::vector<char> window = rank.window_bytes();
+      std::uint32_t word = 0;
+      std::memcpy(&word, window.data() + 100, 4);
+      EXPECT_EQ(word & 0xfff00000u, 0xabc00000u);
+      EXPECT_EQ(word_at(window, 104), 0u);  // the bytes after the word untouched
+    }
     ASSERT_EQ(bootstrap.barrier(), Status::kOk);
   });
 }

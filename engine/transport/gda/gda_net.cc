@@ -15,21 +15,41 @@ constexpr int kDataTag = 2;
 constexpr int kAckTag = 3;
 constexpr int kReplyTag = 4;
 
+bool accumulates(GdaOp op) { return op == GdaOp::kAccumulate || op == GdaOp::kGetAccumulate; }
 bool moves_data(GdaOp op) {
-  return op == GdaOp::kPut || op == GdaOp::kPutSignal || op == GdaOp::kPutInline || op == GdaOp::kPutFlagged;
+  return op == GdaOp::kPut || op == GdaOp::kPutSignal || op == GdaOp::kPutInline || op == GdaOp::kPutFlagged ||
+         accumulates(op);
 }
 bool sets_signal(GdaOp op) { return op == GdaOp::kPutSignal || op == GdaOp::kSignal; }
 bool atomic_at_offset(GdaOp op) {
   return op == GdaOp::kAtomicAdd || op == GdaOp::kFetchAdd || op == GdaOp::kCompareSwap;
 }
 bool touches_word(GdaOp op) { return sets_signal(op) || atomic_at_offset(op); }
-bool reads_range(GdaOp op) { return op == GdaOp::kGet || op == GdaOp::kGetValue; }
+bool reads_range(GdaOp op) { return op == GdaOp::kGet || op == GdaOp::kGetValue || op == GdaOp::kGetAccumulate; }
 bool covers_range(GdaOp op) { return moves_data(op) || reads_range(op); }
 // Whether the target sends bytes back (a get's, or a returned value).
-bool answered(GdaOp op) { return op == GdaOp::kGet || returns_value(op); }
+bool answered(GdaOp op) { return op == GdaOp::kGet || op == GdaOp::kGetAccumulate || returns_value(op); }
+// The width of the word an atomic updates.
+std::uint64_t word_bytes(const GdaWireRequest& request) {
+  return static_cast<GdaOp>(request.op) == GdaOp::kCompareSwap ? request.bytes : sizeof(std::uint64_t);
+}
 // The bytes the target sends back for a request of op.
 std::uint64_t answer_bytes(GdaOp op, std::uint64_t bytes) {
   return reads_range(op) ? bytes : sizeof(std::uint64_t);
+}
+
+// An atomic update of the word of `width` bytes at `at` in host memory:
+// op kFetchAdd adds value, kCompareSwap stores value if the word equals
+// compare; the old value into *old.
+template <typename Word>
+void update_host_word(void* at, GdaOp op, std::uint64_t value, std::uint64_t compare, std::uint64_t* old) {
+  auto* word = static_cast<Word*>(at);
+  Word before = static_cast<Word>(compare);
+  if (op == GdaOp::kFetchAdd)
+    before = __atomic_fetch_add(word, static_cast<Word>(value), __ATOMIC_ACQ_REL);
+  else
+    __atomic_compare_exchange_n(word, &before, static_cast<Word>(value), false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  *old = before;
 }
 
 // A flagged message's words (ferry::device::ll): each 4 data bytes, zero
@@ -103,11 +123,17 @@ char* GdaNetExecutor::locate(const GdaWireRequest& request) {
   const bool range_fits = !covers_range(op) || within(request.offset, request.bytes, window.bytes);
   const bool value_fits = op != GdaOp::kGetValue || request.bytes <= sizeof(std::uint64_t);
   const std::uint64_t word_offset = atomic_at_offset(op) ? request.offset : request.signal_offset;
-  const bool word_fits = !touches_word(op) || (within(word_offset, 8, window.bytes) && word_offset % 8 == 0);
-  if (known && range_fits && value_fits && word_fits) return window.base;
+  const std::uint64_t width = word_bytes(request);
+  const bool width_known = width == 1 || width == 2 || width == 4 || width == 8;
+  const bool word_fits =
+      !touches_word(op) || (width_known && within(word_offset, width, window.bytes) && word_offset % width == 0);
+  const bool combinable = !accumulates(op) || combiner_;
+  if (known && range_fits && value_fits && word_fits && combinable) return window.base;
   FERRY_WARN(Transport, "gda: refused a request for window %u, offset %llu, %llu bytes (%s)", request.window,
              static_cast<unsigned long long>(request.offset), static_cast<unsigned long long>(request.bytes),
-             !known ? "no such window here" : "past the window's end, or a signal word not 8-byte aligned");
+             !known        ? "no such window here"
+             : !combinable ? "no combiner for accumulates here"
+                           : "past the window's end, or a word not aligned to its width");
   return nullptr;
 }
 
@@ -116,33 +142,45 @@ Status GdaNetExecutor::apply(const GdaWireRequest& request, const char* data, bo
   char* base = locate(request);
   *refused = base == nullptr;
   if (*refused) return Status::kOk;
+  if (accumulates(op)) return combine(request, base + request.offset, data);
   if (moves_data(op) && request.bytes != 0) FERRY_CHECK(copy(base + request.offset, data, request.bytes));
   if (touches_word(op)) {
     char* word_at = base + (op == GdaOp::kAtomicAdd ? request.offset : request.signal_offset);
     std::uint64_t old = 0;
     if (op == GdaOp::kAtomicAdd || static_cast<GdaSignalOp>(request.signal_op) == GdaSignalOp::kAdd)
-      return update_word(word_at, GdaOp::kFetchAdd, request.value, 0, &old);
+      return update_word(word_at, GdaOp::kFetchAdd, sizeof old, request.value, 0, &old);
     FERRY_CHECK(copy(word_at, &request.value, sizeof request.value));
   }
   return Status::kOk;
 }
 
-Status GdaNetExecutor::answer(const GdaWireRequest& request, void* into, bool* refused) {
+Status GdaNetExecutor::combine(const GdaWireRequest& request, char* at, const char* data) {
+  if (request.bytes == 0) return Status::kOk;
+  std::vector<char> target(request.bytes);
+  FERRY_CHECK(copy(target.data(), at, request.bytes));
+  FERRY_CHECK(combiner_(request.value, data, target.data(), request.bytes));
+  return copy(at, target.data(), request.bytes);
+}
+
+Status GdaNetExecutor::answer(const GdaWireRequest& request, const char* data, void* into, bool* refused) {
   const auto op = static_cast<GdaOp>(request.op);
   char* base = locate(request);
   *refused = base == nullptr;
   if (*refused) return Status::kOk;
-  if (reads_range(op)) return request.bytes == 0 ? Status::kOk : copy(into, base + request.offset, request.bytes);
+  if (reads_range(op)) {
+    if (request.bytes != 0) FERRY_CHECK(copy(into, base + request.offset, request.bytes));
+    return op == GdaOp::kGetAccumulate ? combine(request, base + request.offset, data) : Status::kOk;
+  }
   std::uint64_t old = 0;
   // A compare-and-swap's compare operand travels in signal_offset.
-  FERRY_CHECK(update_word(base + request.offset, op, request.value, request.signal_offset, &old));
+  FERRY_CHECK(update_word(base + request.offset, op, word_bytes(request), request.value, request.signal_offset, &old));
   std::memcpy(into, &old, sizeof old);
   return Status::kOk;
 }
 
-Status GdaNetExecutor::answer_peer(int peer, const GdaWireRequest& request, bool* refused) {
+Status GdaNetExecutor::answer_peer(int peer, const GdaWireRequest& request, const char* data, bool* refused) {
   std::vector<char> bytes(answer_bytes(static_cast<GdaOp>(request.op), request.bytes));
-  FERRY_CHECK(answer(request, bytes.data(), refused));
+  FERRY_CHECK(answer(request, data, bytes.data(), refused));
   return *refused ? Status::kOk : send(peer, kReplyTag, std::move(bytes));
 }
 
@@ -163,21 +201,24 @@ Status GdaNetExecutor::take_replies(Peer& peer) {
   return Status::kOk;
 }
 
-Status GdaNetExecutor::update_word(char* word, GdaOp op, std::uint64_t value, std::uint64_t compare,
-                                   std::uint64_t* old) {
+Status GdaNetExecutor::update_word(char* word, GdaOp op, std::uint64_t width, std::uint64_t value,
+                                   std::uint64_t compare, std::uint64_t* old) {
   if (backend_->execution_site() == gpu::ExecutionSite::kHost) {
-    auto* at = static_cast<std::uint64_t*>(backend_->host_view(word));
-    if (op == GdaOp::kFetchAdd) {
-      *old = __atomic_fetch_add(at, value, __ATOMIC_ACQ_REL);
-    } else {
-      *old = compare;
-      __atomic_compare_exchange_n(at, old, value, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    void* at = backend_->host_view(word);
+    switch (width) {
+      case 1: update_host_word<std::uint8_t>(at, op, value, compare, old); break;
+      case 2: update_host_word<std::uint16_t>(at, op, value, compare, old); break;
+      case 4: update_host_word<std::uint32_t>(at, op, value, compare, old); break;
+      default: update_host_word<std::uint64_t>(at, op, value, compare, old); break;
     }
     return Status::kOk;
   }
-  FERRY_CHECK(copy(old, word, sizeof *old));
-  const std::uint64_t updated = op == GdaOp::kFetchAdd ? *old + value : (*old == compare ? value : *old);
-  return updated == *old ? Status::kOk : copy(word, &updated, sizeof updated);
+  *old = 0;  // little-endian: the word's bytes are its low bytes
+  FERRY_CHECK(copy(old, word, width));
+  const std::uint64_t mask = width == 8 ? ~std::uint64_t{0} : (std::uint64_t{1} << (8 * width)) - 1;
+  const std::uint64_t updated =
+      op == GdaOp::kFetchAdd ? *old + value : ((*old & mask) == (compare & mask) ? value : *old);
+  return (updated & mask) == *old ? Status::kOk : copy(word, &updated, width);
 }
 
 Status GdaNetExecutor::send(int peer, int tag, std::vector<char> bytes) {
@@ -217,11 +258,13 @@ Status GdaNetExecutor::start(const GdaDescriptor& d, int ring, std::uint64_t tic
       request.bytes = data.size();
     }
   }
-  // A get's destination, or the proxy's place for a returned value.
-  void* destination = reinterpret_cast<void*>(d.source);
+  // A get's destination, an accumulate's for the bytes it replaced, or the
+  // proxy's place for a returned value.
+  void* destination = reinterpret_cast<void*>(op == GdaOp::kGetAccumulate ? d.signal_offset : d.source);
   if (d.target == rank()) {
     bool refused = false;
-    FERRY_CHECK(answered(op) ? answer(request, destination, &refused) : apply(request, data.data(), &refused));
+    FERRY_CHECK(answered(op) ? answer(request, data.data(), destination, &refused)
+                             : apply(request, data.data(), &refused));
     if (refused) return Status::kInvalidArgument;
     finished_here_.emplace_back(ring, ticket);
     return Status::kOk;
@@ -278,7 +321,7 @@ Status GdaNetExecutor::serve(int p) {
     // A refusal is final for this origin: it fails, and sends no more.
     bool refused = false;
     if (!peer.refused && answered(static_cast<GdaOp>(peer.request_in.op)))
-      FERRY_CHECK(answer_peer(p, peer.request_in, &refused));
+      FERRY_CHECK(answer_peer(p, peer.request_in, peer.data_in.data(), &refused));
     else if (!peer.refused)
       FERRY_CHECK(apply(peer.request_in, peer.data_in.data(), &refused));
     peer.refused = peer.refused || refused;

@@ -76,6 +76,14 @@ class GdaNetExecutor : public GdaExecutor {
   // rank registers a window before any peer posts to it.
   void add_window(std::uint16_t id, void* base, std::size_t bytes);
 
+  // Combines an accumulate's origin bytes into a copy of the target's bytes
+  // in host memory; code is the descriptor's value (which names the element
+  // type and operation to its maker).
+  using Combiner = std::function<Status(std::uint64_t code, const void* origin, void* target, std::size_t bytes)>;
+  // Where accumulates are combined; before the proxy starts. Without one,
+  // an accumulate to this rank is refused.
+  void set_combiner(Combiner combiner) { combiner_ = std::move(combiner); }
+
   Status start(const GdaDescriptor& d, int ring, std::uint64_t ticket) override;
   Status progress(const std::function<void(int, std::uint64_t)>& finished) override;
 
@@ -134,9 +142,13 @@ class GdaNetExecutor : public GdaExecutor {
   // On the proxy's thread: its device and a stream of its own for copies.
   Status bind_thread();
   Status copy(void* dst, const void* src, std::size_t bytes);
-  // The word's old value into *old, and the word updated: op kFetchAdd
-  // adds value, kCompareSwap stores value if the word equals compare.
-  Status update_word(char* word, GdaOp op, std::uint64_t value, std::uint64_t compare, std::uint64_t* old);
+  // The old value of the word of width bytes into *old, and the word
+  // updated: op kFetchAdd adds value, kCompareSwap stores value if the word
+  // equals compare.
+  Status update_word(char* word, GdaOp op, std::uint64_t width, std::uint64_t value, std::uint64_t compare,
+                     std::uint64_t* old);
+  // An accumulate's data combined into the window's bytes at `at`.
+  Status combine(const GdaWireRequest& request, char* at, const char* data);
   // The bytes a put of d carries to its target, in host memory.
   Status stage(const GdaDescriptor& d, std::vector<char>* data);
   Status post_receives(int peer);
@@ -147,9 +159,10 @@ class GdaNetExecutor : public GdaExecutor {
   Status apply(const GdaWireRequest& request, const char* data, bool* refused);
   // What an answered request (a get, or one that returns a value) gives
   // back, into `into` (any memory the backend copies to), or refused.
-  Status answer(const GdaWireRequest& request, void* into, bool* refused);
+  // data: a get-accumulate's origin bytes.
+  Status answer(const GdaWireRequest& request, const char* data, void* into, bool* refused);
   // Target side: sends that answer back to peer, or refuses the request.
-  Status answer_peer(int peer, const GdaWireRequest& request, bool* refused);
+  Status answer_peer(int peer, const GdaWireRequest& request, const char* data, bool* refused);
   // Origin side: copies arrived replies to their destinations.
   Status take_replies(Peer& peer);
   // Both sides of the traffic with peer p.
@@ -168,6 +181,7 @@ class GdaNetExecutor : public GdaExecutor {
   std::vector<std::pair<int, std::uint64_t>> finished_here_;  // self-targeted, to report
   bool receives_posted_ = false;
   std::atomic<std::uint64_t> applied_{0};
+  Combiner combiner_;
   std::mutex windows_mutex_;
   std::unordered_map<std::uint16_t, Window> windows_;
 };
