@@ -18,6 +18,7 @@
 #include "mpi_shim/rma_across.h"
 #include "mpi_shim/rma_host.h"
 #include "mpi_shim/rma_internal.h"
+#include "mpi_shim/rma_queue.h"
 #include "mpi_shim/rma_types.h"
 #include "mpi_shim/rma_window.h"
 #include "mpi_shim/stats.h"
@@ -75,6 +76,14 @@ int completed_request(MPI_Request* request) {
   auto cancel = [](void*, int) -> int { return MPI_SUCCESS; };
   int rc = PMPI_Grequest_start(query, release, cancel, nullptr, request);
   return rc == MPI_SUCCESS ? PMPI_Grequest_complete(*request) : rc;
+}
+
+// An R-form on a window whose queue carries it (rma_queue.h): queued, then
+// complete before returning, as on Ferry's own windows.
+int queued_request(MPI_Win win, int queued, MPI_Request* request) {
+  if (queued != MPI_SUCCESS) return queued;
+  if (const int rc = quiet_across(win); rc != MPI_SUCCESS) return rc;
+  return completed_request(request);
 }
 
 // The operation's target bytes are host memory: the real MPI's window moves
@@ -200,6 +209,9 @@ int handle_Put(const void* origin_addr, int origin_count, MPI_Datatype origin_da
                MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win) {
   count_bytes(FunctionId::kPut, origin_count, origin_datatype);
   auto real = [&] {
+    if (RemoteAccess* queue = queue_of(win))
+      return queue_put_get(win, *queue, const_cast<void*>(origin_addr), origin_count, origin_datatype, target_rank,
+                           target_disp, target_count, target_datatype, false);
     if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
       return rc;
     return on_host_window(FunctionId::kPut, win, target_rank, {origin_addr, origin_count, origin_datatype},
@@ -218,6 +230,9 @@ int handle_Get(void* origin_addr, int origin_count, MPI_Datatype origin_datatype
                MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win) {
   count_bytes(FunctionId::kGet, origin_count, origin_datatype);
   auto real = [&] {
+    if (RemoteAccess* queue = queue_of(win))
+      return queue_put_get(win, *queue, origin_addr, origin_count, origin_datatype, target_rank, target_disp,
+                           target_count, target_datatype, true);
     if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
       return rc;
     return on_host_window(FunctionId::kGet, win, target_rank, kNoOperand, kNoOperand,
@@ -236,6 +251,9 @@ int handle_Accumulate(const void* origin_addr, int origin_count, MPI_Datatype or
                       MPI_Win win) {
   count_bytes(FunctionId::kAccumulate, origin_count, origin_datatype);
   auto real = [&] {
+    if (RemoteAccess* queue = queue_of(win))
+      return queue_accumulate(win, *queue, origin_addr, origin_count, origin_datatype, nullptr, 0, MPI_DATATYPE_NULL,
+                              target_rank, target_disp, target_count, target_datatype, op);
     if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
       return rc;
     return on_host_window(FunctionId::kAccumulate, win, target_rank, {origin_addr, origin_count, origin_datatype},
@@ -257,6 +275,9 @@ int handle_Get_accumulate(const void* origin_addr, int origin_count, MPI_Datatyp
                           MPI_Win win) {
   count_bytes(FunctionId::kGet_accumulate, origin_count, origin_datatype);
   auto real = [&] {
+    if (RemoteAccess* queue = queue_of(win))
+      return queue_accumulate(win, *queue, origin_addr, origin_count, origin_datatype, result_addr, result_count,
+                              result_datatype, target_rank, target_disp, target_count, target_datatype, op);
     if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
       return rc;
     return on_host_window(FunctionId::kGet_accumulate, win, target_rank, {origin_addr, origin_count, origin_datatype},
@@ -277,6 +298,9 @@ int handle_Fetch_and_op(const void* origin_addr, void* result_addr, MPI_Datatype
                         MPI_Aint target_disp, MPI_Op op, MPI_Win win) {
   count_bytes(FunctionId::kFetch_and_op, 1, datatype);
   auto real = [&] {
+    if (RemoteAccess* queue = queue_of(win))
+      return queue_accumulate(win, *queue, origin_addr, 1, datatype, result_addr, 1, datatype, target_rank,
+                              target_disp, 1, datatype, op);
     if (int rc = check_target_range(win, target_rank, target_disp, 1, datatype); rc != MPI_SUCCESS) return rc;
     return on_host_window(FunctionId::kFetch_and_op, win, target_rank, {origin_addr, 1, datatype}, kNoOperand,
                           {result_addr, 1, datatype}, nullptr, [&](const void* o, const void*, void* r) {
@@ -293,6 +317,9 @@ int handle_Compare_and_swap(const void* origin_addr, const void* compare_addr, v
                             MPI_Datatype datatype, int target_rank, MPI_Aint target_disp, MPI_Win win) {
   count_bytes(FunctionId::kCompare_and_swap, 1, datatype);
   auto real = [&] {
+    if (RemoteAccess* queue = queue_of(win))
+      return queue_compare_and_swap(win, *queue, origin_addr, compare_addr, result_addr, datatype, target_rank,
+                                    target_disp);
     if (int rc = check_target_range(win, target_rank, target_disp, 1, datatype); rc != MPI_SUCCESS) return rc;
     return on_host_window(FunctionId::kCompare_and_swap, win, target_rank, {origin_addr, 1, datatype},
                           {compare_addr, 1, datatype}, {result_addr, 1, datatype}, nullptr,
@@ -327,6 +354,10 @@ int handle_Rput(const void* origin_addr, int origin_count, MPI_Datatype origin_d
   bool through_real = false;
   auto real = [&] {
     through_real = true;
+    if (RemoteAccess* queue = queue_of(win))
+      return queued_request(win, queue_put_get(win, *queue, const_cast<void*>(origin_addr), origin_count,
+                                               origin_datatype, target_rank, target_disp, target_count,
+                                               target_datatype, false), request);
     if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
       return rc;
     return on_host_window(FunctionId::kRput, win, target_rank, {origin_addr, origin_count, origin_datatype},
@@ -351,6 +382,9 @@ int handle_Rget(void* origin_addr, int origin_count, MPI_Datatype origin_datatyp
   bool through_real = false;
   auto real = [&] {
     through_real = true;
+    if (RemoteAccess* queue = queue_of(win))
+      return queued_request(win, queue_put_get(win, *queue, origin_addr, origin_count, origin_datatype, target_rank,
+                                               target_disp, target_count, target_datatype, true), request);
     if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
       return rc;
     return on_host_window(FunctionId::kRget, win, target_rank, kNoOperand, kNoOperand,
@@ -376,6 +410,10 @@ int handle_Raccumulate(const void* origin_addr, int origin_count, MPI_Datatype o
   bool through_real = false;
   auto real = [&] {
     through_real = true;
+    if (RemoteAccess* queue = queue_of(win))
+      return queued_request(win, queue_accumulate(win, *queue, origin_addr, origin_count, origin_datatype, nullptr, 0,
+                                                  MPI_DATATYPE_NULL, target_rank, target_disp, target_count,
+                                                  target_datatype, op), request);
     if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
       return rc;
     return on_host_window(FunctionId::kRaccumulate, win, target_rank, {origin_addr, origin_count, origin_datatype},
@@ -400,6 +438,10 @@ int handle_Rget_accumulate(const void* origin_addr, int origin_count, MPI_Dataty
   bool through_real = false;
   auto real = [&] {
     through_real = true;
+    if (RemoteAccess* queue = queue_of(win))
+      return queued_request(win, queue_accumulate(win, *queue, origin_addr, origin_count, origin_datatype,
+                                                  result_addr, result_count, result_datatype, target_rank,
+                                                  target_disp, target_count, target_datatype, op), request);
     if (int rc = check_target_range(win, target_rank, target_disp, target_count, target_datatype); rc != MPI_SUCCESS)
       return rc;
     return on_host_window(FunctionId::kRget_accumulate, win, target_rank,

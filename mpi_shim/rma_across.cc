@@ -10,10 +10,15 @@
 #include <utility>
 #include <vector>
 
+#include "engine/bootstrap/mpi_bootstrap.h"
 #include "engine/common/log.h"
+#include "engine/common/params.h"
 #include "engine/gpu/gpu.h"
+#include "engine/pgas/remote_access.h"
 #include "handlers.h"
+#include "mpi_shim/engine_route.h"
 #include "mpi_shim/rma_host.h"
+#include "mpi_shim/rma_queue.h"
 #include "mpi_shim/route.h"
 #include "mpi_shim/wrapper_support.h"
 
@@ -36,6 +41,9 @@ struct AcrossWindow {
   std::vector<int> disp_units;
   void* allocated = nullptr;       // Ferry's device memory
   void* host_allocated = nullptr;  // MPI_Alloc_mem's
+  // FERRY_RMA_ACROSS=queue: every operation through it, into the memory
+  // itself (no host copy is reconciled).
+  std::unique_ptr<RemoteAccess> queue;
   std::mutex mutex;
 };
 
@@ -158,8 +166,28 @@ int create_window_across(FunctionId id, void* memory, bool device_here, MPI_Aint
     w->sizes.push_back(all[2 * r]);
     w->disp_units.push_back(static_cast<int>(all[2 * r + 1]));
   }
-  FERRY_INFO(Pgas, "%s: ranks cannot map each other's device memory; the real MPI's window over host copies "
-             "(separate memory model)", function_name(id));
+  if (params().rma_across == "queue") {
+    // Collective; the real MPI's window stays for synchronization.
+    const Status status = RemoteAccess::create(make_mpi_bootstrap(comm), gpu::active_backend(),
+                                               {memory, static_cast<std::size_t>(std::max<MPI_Aint>(size, 0)),
+                                                device_here},
+                                               queue_combiner(), &w->queue);
+    if (!ok(status)) {
+      FERRY_WARN(Pgas, "%s: the GDA queue of a window across machines could not be set up: %s", function_name(id),
+                 status_name(status));
+      PMPI_Win_free(win);
+      if (w->shadow) FERRY_LOG_IF_FAILED(w->backend->pinned_free(w->shadow));
+      return raise_error(comm, MPI_ERR_WIN);
+    }
+    w->model = MPI_WIN_UNIFIED;
+    w->synced.clear();
+    w->synced.shrink_to_fit();
+    FERRY_INFO(Pgas, "%s: ranks cannot map each other's device memory; one-sided calls through the GDA queue "
+               "(unified memory model)", function_name(id));
+  } else {
+    FERRY_INFO(Pgas, "%s: ranks cannot map each other's device memory; the real MPI's window over host copies "
+               "(separate memory model)", function_name(id));
+  }
   gpu::g_device_runtime_seen.store(true, std::memory_order_relaxed);
   std::unique_lock<std::shared_mutex> lock(g_mutex);
   windows()[*win] = std::move(w);
@@ -182,9 +210,40 @@ int rank_in_window(MPI_Win win) {
   return w ? w->rank : MPI_UNDEFINED;
 }
 
+RemoteAccess* queue_of(MPI_Win win) {
+  AcrossWindow* w = find(win);
+  return w ? w->queue.get() : nullptr;
+}
+
+bool target_disp_unit(MPI_Win win, int target, int* disp_unit) {
+  const AcrossWindow* w = find(win);
+  if (!w || target < 0 || target >= static_cast<int>(w->disp_units.size())) return false;
+  *disp_unit = w->disp_units[static_cast<std::size_t>(target)];
+  return true;
+}
+
+int quiet_across(MPI_Win win) {
+  RemoteAccess* queue = queue_of(win);
+  if (!queue) return MPI_SUCCESS;
+  const Status status = queue->quiet_host();
+  if (ok(status)) return MPI_SUCCESS;
+  if (status == Status::kPeerEnded) {
+    FERRY_WARN(Pgas, "a window across machines: a peer of its GDA queue is lost: %s", last_ended_peer().c_str());
+    return raise_win_error(win, peer_ended_error());
+  }
+  FERRY_WARN(Pgas, "a window across machines: its GDA queue failed: %s", status_name(status));
+  return raise_win_error(win, MPI_ERR_OTHER);
+}
+
 int sync_across(MPI_Win win, const std::function<int()>& pmpi, bool after_only) {
   AcrossWindow* w = find(win);
   if (!w) return pmpi();
+  if (w->queue) {
+    // Operations complete at their targets before the real synchronization
+    // tells anyone; the memory is the window's only copy.
+    if (const int rc = quiet_across(win); rc != MPI_SUCCESS) return rc;
+    return pmpi();
+  }
   if (const int lost = remote_access_error(win); lost != MPI_SUCCESS) return raise_win_error(win, lost);
   std::lock_guard<std::mutex> lock(w->mutex);
   if (!after_only)
@@ -209,9 +268,12 @@ int get_attr_across(MPI_Win win, int keyval, void* attribute_val, int* flag, boo
 }
 
 int free_window_across(MPI_Win* win, bool* handled) {
-  *handled = win && find(*win);
+  AcrossWindow* across = win ? find(*win) : nullptr;
+  *handled = across != nullptr;
   if (!*handled) return MPI_SUCCESS;
   const MPI_Win freed = *win;
+  // Collective, as the free: every rank's operations finish first.
+  across->queue.reset();
   const int rc = PMPI_Win_free(win);
   if (rc != MPI_SUCCESS) return rc;
   release_host_staged(freed);
@@ -264,12 +326,12 @@ int handle_Barrier(MPI_Comm comm) {
   int rc = MPI_SUCCESS;
   for (auto& [win, w] : all) {
     std::lock_guard<std::mutex> lock(w->mutex);
-    if (rc == MPI_SUCCESS) rc = reconciled(win, publish(*w));
+    if (rc == MPI_SUCCESS && !w->queue) rc = reconciled(win, publish(*w));
   }
   const int barrier = PMPI_Barrier(comm);
   for (auto& [win, w] : all) {
     std::lock_guard<std::mutex> lock(w->mutex);
-    if (rc == MPI_SUCCESS) rc = reconciled(win, absorb(*w));
+    if (rc == MPI_SUCCESS && !w->queue) rc = reconciled(win, absorb(*w));
   }
   return barrier != MPI_SUCCESS ? barrier : rc;
 }

@@ -3,7 +3,10 @@
 // rank's memory, so these go through the real MPI's window instead, over a
 // host copy of each rank's device memory: MPI's separate memory model
 // (MPI_WIN_MODEL is MPI_WIN_SEPARATE), where the host copy is the window's
-// public copy and the device memory its private copy.
+// public copy and the device memory its private copy. With
+// FERRY_RMA_ACROSS=queue the window's operations go through a GDA queue
+// instead (rma_queue.h), into the memory itself: unified model, nothing
+// reconciled; the real MPI's window then serves only synchronization.
 //
 // The two copies are reconciled at this rank's synchronization calls on the
 // window (fence, post, start, complete, wait, a test that ends the epoch,
@@ -36,6 +39,10 @@
 
 #include "function_ids.h"
 
+namespace ferry {
+class RemoteAccess;
+}
+
 namespace ferry::shim {
 
 // Creates *win (collective over comm) for this rank's memory: `memory` of
@@ -54,6 +61,15 @@ int remote_access_error(MPI_Win win);
 
 // Whether win is such a window.
 bool is_window_across(MPI_Win win);
+// The GDA queue that carries win's one-sided calls (FERRY_RMA_ACROSS=queue:
+// rma_queue.h), or null where the real MPI's window carries them.
+RemoteAccess* queue_of(MPI_Win win);
+// target's displacement unit in such a window; false for others.
+bool target_disp_unit(MPI_Win win, int target, int* disp_unit);
+// Waits until the operations this process queued on win have finished at
+// their targets: MPI_SUCCESS at once where win has no queue; an error
+// (raised through win's handler) when the queue failed.
+int quiet_across(MPI_Win win);
 // This rank's device memory of such a window (null and 0 where its memory
 // is host memory); false when win is not one.
 bool device_memory_across(MPI_Win win, void** memory, std::size_t* bytes);

@@ -83,6 +83,10 @@ int device_handle(MPI_Win win, ferry_window_device_t* handle) {
     return raise_win_error(win, MPI_ERR_WIN);
   }
   if (!handle) return raise_win_error(win, MPI_ERR_ARG);
+  if (RemoteAccess* queue = across ? queue_of(win) : nullptr) {
+    *handle = queue->handle();  // made with the window
+    return MPI_SUCCESS;
+  }
   if (across)
     return cached_handle<RemoteAccess>(win, handle, [win](std::unique_ptr<RemoteAccess>* out) {
       void* memory = nullptr;
@@ -90,7 +94,7 @@ int device_handle(MPI_Win win, ferry_window_device_t* handle) {
       device_memory_across(win, &memory, &bytes);
       std::unique_ptr<Bootstrap> bootstrap = window_bootstrap(win);
       if (!bootstrap) return Status::kUnavailable;
-      return RemoteAccess::create(std::move(bootstrap), gpu::active_backend(), memory, bytes, out);
+      return RemoteAccess::create(std::move(bootstrap), gpu::active_backend(), {memory, bytes, true}, nullptr, out);
     });
   return cached_handle<DeviceAccess>(
       win, handle, [window](std::unique_ptr<DeviceAccess>* out) { return DeviceAccess::create(*window, out); });

@@ -165,7 +165,10 @@ int handle_Win_unlock(int rank, MPI_Win win) {
     const int real_rc = complete_host_staged(win, rank, PMPI_Win_unlock(rank, win));
     return rc != MPI_SUCCESS ? rc : real_rc;
   }, [&]() -> int {
-    auto unlock = [&] { return complete_host_staged(win, rank, PMPI_Win_unlock(rank, win)); };
+    auto unlock = [&] {
+      if (const int rc = quiet_across(win); rc != MPI_SUCCESS) return rc;
+      return complete_host_staged(win, rank, PMPI_Win_unlock(rank, win));
+    };
     return rank == rank_in_window(win) ? sync_across(win, unlock) : unlock();
   });
 }
@@ -199,6 +202,7 @@ namespace {
 // flushed only where operations went through it.
 int flush_one(MPI_Win win, FunctionId id, int rank) {
   auto pmpi = [&] {
+    if (const int rc = quiet_across(win); rc != MPI_SUCCESS) return rc;
     return complete_host_staged(
         win, rank, id == FunctionId::kWin_flush ? PMPI_Win_flush(rank, win) : PMPI_Win_flush_local(rank, win));
   };
@@ -216,6 +220,7 @@ int flush_one(MPI_Win win, FunctionId id, int rank) {
 
 int flush_every(MPI_Win win, FunctionId id) {
   auto pmpi = [&] {
+    if (const int rc = quiet_across(win); rc != MPI_SUCCESS) return rc;
     return complete_host_staged(
         win, kEveryTarget, id == FunctionId::kWin_flush_all ? PMPI_Win_flush_all(win) : PMPI_Win_flush_local_all(win));
   };

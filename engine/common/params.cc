@@ -83,6 +83,7 @@ constexpr Words kWords[] = {
     {"debug", {"", "WARN", "INFO", "TRACE"}},
     {"gpu_leader", {"auto", "on", "off"}},
     {"pt2pt", {"peer", "staged"}},
+    {"rma_across", {"mpi", "queue"}},
     {"nbc", {"engine", "staged"}},
     {"net", {"auto", "ib", "mpi", "socket"}},
 };

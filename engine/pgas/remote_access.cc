@@ -23,8 +23,10 @@ std::uint32_t ring_capacity() {
 
 }  // namespace
 
-Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* backend, void* memory,
-                            std::size_t bytes, std::unique_ptr<RemoteAccess>* out) {
+Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* backend, Memory window,
+                            Combiner combiner, std::unique_ptr<RemoteAccess>* out) {
+  void* memory = window.base;
+  const std::size_t bytes = window.bytes;
   std::unique_ptr<RemoteAccess> access(new RemoteAccess);
   access->backend_ = backend;
   FERRY_CHECK(PeerGroup::create(std::move(bootstrap), &access->group_));
@@ -52,6 +54,7 @@ Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* 
     const std::vector<unsigned long long> zeros(FERRY_DEVICE_SYNC_WORDS, 0);
     ready = ok(backend->copy(access->sync_block_, zeros.data(), sync_bytes)) &&
             ok(access->proxy_->add_ring(ring_capacity(), producers, &ring)) &&
+            ok(access->proxy_->add_ring(ring_capacity(), gda::Producers::kHost, &access->host_ring_)) &&
             ok(backend->device_alloc(sizeof ring, &access->ring_)) &&
             ok(backend->copy(access->ring_, &ring, sizeof ring));
   }
@@ -66,13 +69,14 @@ Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* 
   Published mine{};
   mine.bytes = bytes;
   mine.ready = ready;
-  mine.exported = ready && ok(group.peer_memory().export_buffer(access->sync_block_, &mine.sync)) &&
+  mine.exported = ready && window.device && ok(group.peer_memory().export_buffer(access->sync_block_, &mine.sync)) &&
                   (bytes == 0 || ok(group.peer_memory().export_buffer(memory, &mine.memory)));
   std::vector<Published> all(n);
   FERRY_CHECK(boot.allgather(&mine, all.data(), sizeof mine));
   for (const Published& p : all)
     if (!p.ready) return Status::kUnavailable;
   access->executor_->add_window(kWindowId, memory, bytes);
+  if (combiner) access->executor_->set_combiner(std::move(combiner));
   access->executor_->add_window(kSyncId, access->sync_block_, sync_bytes);
 
   // Tables as kernels read them: this rank's memory, and the peers' this
@@ -80,7 +84,7 @@ Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* 
   std::vector<void*> peers(n, nullptr), sync(n, nullptr);
   std::vector<unsigned long long> peer_bytes(n);
   for (int r = 0; r < n; ++r) peer_bytes[r] = all[r].bytes;
-  peers[me] = memory;
+  peers[me] = window.device ? memory : nullptr;
   sync[me] = access->sync_block_;
   for (int r = 0; r < n; ++r)
     if (r != me && all[r].exported && group.transports().to(r) && group.transports().to(r)->maps_device_memory())
@@ -119,6 +123,11 @@ void RemoteAccess::map_peer(const ExportedBuffer& memory, std::uint64_t bytes, c
 
 Status RemoteAccess::status() const { return proxy_ ? proxy_->status() : Status::kOk; }
 
+Status RemoteAccess::quiet_host() const {
+  if (!gda::wait_all_completed(host_ring_)) return ok(status()) ? Status::kInternal : status();
+  return Status::kOk;
+}
+
 RemoteAccess::~RemoteAccess() {
   // With a peer lost the other ranks cannot all meet: no barrier then.
   if (proxy_ && group_ && status() != Status::kPeerEnded) {
@@ -126,10 +135,13 @@ RemoteAccess::~RemoteAccess() {
     gda::GdaRing ring{};
     if (ok(backend_->copy(&ring, ring_, sizeof ring))) {
       const auto deadline = handshake_deadline();
-      std::uint64_t posted = 0;
+      std::uint64_t posted = 0, host_posted = __atomic_load_n(host_ring_.tickets, __ATOMIC_ACQUIRE);
       FERRY_LOG_IF_FAILED(backend_->copy(&posted, ring.tickets, sizeof posted));
-      while (__atomic_load_n(&ring.words->completed, __ATOMIC_ACQUIRE) < posted &&
-             __atomic_load_n(&ring.words->failed, __ATOMIC_ACQUIRE) == 0 &&
+      auto finished = [](const gda::GdaRing& r, std::uint64_t tickets) {
+        return __atomic_load_n(&r.words->completed, __ATOMIC_ACQUIRE) >= tickets ||
+               __atomic_load_n(&r.words->failed, __ATOMIC_ACQUIRE) != 0;
+      };
+      while (!(finished(ring, posted) && finished(host_ring_, host_posted)) &&
              std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::microseconds(100));
     }

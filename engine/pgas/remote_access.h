@@ -11,10 +11,13 @@
 // through the queue too).
 //
 // Created collectively over the window's ranks the first time a rank asks
-// for the handle; destroyed collectively (MPI_Win_free), after every rank's
-// operations have finished.
+// for the handle, or with the window when host-initiated calls use the
+// queue too (FERRY_RMA_ACROSS=queue: a second ring, for host threads, and
+// the accumulates' combiner); destroyed collectively (MPI_Win_free), after
+// every rank's operations have finished.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include <vector>
@@ -23,6 +26,7 @@
 #include "engine/core/peer_group.h"
 #include "engine/gpu/gpu.h"
 #include "ferry/device_handle.h"
+#include "ferry/gda_ring.h"
 
 namespace ferry {
 
@@ -37,10 +41,20 @@ class RemoteAccess {
   static constexpr unsigned short kWindowId = 0;
   static constexpr unsigned short kSyncId = 1;
 
-  // Collective over bootstrap's ranks, the window's in its order. memory:
-  // this rank's window memory (device memory of backend; null with bytes 0).
-  static Status create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* backend, void* memory,
-                       std::size_t bytes, std::unique_ptr<RemoteAccess>* out);
+  // This rank's window memory: device memory of the backend, or host memory
+  // (a rank of a window of device and host memory; no kernel maps it); null
+  // with bytes 0.
+  struct Memory {
+    void* base = nullptr;
+    std::size_t bytes = 0;
+    bool device = true;
+  };
+  // Combines accumulates from the host's queue (gda_net.h); may be null.
+  using Combiner = std::function<Status(std::uint64_t code, const void* origin, void* target, std::size_t bytes)>;
+
+  // Collective over bootstrap's ranks, the window's in its order.
+  static Status create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* backend, Memory memory,
+                       Combiner combiner, std::unique_ptr<RemoteAccess>* out);
   // Collective: waits until this rank's operations have finished and every
   // rank got there, then stops the proxy (not collective once a peer is
   // lost).
@@ -49,6 +63,14 @@ class RemoteAccess {
   RemoteAccess& operator=(const RemoteAccess&) = delete;
 
   const ferry_window_device_t& handle() const { return handle_; }
+
+  // The queue of this process's host threads (host-initiated calls), beside
+  // the kernels' (the handle's): descriptors posted there with window
+  // kWindowId reach every rank of the window.
+  const gda::GdaRing& host_queue() const { return host_ring_; }
+  // Waits until every operation posted on the host queue so far has
+  // finished (visible at its target); kOk, or why the proxy stopped.
+  Status quiet_host() const;
   // kOk, or why the proxy stopped (kPeerEnded: a peer's connection closed,
   // its process most likely ended; kInvalidArgument: a peer refused a request).
   Status status() const;
@@ -69,6 +91,7 @@ class RemoteAccess {
   std::unique_ptr<gda::GdaProxy> proxy_;
   ferry_window_device_t handle_{};
   void* ring_ = nullptr;        // the GdaRing the handle points to (device memory)
+  gda::GdaRing host_ring_{};
   void* sync_block_ = nullptr;  // this rank's
   void* tables_ = nullptr;      // device memory behind the handle's pointers
 };

@@ -1,12 +1,14 @@
 // One-sided windows on device memory whose ranks cannot map each other's
 // memory: virtual nodes (virtual_node.sh), where Ferry runs the window on
 // the real MPI's window over host copies, under the separate memory model
-// (mpi_shim/rma_across.h). Checked against host references: fence with put,
+// (mpi_shim/rma_across.h), or with FERRY_RMA_ACROSS=queue every call through
+// the GDA queue, under the unified model. Checked against host references: fence with put,
 // get and accumulate; a local store before a fence seen by the others'
 // gets; a put past the target's memory refused (MPI_ERR_RMA_RANGE);
 // general active target; passive target, the target seeing the update after
 // locking itself; MPI_Win_allocate with device memory asked
 // for; a window of device and host memory; the attributes.
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -27,7 +29,11 @@ void check_attributes(MPI_Win win, void* base, int flavor, const Case& what) {
   check_mpi(MPI_Win_get_attr(win, MPI_WIN_BASE, &reported, &found), what);
   expect(found && reported == base, what, "MPI_WIN_BASE is not the window's memory");
   check_mpi(MPI_Win_get_attr(win, MPI_WIN_MODEL, &model, &found), what);
-  expect(found && *model == MPI_WIN_SEPARATE, what, "MPI_WIN_MODEL is not MPI_WIN_SEPARATE");
+  // The GDA queue carries every call straight into the memory itself.
+  const char* carrier = std::getenv("FERRY_RMA_ACROSS");
+  const bool queue = carrier && std::strcmp(carrier, "queue") == 0;
+  expect(found && *model == (queue ? MPI_WIN_UNIFIED : MPI_WIN_SEPARATE), what,
+         queue ? "MPI_WIN_MODEL is not MPI_WIN_UNIFIED" : "MPI_WIN_MODEL is not MPI_WIN_SEPARATE");
   check_mpi(MPI_Win_get_attr(win, MPI_WIN_CREATE_FLAVOR, &reported_flavor, &found), what);
   expect(found && *reported_flavor == flavor, what, "MPI_WIN_CREATE_FLAVOR");
 }

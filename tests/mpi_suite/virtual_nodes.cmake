@@ -118,6 +118,27 @@ foreach(shape 1x2 2x2 1x3)
                      ENV FERRY_SUITE_RANKS_PER_NODE=${per_node})
   list(APPEND suite_tests mpi_suite.rma_across.virtual_${shape}.np${ranks})
 endforeach()
+# The same windows with every one-sided call carried by the GDA queue
+# (FERRY_RMA_ACROSS=queue), and the calls program under both carriers.
+add_executable(mpi_suite_rma_across_calls rma_across_calls.cc)
+target_link_libraries(mpi_suite_rma_across_calls PRIVATE ferry_mpi_suite)
+target_include_directories(mpi_suite_rma_across_calls PRIVATE ${PROJECT_SOURCE_DIR}/include)
+foreach(shape 1x2 2x2 1x3)
+  string(REPLACE "x" ";" dims ${shape})
+  list(GET dims 0 per_node)
+  list(GET dims 1 nodes)
+  math(EXPR ranks "${per_node} * ${nodes}")
+  ferry_add_mpi_test(NAME mpi_suite.rma_across.queue.virtual_${shape}.np${ranks} NP ${ranks}
+                     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_rma_across>
+                     ENV FERRY_SUITE_RANKS_PER_NODE=${per_node} FERRY_RMA_ACROSS=queue)
+  foreach(carrier mpi queue)
+    ferry_add_mpi_test(NAME mpi_suite.rma_across_calls.${carrier}.virtual_${shape}.np${ranks} NP ${ranks}
+                       COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_rma_across_calls>
+                       ENV FERRY_SUITE_RANKS_PER_NODE=${per_node} FERRY_RMA_ACROSS=${carrier})
+    list(APPEND suite_tests mpi_suite.rma_across_calls.${carrier}.virtual_${shape}.np${ranks})
+  endforeach()
+  list(APPEND suite_tests mpi_suite.rma_across.queue.virtual_${shape}.np${ranks})
+endforeach()
 ferry_add_mpi_test(NAME mpi_suite.rma_across.p2p_off.np3 NP 3 COMMAND mpi_suite_rma_across
                    ENV FERRY_P2P_DISABLE=1)
 list(APPEND suite_tests mpi_suite.rma_across.p2p_off.np3)
