@@ -124,8 +124,9 @@ void RemoteAccess::map_peer(const ExportedBuffer& memory, std::uint64_t bytes, c
 Status RemoteAccess::status() const { return proxy_ ? proxy_->status() : Status::kOk; }
 
 Status RemoteAccess::quiet_host() const {
-  if (!gda::wait_all_completed(host_ring_)) return ok(status()) ? Status::kInternal : status();
-  return Status::kOk;
+  // A failed queue fails every later call on the window, posted or not.
+  if (!gda::wait_all_completed(host_ring_) && ok(status())) return Status::kInternal;
+  return status();
 }
 
 RemoteAccess::~RemoteAccess() {

@@ -69,7 +69,8 @@ class RemoteAccess {
   // kWindowId reach every rank of the window.
   const gda::GdaRing& host_queue() const { return host_ring_; }
   // Waits until every operation posted on the host queue so far has
-  // finished (visible at its target); kOk, or why the proxy stopped.
+  // finished (visible at its target); kOk, or why the proxy stopped (also
+  // when it stopped over the kernels' queue).
   Status quiet_host() const;
   // kOk, or why the proxy stopped (kPeerEnded: a peer's connection closed,
   // its process most likely ended; kInvalidArgument: a peer refused a request).

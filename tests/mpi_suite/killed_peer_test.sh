@@ -7,7 +7,8 @@
 # wait for it, which must then give up (their warning says why) rather than
 # wait FERRY_HANDSHAKE_TIMEOUT. Other programs: KILLED_PEER_CALL names the
 # call rank 0 reports (a regular expression), KILLED_PEER_WRAPPER a command
-# each rank runs the program through (virtual_node.sh).
+# each rank runs the program through (virtual_node.sh); FERRY_RMA_ACROSS is
+# passed on.
 # Usage: killed_peer_test.sh <mpiexec> <libferry.so> <killed_peer> <device> [mpiexec flags...]
 set -uo pipefail
 mpiexec=$1 library=$2 program=$3 device=$4
@@ -20,6 +21,9 @@ when=${KILLED_PEER_WHEN:-}
 settings=()
 if [[ $when == waiting ]]; then
   settings=(-x FERRY_TUNE=allreduce:0-:ring -x FERRY_DEBUG=WARN -x FERRY_DEBUG_SUBSYS=COLL)
+fi
+if [[ -n ${FERRY_RMA_ACROSS:-} ]]; then
+  settings+=(-x FERRY_RMA_ACROSS)
 fi
 call=${KILLED_PEER_CALL:-MPI_I?[Aa]llreduce}
 wrapper=()

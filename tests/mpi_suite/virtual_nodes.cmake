@@ -190,6 +190,11 @@ ferry_add_mpi_test(NAME mpi_suite.virtual_nodes.rma_device_across.2x2.np4 NP 4
                    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_rma_device_across>
                    ENV FERRY_SUITE_RANKS_PER_NODE=2)
 list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.2x2.np4)
+# The handle of a window whose host calls use the queue too: the window's own.
+ferry_add_mpi_test(NAME mpi_suite.virtual_nodes.rma_device_across.queue.2x2.np4 NP 4
+                   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_rma_device_across>
+                   ENV FERRY_SUITE_RANKS_PER_NODE=2 FERRY_RMA_ACROSS=queue)
+list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.queue.2x2.np4)
 # A rank of such a window killed (SIGKILL, the launcher keeping the job):
 # the survivor's GDA queue fails, quiet returns, and MPI_Win_fence names
 # the lost peer within 10 s.
@@ -200,3 +205,12 @@ set_tests_properties(mpi_suite.virtual_nodes.rma_device_across.peer_dies.np2 PRO
   TIMEOUT 90 PROCESSORS 2
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;KILLED_PEER_WHEN=peer_dies;KILLED_PEER_CALL=MPI_Win_fence;KILLED_PEER_WRAPPER=${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh")
 list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.peer_dies.np2)
+# The same where the window's host calls use the queue too: the fence
+# returns the error from the failed queue instead of entering the real MPI.
+add_test(NAME mpi_suite.virtual_nodes.rma_device_across.peer_dies.queue.np2
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/killed_peer_test.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:ferry>
+                 $<TARGET_FILE:mpi_suite_rma_device_across> ${FERRY_MPI_TEST_DEVICE} ${FERRY_MPIEXEC_FLAGS})
+set_tests_properties(mpi_suite.virtual_nodes.rma_device_across.peer_dies.queue.np2 PROPERTIES
+  TIMEOUT 90 PROCESSORS 2
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;KILLED_PEER_WHEN=peer_dies;KILLED_PEER_CALL=MPI_Win_fence;KILLED_PEER_WRAPPER=${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh;FERRY_RMA_ACROSS=queue")
+list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.peer_dies.queue.np2)
