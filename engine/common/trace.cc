@@ -71,6 +71,26 @@ void trace_span(const char* name, const char* category, std::int64_t start_us, s
   k.events.push_back(std::move(event));
 }
 
+void trace_async_span(const char* name, const char* category, std::uint64_t id, std::int64_t start_us,
+                      std::int64_t end_us, const std::string& args) {
+  if (!trace_enabled()) return;
+  static thread_local const long tid = syscall(SYS_gettid);
+  char begin[320], end[192];
+  std::snprintf(begin, sizeof begin, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"b\",\"id\":%llu,\"ts\":%lld,\"tid\":%ld",
+                trace_escape(name).c_str(), category, static_cast<unsigned long long>(id),
+                static_cast<long long>(start_us), tid);
+  std::snprintf(end, sizeof end, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"e\",\"id\":%llu,\"ts\":%lld,\"tid\":%ld}",
+                trace_escape(name).c_str(), category, static_cast<unsigned long long>(id),
+                static_cast<long long>(end_us > start_us ? end_us : start_us), tid);
+  std::string first = begin;
+  if (!args.empty()) first += ",\"args\":{" + args + "}";
+  first += "}";
+  Kept& k = kept();
+  std::lock_guard<std::mutex> lock(k.mutex);
+  k.events.push_back(std::move(first));
+  k.events.emplace_back(end);
+}
+
 namespace {
 
 void flow_event(const char* phase, std::uint64_t id) {

@@ -3,7 +3,8 @@
 // the process id, %h the host). One span per intercepted MPI call (its
 // route and bytes), and within a call the engine's phases (set-up,
 // handshake, device work, finish) and its transport; flow arrows from a
-// device message's send to its receive. Timestamps are the
+// device message's send to its receive; the GDA queues' operations as
+// async spans (engine/transport/gda/proxy.h). Timestamps are the
 // system clock in microseconds, so the ranks of one machine line up;
 // `ferry-trace merge` puts every rank's file in one (a process per rank).
 //
@@ -26,6 +27,12 @@ std::int64_t trace_now_us();
 // without braces ("\"route\":\"engine\"") or empty.
 void trace_span(const char* name, const char* category, std::int64_t start_us, std::int64_t end_us,
                 const std::string& args);
+
+// A span that may overlap others of its thread (an operation in flight
+// among many): a Perfetto async span ("b" and "e" events) under id, unique
+// in the process (trace_new_flow_id serves).
+void trace_async_span(const char* name, const char* category, std::uint64_t id, std::int64_t start_us,
+                      std::int64_t end_us, const std::string& args);
 
 // A flow arrow between spans of two processes (a message from its send to
 // its receive): a new id, unique in the job once the rank is set; its start

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <sched.h>
+#include <time.h>
 
 #include <cstdint>
 
@@ -116,6 +117,9 @@ struct GdaRing {
   std::uint64_t* tickets;  // producers' counter
   GdaRingWords* words;
   GdaResult* results;      // capacity of them
+  // With FERRY_TRACE: when each slot's descriptor was posted, in ns of the
+  // system clock (a GPU's %globaltimer; 0 where unknown); else null.
+  std::uint64_t* posted_ns;
 };
 
 constexpr std::uint64_t kRingFailed = ~std::uint64_t{0};
@@ -139,6 +143,15 @@ __device__ __forceinline__ void publish(std::uint64_t* word, std::uint64_t value
 // Orders a load of a mark before the loads of what it marks.
 __device__ __forceinline__ void acquire_fence() { __threadfence_system(); }
 #if defined(__HIP_DEVICE_COMPILE__)
+__device__ __forceinline__ std::uint64_t now_ns() { return 0; }  // no clock on the system's time base
+#else
+__device__ __forceinline__ std::uint64_t now_ns() {
+  std::uint64_t now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  return now;
+}
+#endif
+#if defined(__HIP_DEVICE_COMPILE__)
 __device__ __forceinline__ void pause() { __builtin_amdgcn_s_sleep(1); }
 #else
 __device__ __forceinline__ void pause() { __nanosleep(64); }
@@ -151,6 +164,11 @@ inline std::uint64_t load_word(const std::uint64_t* word) { return __atomic_load
 inline std::uint32_t load_word(const std::uint32_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
 inline void publish(std::uint64_t* word, std::uint64_t value) { __atomic_store_n(word, value, __ATOMIC_RELEASE); }
 inline void acquire_fence() {}  // load_word acquires
+inline std::uint64_t now_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<std::uint64_t>(now.tv_sec) * 1000000000u + static_cast<std::uint64_t>(now.tv_nsec);
+}
 // Host producers share cores with the proxy thread: give it the core.
 inline void pause() { sched_yield(); }
 #endif
@@ -166,6 +184,7 @@ FERRY_GDA_HOST_DEVICE std::uint64_t post(const GdaRing& ring, const GdaDescripto
     detail::pause();
   }
   GdaDescriptor* slot = &ring.slots[ticket & (ring.capacity - 1)];
+  if (ring.posted_ns) ring.posted_ns[ticket & (ring.capacity - 1)] = detail::now_ns();
   slot->source = body.source;
   slot->offset = body.offset;
   slot->bytes = body.bytes;

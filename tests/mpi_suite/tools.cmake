@@ -46,6 +46,15 @@ set_tests_properties(mpi_suite.trace.messages.np2 PROPERTIES
   TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "No Errors"
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;MPIRUN_ARGS=${trace_test_flags} -x FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE}")
 list(APPEND suite_tests mpi_suite.trace.messages.np2)
+# The GDA queue's operations (a window across two virtual nodes, the queue
+# driven from the host): async spans from post to completion.
+add_test(NAME mpi_suite.trace.gda.np2
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trace_test.sh ${PROJECT_SOURCE_DIR}/tools/ferry-trace
+                 $<TARGET_FILE:ferry> $<TARGET_FILE:mpi_suite_rma_device_across> gda)
+set_tests_properties(mpi_suite.trace.gda.np2 PROPERTIES
+  TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "No Errors"
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;TRACE_WRAPPER=${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh;MPIRUN_ARGS=${trace_test_flags} -x FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE} -x FERRY_SUITE_RANKS_PER_NODE=1")
+list(APPEND suite_tests mpi_suite.trace.gda.np2)
 # NVTX ranges under the tests' NVTX tool (builds with the CUDA toolkit).
 if(FERRY_HAVE_CUDA)
   add_test(NAME mpi_suite.nvtx.np2

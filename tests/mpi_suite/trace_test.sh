@@ -2,10 +2,12 @@
 # FERRY_TRACE end to end: an MPI suite program at two ranks writes a trace
 # per rank; each is valid JSON whose spans nest (ferry-trace check), holds
 # one span for every call FERRY_STATS counted on that rank, and engine
-# spans (engine) or flow arrows from each device message's send to its
-# receive (messages); ferry-trace merge puts both ranks in one file.
-# Usage: trace_test.sh <ferry-trace> <libferry.so> <program> [engine|messages]
-# (MPIRUN_ARGS: extra mpirun flags)
+# spans (engine), flow arrows from each device message's send to its
+# receive (messages), or the GDA queue's operations as async spans from
+# post to completion (gda); ferry-trace merge puts both ranks in one file.
+# Usage: trace_test.sh <ferry-trace> <libferry.so> <program> [engine|messages|gda]
+# (MPIRUN_ARGS: extra mpirun flags; TRACE_WRAPPER: a command each rank runs
+# the program through)
 set -euo pipefail
 tool=$1 library=$2 program=$3 shows=${4:-engine}
 work=$(mktemp -d)
@@ -13,7 +15,7 @@ trap 'rm -rf "$work"' EXIT
 
 # shellcheck disable=SC2086
 mpirun --oversubscribe -np 2 ${MPIRUN_ARGS:-} -x LD_PRELOAD="$library" -x FERRY_STATS=1 \
-  -x FERRY_TRACE="$work/trace-%r.json" "$program" >"$work/out" 2>"$work/err"
+  -x FERRY_TRACE="$work/trace-%r.json" ${TRACE_WRAPPER:-} "$program" >"$work/out" 2>"$work/err"
 grep -qx "No Errors" "$work/out" || { echo "FAIL: the program failed" >&2; cat "$work/out" "$work/err" >&2; exit 1; }
 for rank in 0 1; do
   counts=$("$tool" check "$work/trace-$rank.json") || { echo "FAIL: rank $rank's trace: $counts" >&2; exit 1; }
@@ -52,6 +54,19 @@ for f in finishes:
     assert s is not None, f"a flow finished that never started: {f}"
     assert s["pid"] != f["pid"] and s["ts"] <= f["ts"], (s, f)
     assert within_span(s) and within_span(f), (s, f)
+if sys.argv[2] == "gda":
+    # Every queue operation: a begin and an end under one id, in order, and
+    # taken and started by the proxy between them.
+    begins = {(e["pid"], e["id"]): e for e in events if e.get("ph") == "b" and e.get("cat") == "gda"}
+    ends = {(e["pid"], e["id"]): e for e in events if e.get("ph") == "e" and e.get("cat") == "gda"}
+    assert begins and begins.keys() == ends.keys(), (len(begins), len(ends))
+    for key, b in begins.items():
+        e, args = ends[key], b["args"]
+        assert b["name"].startswith("gda ") and e["name"] == b["name"], (b, e)
+        assert b["ts"] <= args["taken_us"] <= args["started_us"] <= e["ts"], (b, e)
+        assert 0 <= args["target"] <= 1, b
+    names = sorted({b["name"] for b in begins.values()})
+    print(f"{len(begins)} queue operations: {', '.join(names)}")
 if sys.argv[2] == "messages":
     assert finishes, "no flow arrows"
     assert len(finishes) == len(starts), f"{len(starts)} flows started, {len(finishes)} finished"

@@ -1,10 +1,12 @@
 #include "engine/transport/gda/proxy.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "engine/common/liveness.h"
 #include "engine/common/log.h"
+#include "engine/common/trace.h"
 
 namespace ferry::gda {
 namespace {
@@ -19,6 +21,24 @@ bool is_power_of_two(std::uint32_t n) { return n != 0 && (n & (n - 1)) == 0; }
 
 void store_word(std::uint64_t* word, std::uint64_t value) { __atomic_store_n(word, value, __ATOMIC_RELEASE); }
 
+const char* op_name(GdaOp op) {
+  switch (op) {
+    case GdaOp::kPut: return "gda put";
+    case GdaOp::kPutSignal: return "gda put_signal";
+    case GdaOp::kSignal: return "gda signal";
+    case GdaOp::kAtomicAdd: return "gda atomic_add";
+    case GdaOp::kPutInline: return "gda p";
+    case GdaOp::kGet: return "gda get";
+    case GdaOp::kGetValue: return "gda g";
+    case GdaOp::kFetchAdd: return "gda fetch_add";
+    case GdaOp::kCompareSwap: return "gda compare_swap";
+    case GdaOp::kPutFlagged: return "gda ll_put";
+    case GdaOp::kAccumulate: return "gda accumulate";
+    case GdaOp::kGetAccumulate: return "gda get_accumulate";
+  }
+  return "gda";
+}
+
 }  // namespace
 
 GdaProxy::GdaProxy(gpu::Backend* backend, GdaExecutor* executor) : backend_(backend), executor_(executor) {}
@@ -29,6 +49,7 @@ GdaProxy::~GdaProxy() {
     FERRY_LOG_IF_FAILED(backend_->pinned_free(ring.view.slots));
     FERRY_LOG_IF_FAILED(backend_->pinned_free(ring.view.words));
     FERRY_LOG_IF_FAILED(backend_->pinned_free(ring.view.results));
+    if (ring.view.posted_ns) FERRY_LOG_IF_FAILED(backend_->pinned_free(ring.view.posted_ns));
     if (ring.producers == Producers::kDevice)
       FERRY_LOG_IF_FAILED(backend_->device_free(ring.view.tickets));
     else
@@ -44,11 +65,16 @@ Status GdaProxy::add_ring(std::uint32_t capacity, Producers producers, GdaRing* 
   void* slots = nullptr;
   void* words = nullptr;
   void* results = nullptr;
+  void* posted = nullptr;
   void* tickets = nullptr;
   const std::uint64_t zero = 0;
   Status status = backend_->pinned_alloc(sizeof(GdaDescriptor) * capacity, &slots);
   if (ok(status)) status = backend_->pinned_alloc(sizeof(GdaRingWords), &words);
   if (ok(status)) status = backend_->pinned_alloc(sizeof(GdaResult) * capacity, &results);
+  if (ok(status) && trace_enabled()) {
+    status = backend_->pinned_alloc(sizeof(std::uint64_t) * capacity, &posted);
+    if (ok(status)) std::memset(posted, 0, sizeof(std::uint64_t) * capacity);
+  }
   if (ok(status)) {
     std::memset(slots, 0, sizeof(GdaDescriptor) * capacity);
     std::memset(words, 0, sizeof(GdaRingWords));
@@ -65,6 +91,7 @@ Status GdaProxy::add_ring(std::uint32_t capacity, Producers producers, GdaRing* 
     if (slots) FERRY_LOG_IF_FAILED(backend_->pinned_free(slots));
     if (words) FERRY_LOG_IF_FAILED(backend_->pinned_free(words));
     if (results) FERRY_LOG_IF_FAILED(backend_->pinned_free(results));
+    if (posted) FERRY_LOG_IF_FAILED(backend_->pinned_free(posted));
     if (tickets && producers == Producers::kDevice) FERRY_LOG_IF_FAILED(backend_->device_free(tickets));
     if (tickets && producers == Producers::kHost) FERRY_LOG_IF_FAILED(backend_->pinned_free(tickets));
     return status;
@@ -72,6 +99,7 @@ Status GdaProxy::add_ring(std::uint32_t capacity, Producers producers, GdaRing* 
   ring.view.slots = static_cast<GdaDescriptor*>(slots);
   ring.view.words = static_cast<GdaRingWords*>(words);
   ring.view.results = static_cast<GdaResult*>(results);
+  ring.view.posted_ns = static_cast<std::uint64_t*>(posted);
   ring.view.tickets = static_cast<std::uint64_t*>(tickets);
   rings_.push_back(ring);
   *out = ring.view;
@@ -103,10 +131,16 @@ std::uint64_t GdaProxy::drain(int index, Ring& ring) {
     GdaDescriptor* slot = &ring.view.slots[ring.next & (ring.view.capacity - 1)];
     if (__atomic_load_n(&slot->published, __ATOMIC_ACQUIRE) != ring.next + 1) return started;
     GdaDescriptor d = *slot;
+    const std::uint64_t posted_ns = ring.view.posted_ns ? ring.view.posted_ns[slot - ring.view.slots] : 0;
     const std::uint64_t ticket = ring.next++;
     // The slot is free once copied: a producer waiting for room may write it.
     store_word(&ring.view.words->consumed, ring.next);
     Started& entry = ring.started.emplace_back();
+    if (ring.view.posted_ns) {
+      entry.traced = d;
+      entry.taken_us = trace_now_us();
+      entry.posted_us = posted_ns ? static_cast<std::int64_t>(posted_ns / 1000) : entry.taken_us;
+    }
     if (returns_value(static_cast<GdaOp>(d.op))) {
       entry.returns_value = true;
       d.source = reinterpret_cast<std::uintptr_t>(&entry.value);
@@ -117,6 +151,7 @@ std::uint64_t GdaProxy::drain(int index, Ring& ring) {
       return started;
     }
     store_word(&ring.view.words->started, ring.next);
+    if (ring.view.posted_ns) entry.started_us = trace_now_us();
     ++started;
   }
 }
@@ -129,6 +164,7 @@ void GdaProxy::finish(int index, std::uint64_t ticket) {
   }
   Started& done = ring.started[ticket - ring.completed];
   done.finished = true;
+  if (ring.view.posted_ns) trace_operation(index, ticket, done);
   if (done.returns_value) {
     ring.unreturned.emplace_back(ticket, done.value);
     return_values(ring);
@@ -142,6 +178,18 @@ void GdaProxy::finish(int index, std::uint64_t ticket) {
     store_word(&ring.view.words->completed, ring.completed);
     executed_.fetch_add(ring.completed - before, std::memory_order_relaxed);
   }
+}
+
+void GdaProxy::trace_operation(int ring, std::uint64_t ticket, const Started& started) {
+  const GdaDescriptor& d = started.traced;
+  char args[320];
+  std::snprintf(args, sizeof args,
+                "\"target\":%d,\"bytes\":%llu,\"ring\":%d,\"ticket\":%llu,\"producer\":%u,\"taken_us\":%lld,"
+                "\"started_us\":%lld",
+                d.target, static_cast<unsigned long long>(d.bytes), ring, static_cast<unsigned long long>(ticket),
+                d.producer, static_cast<long long>(started.taken_us), static_cast<long long>(started.started_us));
+  trace_async_span(op_name(static_cast<GdaOp>(d.op)), "gda", trace_new_flow_id(), started.posted_us, trace_now_us(),
+                   args);
 }
 
 void GdaProxy::return_values(Ring& ring) {

@@ -13,6 +13,11 @@
 // leaves the value; once it finishes the proxy copies the value into the
 // ticket's result slot as soon as the slot is free.
 //
+// With FERRY_TRACE, each operation is a span of the trace (gda <op>, from
+// its post, by the producer's clock, to its completion), its arguments the
+// target, bytes, ring, ticket and producer, and when the proxy took it and
+// started it.
+//
 // A failed operation, or a ring whose producers wait while the proxy stops,
 // marks every ring failed: producers waiting for room or completion return
 // instead of spinning, and status() says why.
@@ -84,6 +89,10 @@ class GdaProxy {
     bool finished = false;
     bool returns_value = false;
     std::uint64_t value = 0;
+    // With FERRY_TRACE: the descriptor, and when it was posted, taken by
+    // the proxy and started (its source read).
+    GdaDescriptor traced{};
+    std::int64_t posted_us = 0, taken_us = 0, started_us = 0;
   };
   struct Ring {
     GdaRing view;
@@ -100,6 +109,8 @@ class GdaProxy {
   // Takes what ring holds now and starts it; the descriptors it started.
   std::uint64_t drain(int index, Ring& ring);
   void finish(int ring, std::uint64_t ticket);
+  // The trace's span of a finished operation (FERRY_TRACE).
+  void trace_operation(int ring, std::uint64_t ticket, const Started& started);
   // Writes values into their result slots where those are free now.
   void return_values(Ring& ring);
   bool idle() const;
