@@ -4,12 +4,14 @@
 #include <vector>
 
 #include "engine/common/log.h"
+#include "engine/core/reduce_common.h"
 #include "engine/core/traffic.h"
 #include "engine/gpu/gpu.h"
 #include "mpi_shim/engine_route.h"
 #include "mpi_shim/rma_across.h"
 #include "mpi_shim/rma_types.h"
 #include "mpi_shim/stats.h"
+#include "mpi_shim/translate.h"
 #include "mpi_shim/wrapper_support.h"
 
 namespace ferry::shim {
@@ -77,18 +79,42 @@ void count_queued(int target, std::size_t bytes, MPI_Win win) {
   if (stats_enabled() && target != rank_in_window(win)) count_traffic(TransportKind::kNet, bytes);
 }
 
+// target[i] = target[i] op origin[i], by the engine's host arithmetic.
+struct EngineCombine {
+  const void* origin;
+  void* target;
+  std::size_t count;
+  template <typename T, ReduceOp Op>
+  void run() {
+    const T* in = static_cast<const T*>(origin);
+    T* inout = static_cast<T*>(target);
+    for (std::size_t i = 0; i < count; ++i) inout[i] = reduce<T, Op>(inout[i], in[i]);
+  }
+};
+
 }  // namespace
 
 RemoteAccess::Combiner queue_combiner() {
   return [](std::uint64_t code, const void* origin, void* target, std::size_t bytes) -> Status {
     const std::uint64_t type_at = code & ((1u << kCodeShift) - 1), op_at = code >> kCodeShift;
     if (type_at >= named_types().size() || op_at >= named_ops().size()) return Status::kInvalidArgument;
+    const MPI_Datatype basic = named_types()[type_at];
     const MPI_Op op = named_ops()[op_at];
     if (op == MPI_REPLACE) {
       std::memcpy(target, origin, bytes);
       return Status::kOk;
     }
-    return host_reduction(named_types()[type_at], op)(origin, target, bytes);
+    // The engine's arithmetic where it has the type: no MPI call from the
+    // proxy's thread. The real MPI's reduction for the rest (pair types,
+    // logical, long double, ...).
+    DataType element;
+    ReduceOp reduce_op;
+    if (reduction_element(basic, &element) && engine_reduce_op(op, &reduce_op) &&
+        reduction_defined(element, reduce_op) && bytes % data_type_size(element) == 0) {
+      EngineCombine combine{origin, target, bytes / data_type_size(element)};
+      return dispatch_reduction(element, reduce_op, combine) ? Status::kOk : Status::kInvalidArgument;
+    }
+    return host_reduction(basic, op)(origin, target, bytes);
   };
 }
 

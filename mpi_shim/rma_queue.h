@@ -11,8 +11,9 @@
 // buffers are read, and result buffers written, by the proxy thread before
 // the synchronization that completes the operation returns (quiet_across);
 // the R-forms complete before returning. Accumulates are combined at the
-// target by its proxy with the real MPI's reduction on host copies, one
-// at a time per target, so that they are atomic with respect to each other.
+// target by its proxy on host copies, one at a time per target, so that
+// they are atomic with respect to each other: by the engine's arithmetic
+// where it has the type, else by the real MPI's reduction.
 #pragma once
 
 #include <mpi.h>

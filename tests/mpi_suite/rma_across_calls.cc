@@ -2,7 +2,8 @@
 // under either carrier (FERRY_RMA_ACROSS: the real MPI's window over host
 // copies, or the GDA queue), against host references: fetch-and-op from
 // every rank (old values all distinct), compare-and-swap (one winner),
-// get-accumulate with MPI_MAX, accumulate with MPI_BXOR through a strided
+// get-accumulate with MPI_MAX, accumulate with MPI_MINLOC on MPI_2INT,
+// accumulate with MPI_BXOR through a strided
 // target type, Rput and Rget completed by MPI_Wait, and a put outside any
 // epoch (MPI_ERR_RMA_SYNC). With the queue, a window also mixes the two
 // kinds of traffic: what a kernel's queue put into another rank's memory,
@@ -32,6 +33,8 @@ constexpr int kLock = 1;       // compare-and-swap target at rank 0
 constexpr int kMax = 8;        // get-accumulate (MPI_MAX, doubles) at rank 0
 constexpr int kMaxCount = 37;
 constexpr int kBits = 64;      // accumulate (MPI_BXOR, uint16 strided) at every rank
+constexpr int kPairs = 200;    // accumulate (MPI_MINLOC, MPI_2INT) at rank 0
+constexpr int kPairCount = 9;
 constexpr int kBitsBlocks = 41;
 constexpr int kPuts = 256;     // Rput/Rget area
 constexpr int kPutCount = 333;
@@ -59,7 +62,8 @@ MPI_Win allocate(void** base) {
 
 void atomics(MPI_Win win, void* base) {
   const uint64_t id = next_case_id();
-  const Case what{"lock_all: Fetch_and_op, Compare_and_swap, Get_accumulate (MPI_MAX)", "MPI_INT64_T"};
+  const Case what{"lock_all: Fetch_and_op, Compare_and_swap, Get_accumulate (MPI_MAX), Accumulate (MPI_MINLOC)",
+                  "MPI_INT64_T"};
   constexpr int kFetches = 25;
   check_mpi(MPI_Win_lock_all(0, win), what);
   Buffer one = make_buffer(std::vector<int64_t>{1}, Memory::device);
@@ -79,6 +83,16 @@ void atomics(MPI_Win win, void* base) {
   Buffer before = make_buffer(poisoned<double>(kMaxCount), Memory::device);
   check_mpi(MPI_Get_accumulate(maxes.data(), kMaxCount, MPI_DOUBLE, before.data(), kMaxCount, MPI_DOUBLE, 0, kMax,
                                kMaxCount, MPI_DOUBLE, MPI_MAX, win),
+            what);
+  // A pair type: the real MPI's reduction where the engine has none.
+  std::vector<int32_t> pairs(2 * kPairCount);
+  const std::vector<int32_t> keys = random_values<int32_t>(kPairCount, id + 1, g_rank, Values::small);
+  for (int i = 0; i < kPairCount; ++i) {
+    pairs[2 * i] = keys[i];
+    pairs[2 * i + 1] = g_rank;
+  }
+  Buffer located = make_buffer(pairs, Memory::device);
+  check_mpi(MPI_Accumulate(located.data(), kPairCount, MPI_2INT, 0, kPairs, kPairCount, MPI_2INT, MPI_MINLOC, win),
             what);
   check_mpi(MPI_Win_unlock_all(win), what);
 
@@ -118,6 +132,18 @@ void atomics(MPI_Win win, void* base) {
     std::vector<double> got(kMaxCount);
     std::memcpy(got.data(), &words[kMax], kMaxCount * sizeof(double));
     expect_values(what, expected, got);
+    // MPI_MINLOC over the zeros the window began with and every rank's pairs.
+    std::vector<int32_t> least(2 * kPairCount, 0), located_here(2 * kPairCount);
+    for (int r = 0; r < g_size; ++r) {
+      const std::vector<int32_t> theirs = random_values<int32_t>(kPairCount, id + 1, r, Values::small);
+      for (int i = 0; i < kPairCount; ++i)
+        if (theirs[i] < least[2 * i] || (theirs[i] == least[2 * i] && r < least[2 * i + 1])) {
+          least[2 * i] = theirs[i];
+          least[2 * i + 1] = r;
+        }
+    }
+    std::memcpy(located_here.data(), &words[kPairs], located_here.size() * sizeof(int32_t));
+    expect_values(what, least, located_here);
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
