@@ -31,7 +31,6 @@
 // room or completion then return kRingFailed.
 #pragma once
 
-#include <sched.h>
 #include <time.h>
 
 #include <cstdint>
@@ -152,9 +151,9 @@ __device__ __forceinline__ std::uint64_t now_ns() {
 }
 #endif
 #if defined(__HIP_DEVICE_COMPILE__)
-__device__ __forceinline__ void pause() { __builtin_amdgcn_s_sleep(1); }
+__device__ __forceinline__ void pause(unsigned) { __builtin_amdgcn_s_sleep(1); }
 #else
-__device__ __forceinline__ void pause() { __nanosleep(64); }
+__device__ __forceinline__ void pause(unsigned) { __nanosleep(64); }
 #endif
 #else
 inline std::uint64_t take_ticket(std::uint64_t* tickets) {
@@ -169,8 +168,22 @@ inline std::uint64_t now_ns() {
   clock_gettime(CLOCK_REALTIME, &now);
   return static_cast<std::uint64_t>(now.tv_sec) * 1000000000u + static_cast<std::uint64_t>(now.tv_nsec);
 }
-// Host producers share cores with the proxy thread: give it the core.
-inline void pause() { sched_yield(); }
+// The waiting host thread's turn `waited` (0, 1, ...): a few polls back to
+// back (a core of its own sees a quick answer at once), then a microsecond's
+// sleep a turn, so that where ranks, their proxy threads and the proxies'
+// peers share few cores it leaves them the core. (A yield would not: with
+// other threads runnable it can give up a whole time slice.)
+constexpr unsigned kPollsBeforeSleeping = 256;
+inline void pause(unsigned waited) {
+  if (waited < kPollsBeforeSleeping) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    return;
+  }
+  const timespec microsecond{0, 1000};
+  nanosleep(&microsecond, nullptr);
+}
 #endif
 
 }  // namespace detail
@@ -179,9 +192,9 @@ inline void pause() { sched_yield(); }
 // kRingFailed when the consumer gave up while the ring was full.
 FERRY_GDA_HOST_DEVICE std::uint64_t post(const GdaRing& ring, const GdaDescriptor& body) {
   const std::uint64_t ticket = detail::take_ticket(ring.tickets);
-  while (ticket - detail::load_word(&ring.words->consumed) >= ring.capacity) {
+  for (unsigned waited = 0; ticket - detail::load_word(&ring.words->consumed) >= ring.capacity; ++waited) {
     if (detail::load_word(&ring.words->failed) != 0) return kRingFailed;
-    detail::pause();
+    detail::pause(waited);
   }
   GdaDescriptor* slot = &ring.slots[ticket & (ring.capacity - 1)];
   if (ring.posted_ns) ring.posted_ns[ticket & (ring.capacity - 1)] = detail::now_ns();
@@ -203,9 +216,9 @@ namespace detail {
 
 // Waits until the consumer's word passes ticket; false when it gave up first.
 FERRY_GDA_HOST_DEVICE bool wait_past(const GdaRing& ring, const std::uint64_t* word, std::uint64_t ticket) {
-  while (load_word(word) <= ticket) {
+  for (unsigned waited = 0; load_word(word) <= ticket; ++waited) {
     if (load_word(&ring.words->failed) != 0) return false;
-    pause();
+    pause(waited);
   }
   return true;
 }
@@ -238,9 +251,9 @@ FERRY_GDA_HOST_DEVICE bool take_result(const GdaRing& ring, std::uint64_t ticket
   GdaResult* slot = &ring.results[ticket & (ring.capacity - 1)];
   *value = 0;
   // Exactly this ticket's mark: a later ticket of the slot may come first.
-  while (detail::load_word(&slot->ready) != ticket + 1) {
+  for (unsigned waited = 0; detail::load_word(&slot->ready) != ticket + 1; ++waited) {
     if (detail::load_word(&ring.words->failed) != 0) return false;
-    detail::pause();
+    detail::pause(waited);
   }
   detail::acquire_fence();
   *value = detail::load_word(&slot->value);
