@@ -67,7 +67,8 @@ void print_networks() {
 void print_gda() {
   std::printf("\nGPU-initiated access to other machines (GDA, ferry/device.h):\n");
   std::printf("  proxy  every rank on another machine: a thread of this process drains the kernels' queue\n"
-              "         (FERRY_GDA_RING_SLOTS=%lld) over the socket provider\n",
+              "         (FERRY_GDA_RING_SLOTS=%lld) over the ib provider where every rank has an RDMA port\n"
+              "         (FERRY_NET auto or ib), else over the socket provider\n",
               static_cast<long long>(ferry::params().gda_ring_slots));
   std::printf("  ibgda  not used: the mlx5 encoders are built and tested, no provider drives a NIC yet\n");
   std::printf("  (ranks of this machine that p2p reaches are mapped: kernels load and store there)\n");

@@ -10,10 +10,30 @@
 #include "engine/common/params.h"
 #include "engine/transport/gda/gda_net.h"
 #include "engine/transport/gda/proxy.h"
+#include "engine/topology/local_topology.h"
 #include "engine/transport/socket_network.h"
+#ifdef FERRY_HAVE_IBVERBS
+#include "engine/transport/ib_network.h"
+#endif
 
 namespace ferry {
 namespace {
+
+// The proxy's own network: ib where FERRY_NET allows it and every rank
+// has a port (as the net transport chooses), else socket. Not the mpi
+// provider: it would call the application's MPI from the proxy's thread.
+Status make_gda_network(Bootstrap& bootstrap, std::unique_ptr<NetProvider>* out) {
+#ifdef FERRY_HAVE_IBVERBS
+  const std::string& provider = params().net;
+  if (provider == "ib" || provider == "auto") {
+    IbNetworkOptions options = IbNetworkOptions::from_params();
+    options.asked_for = provider == "ib";
+    options.nearest = nearest_net_ports_here();
+    if (ok(make_ib_network(bootstrap, out, options))) return Status::kOk;
+  }
+#endif
+  return make_socket_network(bootstrap, out);
+}
 
 std::uint32_t ring_capacity() {
   std::uint32_t slots = 8;
@@ -35,7 +55,7 @@ Status RemoteAccess::create(std::unique_ptr<Bootstrap> bootstrap, gpu::Backend* 
   const int n = boot.size(), me = boot.rank();
 
   std::unique_ptr<NetProvider> net;
-  FERRY_CHECK(make_socket_network(boot, &net));
+  FERRY_CHECK(make_gda_network(boot, &net));
   access->executor_ = std::make_unique<gda::GdaNetExecutor>(backend, std::move(net));
   access->proxy_ = std::make_unique<gda::GdaProxy>(backend, access->executor_.get());
 

@@ -3,8 +3,9 @@
 // the peers whose device memory this process maps (ranks of this machine,
 // where the engine's plan reaches them by p2p), by load and store, and
 // every other rank through a GDA queue (ferry/gda_ring.h) that a proxy
-// thread of this process drains over the net transport's socket provider
-// (engine/transport/gda). The proxy writes what peers put into
+// thread of this process drains over a network of its own: the net
+// transport's ib provider where FERRY_NET allows it and every rank has an
+// RDMA port, else its socket provider (engine/transport/gda). The proxy writes what peers put into
 // this rank's window memory and sync block, so signals and barriers work as
 // on one machine; it is the only writer of the words it adds to (the
 // device API sends this rank's own signals, adds and barrier arrivals

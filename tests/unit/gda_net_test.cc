@@ -1,5 +1,6 @@
 // The proxy GDA over the net transport (gda_net.h) between ranks as
-// threads of one process, over the socket provider on loopback: puts with
+// threads of one process, over the socket provider on loopback and the ib
+// provider on the tests' software RDMA device (soft_verbs.h): puts with
 // signals to every rank (itself too) land whole before their signal and
 // before quiet returns, gets read what every rank holds, atomic adds from
 // every rank sum, fetching atomics and element reads return the target's
@@ -11,11 +12,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "engine/transport/socket_network.h"
+#if defined(FERRY_HAVE_IBVERBS)
+#include "engine/transport/ib_network.h"
+#include "tests/unit/soft_verbs.h"
+#endif
 #include "tests/unit/loopback_ranks.h"
 #include "unit_test_device.h"
 
@@ -39,8 +45,35 @@ std::vector<char> pattern(int source, int target, int round, std::size_t bytes) 
   return data;
 }
 
-// One rank: window memory, a socket network of its own, the executor and
-// a proxy with a ring for this rank's host threads.
+// The network providers the proxy runs over here: socket on loopback,
+// and ib on the tests' software RDMA device where the build has verbs.
+enum class Provider { kSocket, kIb };
+
+std::string provider_name(const ::testing::TestParamInfo<Provider>& info) {
+  return info.param == Provider::kSocket ? "socket" : "ib";
+}
+
+class GdaNet : public ::testing::TestWithParam<Provider> {};
+
+std::unique_ptr<NetProvider> make_network(Bootstrap& bootstrap, Provider provider) {
+  std::unique_ptr<NetProvider> net;
+#if defined(FERRY_HAVE_IBVERBS)
+  if (provider == Provider::kIb) {
+    IbNetworkOptions options;
+    options.verbs = &soft_verbs::verbs();
+    EXPECT_EQ(make_ib_network(bootstrap, &net, options), Status::kOk);
+    return net;
+  }
+#endif
+  (void)provider;
+  SocketNetworkOptions options;
+  options.ifname = "lo";
+  EXPECT_EQ(make_socket_network(bootstrap, &net, options), Status::kOk);
+  return net;
+}
+
+// One rank: window memory, a network of its own, the executor and a proxy
+// with a ring for this rank's host threads.
 struct GdaRank {
   gpu::Backend* backend = testing::unit_test_device();
   void* window = nullptr;
@@ -49,10 +82,7 @@ struct GdaRank {
   GdaRing ring{};
 
   explicit GdaRank(Bootstrap& bootstrap, GdaNetExecutor::Combiner combiner = nullptr) {
-    SocketNetworkOptions options;
-    options.ifname = "lo";
-    std::unique_ptr<NetProvider> net;
-    EXPECT_EQ(make_socket_network(bootstrap, &net, options), Status::kOk);
+    std::unique_ptr<NetProvider> net = make_network(bootstrap, GdaNet::GetParam());
     EXPECT_EQ(backend->device_alloc(kWindowBytes, &window), Status::kOk);
     const std::vector<char> zeros(kWindowBytes, 0);
     EXPECT_EQ(backend->copy(window, zeros.data(), kWindowBytes), Status::kOk);
@@ -93,7 +123,7 @@ std::uint64_t word_at(const std::vector<char>& bytes, std::size_t offset) {
   return word;
 }
 
-TEST(GdaNet, PutsWithSignalsReachEveryRankWholeAndInOrder) {
+TEST_P(GdaNet, PutsWithSignalsReachEveryRankWholeAndInOrder) {
   constexpr int kRanks = 3;
   testing::run_loopback_ranks(kRanks, [](int me, Bootstrap& bootstrap) {
     GdaRank rank(bootstrap);
@@ -137,7 +167,7 @@ TEST(GdaNet, PutsWithSignalsReachEveryRankWholeAndInOrder) {
   });
 }
 
-TEST(GdaNet, AtomicAddsFromEveryRankSum) {
+TEST_P(GdaNet, AtomicAddsFromEveryRankSum) {
   constexpr int kRanks = 3, kAdds = 200;
   testing::run_loopback_ranks(kRanks, [](int me, Bootstrap& bootstrap) {
     GdaRank rank(bootstrap);
@@ -161,7 +191,7 @@ TEST(GdaNet, AtomicAddsFromEveryRankSum) {
   });
 }
 
-TEST(GdaNet, GetsReadWhatEveryRankHolds) {
+TEST_P(GdaNet, GetsReadWhatEveryRankHolds) {
   constexpr int kRanks = 3;
   testing::run_loopback_ranks(kRanks, [](int me, Bootstrap& bootstrap) {
     GdaRank rank(bootstrap);
@@ -198,7 +228,7 @@ TEST(GdaNet, GetsReadWhatEveryRankHolds) {
 // Rank 0's word at 48, from every rank (itself too) through the queue:
 // fetch-adds whose old values are all distinct, then compare-and-swaps of
 // which exactly one wins, then reads of single elements.
-TEST(GdaNet, FetchingOperationsReturnTheTargetsOldValues) {
+TEST_P(GdaNet, FetchingOperationsReturnTheTargetsOldValues) {
   constexpr int kRanks = 3, kAdds = 150;
   constexpr std::size_t kWord = 48;
   testing::run_loopback_ranks(kRanks, [](int me, Bootstrap& bootstrap) {
@@ -254,7 +284,7 @@ TEST(GdaNet, FetchingOperationsReturnTheTargetsOldValues) {
 // Accumulates combined by the target's combiner (here: 32-bit integer sum,
 // code 1) from every rank into rank 0's window, with and without the bytes
 // they replaced; and compare-and-swaps of 4 bytes.
-TEST(GdaNet, AccumulatesAreCombinedAtTheTarget) {
+TEST_P(GdaNet, AccumulatesAreCombinedAtTheTarget) {
   constexpr int kRanks = 3, kElements = 333, kRounds = 5;
   constexpr std::size_t kAt = 8192;
   testing::run_loopback_ranks(kRanks, [](int me, Bootstrap& bootstrap) {
@@ -334,7 +364,7 @@ TEST(GdaNet, AccumulatesAreCombinedAtTheTarget) {
 
 // Flagged puts (ll::put to another machine) arrive as the words a GPU
 // thread would have stored: 4 data bytes (zero padded) under the flag.
-TEST(GdaNet, FlaggedPutsArriveAsFlaggedWords) {
+TEST_P(GdaNet, FlaggedPutsArriveAsFlaggedWords) {
   testing::run_loopback_ranks(2, [](int me, Bootstrap& bootstrap) {
     GdaRank rank(bootstrap);
     const std::vector<char> message = pattern(me, 1 - me, 3, 37);  // 10 words, the last one 1 byte
@@ -364,7 +394,7 @@ TEST(GdaNet, FlaggedPutsArriveAsFlaggedWords) {
   });
 }
 
-TEST(GdaNet, ARequestPastTheWindowIsRefusedAndTouchesNothing) {
+TEST_P(GdaNet, ARequestPastTheWindowIsRefusedAndTouchesNothing) {
   testing::run_loopback_ranks(2, [](int me, Bootstrap& bootstrap) {
     GdaRank rank(bootstrap);
     if (me == 0) {
@@ -392,6 +422,12 @@ TEST(GdaNet, ARequestPastTheWindowIsRefusedAndTouchesNothing) {
     ASSERT_EQ(bootstrap.barrier(), Status::kOk);
   });
 }
+
+#if defined(FERRY_HAVE_IBVERBS)
+INSTANTIATE_TEST_SUITE_P(Providers, GdaNet, ::testing::Values(Provider::kSocket, Provider::kIb), provider_name);
+#else
+INSTANTIATE_TEST_SUITE_P(Providers, GdaNet, ::testing::Values(Provider::kSocket), provider_name);
+#endif
 
 }  // namespace
 }  // namespace ferry::gda
