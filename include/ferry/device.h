@@ -32,6 +32,9 @@
  * ll::put/ll::wait move small messages whose words carry their own flags:
  * one NVLink crossing, no fence, no separate signal.
  *
+ * In debug builds (NDEBUG not defined) a call that reaches past the target
+ * rank's window traps, printing the call, rank, offset and size.
+ *
  * Ordering: put/p/atomics from one thread to one target are not ordered with
  * each other until fence(); signal() orders everything the calling thread
  * (for block and warp forms: the whole block or warp) wrote before it.
@@ -167,6 +170,24 @@ __device__ __forceinline__ unsigned long long fetch_remote(const ferry_window_de
 
 }  // namespace detail
 
+namespace detail {
+// Debug builds (NDEBUG not defined): a call that reaches past rank's window
+// traps, saying which call, rank, offset and size.
+__device__ __forceinline__ void in_window(const ferry_window_device_t& w, int rank, std::size_t offset,
+                                          std::size_t bytes, const char* call) {
+#if !defined(NDEBUG)
+  const unsigned long long limit = rank >= 0 && rank < w.size ? w.peer_bytes[rank] : 0;
+  if (rank < 0 || rank >= w.size || offset > limit || bytes > limit - offset) {
+    printf("ferry: %s of %llu bytes at offset %llu of window rank %d, whose window has %llu bytes\n", call,
+           static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(offset), rank, limit);
+    trap();
+  }
+#else
+  (void)w, (void)rank, (void)offset, (void)bytes, (void)call;
+#endif
+}
+}  // namespace detail
+
 // rank's window memory at offset, as this GPU reaches it.
 __device__ __forceinline__ char* address(const ferry_window_device_t& w, int rank, std::size_t offset) {
   char* base = static_cast<char*>(w.peers[rank]);
@@ -210,6 +231,7 @@ __device__ __forceinline__ void get_remote(const ferry_window_device_t& w, int r
 // One thread copies bytes from src (this GPU's memory) to rank's window.
 __device__ __forceinline__ void put(const ferry_window_device_t& w, int rank, std::size_t offset, const void* src,
                                     std::size_t bytes) {
+  detail::in_window(w, rank, offset, bytes, "put");
   if (!detail::mapped(w, rank)) return detail::put_remote(w, rank, offset, src, bytes);
   detail::copy(address(w, rank, offset), static_cast<const char*>(src), bytes, 0, 1);
 }
@@ -217,6 +239,7 @@ __device__ __forceinline__ void put(const ferry_window_device_t& w, int rank, st
 // must call with the same arguments.
 __device__ __forceinline__ void put_warp(const ferry_window_device_t& w, int rank, std::size_t offset,
                                          const void* src, std::size_t bytes) {
+  detail::in_window(w, rank, offset, bytes, "put_warp");
   if (!detail::mapped(w, rank)) {
     detail::sync_warp();  // the warp's writes to src come first
     if (threadIdx.x % detail::kWarpSize == 0) detail::put_remote(w, rank, offset, src, bytes);
@@ -231,6 +254,7 @@ __device__ __forceinline__ void put_warp(const ferry_window_device_t& w, int ran
 // Every thread of the block copies together; all must call with the same arguments.
 __device__ __forceinline__ void put_block(const ferry_window_device_t& w, int rank, std::size_t offset,
                                           const void* src, std::size_t bytes) {
+  detail::in_window(w, rank, offset, bytes, "put_block");
   if (!detail::mapped(w, rank)) {
     __syncthreads();  // the block's writes to src come first
     if (detail::lane_in_block() == 0) detail::put_remote(w, rank, offset, src, bytes);
@@ -247,11 +271,13 @@ __device__ __forceinline__ void put_block(const ferry_window_device_t& w, int ra
 // and the bytes are there when the call returns.
 __device__ __forceinline__ void get(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
                                     std::size_t bytes) {
+  detail::in_window(w, rank, offset, bytes, "get");
   if (!detail::mapped(w, rank)) return detail::get_remote(w, rank, offset, dst, bytes);
   detail::copy(static_cast<char*>(dst), address(w, rank, offset), bytes, 0, 1);
 }
 __device__ __forceinline__ void get_warp(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
                                          std::size_t bytes) {
+  detail::in_window(w, rank, offset, bytes, "get_warp");
   if (!detail::mapped(w, rank)) {
     if (threadIdx.x % detail::kWarpSize == 0) detail::get_remote(w, rank, offset, dst, bytes);
     detail::sync_warp();
@@ -263,6 +289,7 @@ __device__ __forceinline__ void get_warp(const ferry_window_device_t& w, int ran
 }
 __device__ __forceinline__ void get_block(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
                                           std::size_t bytes) {
+  detail::in_window(w, rank, offset, bytes, "get_block");
   if (!detail::mapped(w, rank)) {
     if (detail::lane_in_block() == 0) detail::get_remote(w, rank, offset, dst, bytes);
     __syncthreads();
@@ -277,6 +304,7 @@ __device__ __forceinline__ void get_block(const ferry_window_device_t& w, int ra
 
 template <typename T>
 __device__ __forceinline__ void p(const ferry_window_device_t& w, int rank, std::size_t offset, T value) {
+  detail::in_window(w, rank, offset, sizeof(T), "p");
   static_assert(sizeof(T) <= 8, "p moves one element of at most 8 bytes");
   if (!detail::mapped(w, rank)) {
     unsigned long long bits = 0;
@@ -288,6 +316,7 @@ __device__ __forceinline__ void p(const ferry_window_device_t& w, int rank, std:
 }
 template <typename T>
 __device__ __forceinline__ T g(const ferry_window_device_t& w, int rank, std::size_t offset) {
+  detail::in_window(w, rank, offset, sizeof(T), "g");
   static_assert(sizeof(T) <= 8, "g moves one element of at most 8 bytes");
   if (!detail::mapped(w, rank)) {
     const unsigned long long bits = detail::fetch_remote(w, rank, gda::GdaOp::kGetValue, offset, 0, 0, sizeof(T));
@@ -315,6 +344,7 @@ __device__ __forceinline__ constexpr bool queueable_atomic() {
 // 64-bit integers.
 template <typename T>
 __device__ __forceinline__ T fetch_add(const ferry_window_device_t& w, int rank, std::size_t offset, T value) {
+  detail::in_window(w, rank, offset, sizeof(T), "fetch_add");
   if (detail::queueable_atomic<T>() && detail::word_by_queue(w, rank)) {
     __threadfence_system();
     return static_cast<T>(detail::fetch_remote(w, rank, gda::GdaOp::kFetchAdd, offset,
@@ -326,6 +356,7 @@ __device__ __forceinline__ T fetch_add(const ferry_window_device_t& w, int rank,
 // fetch_add without the old value (to another machine: no round trip).
 template <typename T>
 __device__ __forceinline__ void atomic_add(const ferry_window_device_t& w, int rank, std::size_t offset, T value) {
+  detail::in_window(w, rank, offset, sizeof(T), "atomic_add");
   if (detail::queueable_atomic<T>() && detail::word_by_queue(w, rank)) {
     __threadfence_system();
     detail::post_remote(w, rank, gda::GdaOp::kAtomicAdd, offset, nullptr, 0, 0,
@@ -339,6 +370,7 @@ __device__ __forceinline__ void atomic_add(const ferry_window_device_t& w, int r
 template <typename T>
 __device__ __forceinline__ T compare_swap(const ferry_window_device_t& w, int rank, std::size_t offset, T compare,
                                           T value) {
+  detail::in_window(w, rank, offset, sizeof(T), "compare_swap");
   if (detail::queueable_atomic<T>() && detail::word_by_queue(w, rank)) {
     __threadfence_system();
     return static_cast<T>(detail::fetch_remote(w, rank, gda::GdaOp::kCompareSwap, offset,
@@ -405,6 +437,7 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
 // thread's earlier writes are visible there.
 __device__ __forceinline__ void signal(const ferry_window_device_t& w, int rank, std::size_t offset,
                                        unsigned long long value, SignalOp op = SignalOp::kSet) {
+  detail::in_window(w, rank, offset, sizeof(unsigned long long), "signal");
   if (detail::word_by_queue(w, rank)) {
     // The queue keeps this thread's order: its earlier puts to another
     // machine land first; the fence, its stores to this one.
@@ -424,6 +457,8 @@ __device__ __forceinline__ void put_signal(const ferry_window_device_t& w, int r
                                            const void* src, std::size_t bytes, std::size_t signal_offset,
                                            unsigned long long value, SignalOp op = SignalOp::kSet) {
   if (!detail::mapped(w, rank)) {
+    detail::in_window(w, rank, offset, bytes, "put_signal");
+    detail::in_window(w, rank, signal_offset, sizeof(unsigned long long), "put_signal's signal");
     const std::uint64_t ticket =
         detail::post_remote(w, rank, gda::GdaOp::kPutSignal, offset, src, bytes, signal_offset, value, op);
     if (ticket != gda::kRingFailed) gda::wait_started(detail::queue(w), ticket);
@@ -438,6 +473,7 @@ __device__ __forceinline__ void put_signal(const ferry_window_device_t& w, int r
 // everything the signalling thread wrote before its signal.
 __device__ __forceinline__ unsigned long long wait_until(const ferry_window_device_t& w, std::size_t offset,
                                                          Compare compare, unsigned long long value) {
+  detail::in_window(w, w.rank, offset, sizeof(unsigned long long), "wait_until");
   const auto* word = reinterpret_cast<const unsigned long long*>(address(w, w.rank, offset));
   for (;;) {
     const unsigned long long seen = detail::load_acquire(word);

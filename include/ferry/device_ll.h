@@ -81,6 +81,7 @@ __device__ __forceinline__ unsigned data_word(const unsigned char* src, std::siz
 // returns once src may be reused.
 __device__ __forceinline__ void put(const ferry_window_device_t& w, int rank, std::size_t offset, const void* src,
                                     std::size_t bytes, unsigned flag, unsigned lane = 0, unsigned lanes = 1) {
+  ferry::device::detail::in_window(w, rank, offset, footprint(bytes), "ll::put");
   if (!ferry::device::detail::mapped(w, rank)) {
     // Another machine: each lane queues its contiguous share of the words,
     // which the proxy sends as flagged words (whole words at the target).
@@ -113,6 +114,7 @@ __device__ __forceinline__ void put(const ferry_window_device_t& w, int rank, st
 // every word, and copies its bytes to dst.
 __device__ __forceinline__ void wait(const ferry_window_device_t& w, std::size_t offset, void* dst,
                                      std::size_t bytes, unsigned flag, unsigned lane = 0, unsigned lanes = 1) {
+  ferry::device::detail::in_window(w, w.rank, offset, footprint(bytes), "ll::wait");
   const auto* at = reinterpret_cast<const unsigned long long*>(address(w, w.rank, offset));
   auto* out = static_cast<unsigned char*>(dst);
   auto deliver = [&](std::size_t i, unsigned long long word) {
