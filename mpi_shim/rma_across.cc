@@ -16,7 +16,6 @@
 #include "engine/gpu/gpu.h"
 #include "engine/pgas/remote_access.h"
 #include "handlers.h"
-#include "mpi_shim/engine_route.h"
 #include "mpi_shim/rma_host.h"
 #include "mpi_shim/rma_queue.h"
 #include "mpi_shim/route.h"
@@ -226,13 +225,7 @@ int quiet_across(MPI_Win win) {
   RemoteAccess* queue = queue_of(win);
   if (!queue) return MPI_SUCCESS;
   const Status status = queue->quiet_host();
-  if (ok(status)) return MPI_SUCCESS;
-  if (status == Status::kPeerEnded) {
-    FERRY_WARN(Pgas, "a window across machines: a peer of its GDA queue is lost: %s", last_ended_peer().c_str());
-    return raise_win_error(win, peer_ended_error());
-  }
-  FERRY_WARN(Pgas, "a window across machines: its GDA queue failed: %s", status_name(status));
-  return raise_win_error(win, MPI_ERR_OTHER);
+  return ok(status) ? MPI_SUCCESS : queue_failure(win, status);
 }
 
 int sync_across(MPI_Win win, const std::function<int()>& pmpi, bool after_only) {

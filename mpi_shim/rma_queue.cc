@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/common/liveness.h"
 #include "engine/common/log.h"
 #include "engine/core/reduce_common.h"
 #include "engine/core/traffic.h"
@@ -48,16 +49,7 @@ int position(const std::vector<Handle>& handles, Handle handle) {
 
 constexpr int kCodeShift = 16;
 
-// An operation this queue could not carry: the queue failed (a lost peer
-// names itself), or a descriptor was refused.
-int queue_error(MPI_Win win, const RemoteAccess& queue) {
-  if (queue.status() == Status::kPeerEnded) {
-    FERRY_WARN(Pgas, "a window across machines: a peer of its GDA queue is lost: %s", last_ended_peer().c_str());
-    return raise_win_error(win, peer_ended_error());
-  }
-  FERRY_WARN(Pgas, "a window across machines: its GDA queue failed: %s", status_name(queue.status()));
-  return raise_win_error(win, MPI_ERR_OTHER);
-}
+int queue_error(MPI_Win win, const RemoteAccess& queue) { return queue_failure(win, queue.status()); }
 
 gda::GdaDescriptor descriptor(gda::GdaOp op, int target) {
   gda::GdaDescriptor d{};
@@ -93,6 +85,15 @@ struct EngineCombine {
 };
 
 }  // namespace
+
+int queue_failure(MPI_Win win, Status why) {
+  if (why == Status::kPeerEnded) {
+    FERRY_WARN(Pgas, "a window across machines: a peer of its GDA queue is lost: %s", last_ended_peer().c_str());
+    return raise_win_error(win, peer_ended_error());
+  }
+  FERRY_WARN(Pgas, "a window across machines: its GDA queue failed: %s", status_name(why));
+  return raise_win_error(win, MPI_ERR_OTHER);
+}
 
 RemoteAccess::Combiner queue_combiner() {
   return [](std::uint64_t code, const void* origin, void* target, std::size_t bytes) -> Status {
@@ -172,7 +173,8 @@ int queue_accumulate(MPI_Win win, RemoteAccess& queue, const void* origin, int o
   std::uint64_t at = 0;
   if (!target_bytes(win, target, disp, t, &at)) return raise_win_error(win, MPI_ERR_WIN);
   for (const Window::Segment& piece : pair_runs(t, reads_origin ? &o : nullptr, fetch ? &r : nullptr)) {
-    // MPI_NO_OP reads the target; MPI_REPLACE without a result is a put.
+    // MPI_NO_OP only reads the target; every other op (MPI_REPLACE too) is
+    // combined there, atomically with respect to other accumulates.
     const gda::GdaOp kind = !reads_origin ? gda::GdaOp::kGet
                             : fetch       ? gda::GdaOp::kGetAccumulate
                                           : gda::GdaOp::kAccumulate;

@@ -35,6 +35,10 @@ int queue_accumulate(MPI_Win win, RemoteAccess& queue, const void* origin, int o
 int queue_compare_and_swap(MPI_Win win, RemoteAccess& queue, const void* origin, const void* compare, void* result,
                            MPI_Datatype type, int target, MPI_Aint disp);
 
+// The error for a call on win whose queue failed (why: its status), raised
+// through win's handler: a lost peer names itself.
+int queue_failure(MPI_Win win, Status why);
+
 // What the target's proxy combines accumulates with (RemoteAccess::create).
 RemoteAccess::Combiner queue_combiner();
 

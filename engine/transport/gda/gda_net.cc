@@ -190,12 +190,10 @@ Status GdaNetExecutor::take_replies(Peer& peer) {
     bool done = false;
     FERRY_CHECK(net_->test(&reply->request, &done));
     if (!done) return Status::kOk;  // later replies come after this one
-    if (reply->bytes.empty()) {
-    } else if (reply->host_destination) {
+    if (reply->host_destination)
       std::memcpy(reply->destination, reply->bytes.data(), reply->bytes.size());
-    } else {
+    else if (!reply->bytes.empty())
       FERRY_CHECK(copy(reply->destination, reply->bytes.data(), reply->bytes.size()));
-    }
     reply->done = true;
   }
   return Status::kOk;

@@ -28,10 +28,11 @@
 // signals), and never with a kernel of its own (a kernel could wait for
 // SMs that the application's waiting kernels hold). An atomic (a signal
 // add, an add, fetch-add, compare-and-swap) reads, updates and writes its
-// word (a host atomic where the
-// backend's kernels run on the host): the words it updates must have no
-// other writer meanwhile, which is why the device API sends even this
-// rank's own signals and adds through the queue on such windows.
+// word (a host atomic where the backend's kernels run on the host): the
+// words it updates must have no other writer meanwhile, which is why the
+// device API sends even this rank's own signals and atomics through the
+// queue on such windows. An accumulate is combined on a host copy of its
+// bytes by the combiner the owner sets, then written back.
 #pragma once
 
 #include <atomic>
