@@ -135,9 +135,7 @@ int own_accumulate_verdict(MPI_Datatype origin_type, MPI_Datatype result_type, M
   DataType element;
   ReduceOp reduce;
   if (op == MPI_REPLACE || op == MPI_NO_OP) return MPI_SUCCESS;
-  return reduction_element(basic, &element) && engine_reduce_op(op, &reduce) && reduction_defined(element, reduce)
-             ? MPI_SUCCESS
-             : MPI_ERR_OP;
+  return engine_reduction(basic, op, &element, &reduce) ? MPI_SUCCESS : MPI_ERR_OP;
 }
 
 // Accumulate, Get_accumulate, Fetch_and_op and the R-forms. result is null
@@ -178,7 +176,7 @@ int get_accumulate(DeviceWindow& dw, MPI_Win win, FunctionId id, const void* ori
   }
   DataType element;
   ReduceOp reduce;
-  if (reduction_element(basic, &element) && engine_reduce_op(op, &reduce) && reduction_defined(element, reduce))
+  if (engine_reduction(basic, op, &element, &reduce))
     return engine_result(win, id, w.accumulate(origin, result, target, t.at, segments.data(), segments.size(),
                                                static_cast<std::size_t>(element_size), element,
                                                {AccumulateOp::kReduce, reduce}));

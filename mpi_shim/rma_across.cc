@@ -123,6 +123,9 @@ int create_window_across(FunctionId id, void* memory, bool device_here, MPI_Aint
   w->allocated = allocated;
   w->host_allocated = host_allocated;
   void* exposed = memory;
+  // With the queue the host copy only stands in for the memory in the real
+  // MPI's window (which then serves synchronization alone): no snapshot.
+  const bool queued = params().rma_across == "queue";
   // Every rank learns whether every rank has its host copy, so that none is
   // left in the real MPI's collective call alone.
   int ready = 1;
@@ -133,7 +136,7 @@ int create_window_across(FunctionId id, void* memory, bool device_here, MPI_Aint
     void* shadow = nullptr;
     ready = w->backend && ok(w->backend->pinned_alloc(w->bytes, &shadow));
     w->shadow = static_cast<char*>(shadow);
-    if (ready) {
+    if (ready && !queued) {
       w->synced.resize(w->bytes);
       ready = ok(gpu::copy(w->synced.data(), w->device, w->bytes));
       if (ready) std::memcpy(w->shadow, w->synced.data(), w->bytes);
@@ -165,7 +168,7 @@ int create_window_across(FunctionId id, void* memory, bool device_here, MPI_Aint
     w->sizes.push_back(all[2 * r]);
     w->disp_units.push_back(static_cast<int>(all[2 * r + 1]));
   }
-  if (params().rma_across == "queue") {
+  if (queued) {
     // Collective; the real MPI's window stays for synchronization.
     const Status status = RemoteAccess::create(make_mpi_bootstrap(comm), gpu::active_backend(),
                                                {memory, static_cast<std::size_t>(std::max<MPI_Aint>(size, 0)),
@@ -179,8 +182,6 @@ int create_window_across(FunctionId id, void* memory, bool device_here, MPI_Aint
       return raise_error(comm, MPI_ERR_WIN);
     }
     w->model = MPI_WIN_UNIFIED;
-    w->synced.clear();
-    w->synced.shrink_to_fit();
     FERRY_INFO(Pgas, "%s: ranks cannot map each other's device memory; one-sided calls through the GDA queue "
                "(unified memory model)", function_name(id));
   } else {

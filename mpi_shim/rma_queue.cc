@@ -12,7 +12,6 @@
 #include "mpi_shim/rma_across.h"
 #include "mpi_shim/rma_types.h"
 #include "mpi_shim/stats.h"
-#include "mpi_shim/translate.h"
 #include "mpi_shim/wrapper_support.h"
 
 namespace ferry::shim {
@@ -110,8 +109,7 @@ RemoteAccess::Combiner queue_combiner() {
     // logical, long double, ...).
     DataType element;
     ReduceOp reduce_op;
-    if (reduction_element(basic, &element) && engine_reduce_op(op, &reduce_op) &&
-        reduction_defined(element, reduce_op) && bytes % data_type_size(element) == 0) {
+    if (engine_reduction(basic, op, &element, &reduce_op) && bytes % data_type_size(element) == 0) {
       EngineCombine combine{origin, target, bytes / data_type_size(element)};
       return dispatch_reduction(element, reduce_op, combine) ? Status::kOk : Status::kInvalidArgument;
     }

@@ -246,6 +246,10 @@ bool reduction_element(MPI_Datatype basic, DataType* element) {
   return false;
 }
 
+bool engine_reduction(MPI_Datatype basic, MPI_Op op, DataType* element, ReduceOp* reduce) {
+  return reduction_element(basic, element) && engine_reduce_op(op, reduce) && reduction_defined(*element, *reduce);
+}
+
 Window::HostCombine host_reduction(MPI_Datatype basic, MPI_Op op) {
   return [basic, op](const void* origin, void* target, std::size_t bytes) {
     int size = 0, dense_size = 0;

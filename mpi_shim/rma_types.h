@@ -70,6 +70,10 @@ int real_mpi_compare_and_swap_verdict(const void* origin, const void* compare, v
 // MPI reduces it as that type (MPI_CHAR as int8_t, MPI_AINT as int64_t, ...).
 bool reduction_element(MPI_Datatype basic, DataType* element);
 
+// Whether the engine's arithmetic applies op to elements of basic (as the
+// real MPI would), and as which element type and reduction.
+bool engine_reduction(MPI_Datatype basic, MPI_Op op, DataType* element, ReduceOp* reduce);
+
 // op applied by the real MPI (MPI_Reduce_local) to host copies of elements
 // of basic, packed as MPI_Pack lays them out.
 Window::HostCombine host_reduction(MPI_Datatype basic, MPI_Op op);

@@ -10,11 +10,8 @@
 #include "engine/common/params.h"
 #include "engine/transport/gda/gda_net.h"
 #include "engine/transport/gda/proxy.h"
-#include "engine/topology/local_topology.h"
+#include "engine/transport/net_transport.h"
 #include "engine/transport/socket_network.h"
-#ifdef FERRY_HAVE_IBVERBS
-#include "engine/transport/ib_network.h"
-#endif
 
 namespace ferry {
 namespace {
@@ -23,15 +20,7 @@ namespace {
 // has a port (as the net transport chooses), else socket. Not the mpi
 // provider: it would call the application's MPI from the proxy's thread.
 Status make_gda_network(Bootstrap& bootstrap, std::unique_ptr<NetProvider>* out) {
-#ifdef FERRY_HAVE_IBVERBS
-  const std::string& provider = params().net;
-  if (provider == "ib" || provider == "auto") {
-    IbNetworkOptions options = IbNetworkOptions::from_params();
-    options.asked_for = provider == "ib";
-    options.nearest = nearest_net_ports_here();
-    if (ok(make_ib_network(bootstrap, out, options))) return Status::kOk;
-  }
-#endif
+  if (ok(connect_ib_network(bootstrap, params().net, out))) return Status::kOk;
   return make_socket_network(bootstrap, out);
 }
 

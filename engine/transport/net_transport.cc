@@ -90,21 +90,26 @@ bool NetTransport::can_connect(const PeerView& view) const { return !same_machin
 
 Status NetTransport::connect(Bootstrap& bootstrap) { return connect(bootstrap, params().net); }
 
+Status connect_ib_network(Bootstrap& bootstrap, const std::string& provider, std::unique_ptr<NetProvider>* out) {
+  if (provider != "ib" && provider != "auto") return Status::kUnavailable;
+#ifdef FERRY_HAVE_IBVERBS
+  IbNetworkOptions options = IbNetworkOptions::from_params();
+  options.asked_for = provider == "ib";
+  options.nearest = nearest_net_ports_here();
+  return make_ib_network(bootstrap, out, options);
+#else
+  (void)bootstrap, (void)out;
+  if (provider == "ib")
+    FERRY_WARN(Transport, "FERRY_NET=ib: this build has no ib provider (no infiniband/verbs.h when it was built)");
+  return Status::kUnavailable;
+#endif
+}
+
 Status NetTransport::connect(Bootstrap& bootstrap, const std::string& provider) {
   if (provider == "socket") return make_socket_network(bootstrap, &provider_);
   if (provider == "ib" || provider == "auto") {
-#ifdef FERRY_HAVE_IBVERBS
-    IbNetworkOptions options = IbNetworkOptions::from_params();
-    options.asked_for = provider == "ib";
-    options.nearest = nearest_net_ports_here();
-    const Status status = make_ib_network(bootstrap, &provider_, options);
+    const Status status = connect_ib_network(bootstrap, provider, &provider_);
     if (ok(status) || provider == "ib") return status;
-#else
-    if (provider == "ib") {
-      FERRY_WARN(Transport, "FERRY_NET=ib: this build has no ib provider (no infiniband/verbs.h when it was built)");
-      return Status::kUnavailable;
-    }
-#endif
   }
   provider_ = bootstrap.open_network();
   if (provider_ || provider != "auto") return provider_ ? Status::kOk : Status::kUnavailable;

@@ -34,6 +34,13 @@ struct NetTraffic {
 };
 NetTraffic net_traffic();
 
+// The ib provider between the bootstrap's ranks where `provider` (as
+// FERRY_NET names it; the same on every rank) chooses it: "ib" asks for it
+// (what stands in the way is reported and returned), "auto" takes it where
+// every rank has a port; kUnavailable for every other provider and where
+// the build has no verbs.
+Status connect_ib_network(Bootstrap& bootstrap, const std::string& provider, std::unique_ptr<NetProvider>* out);
+
 class NetTransport final : public Transport {
  public:
   // chunk_bytes per provider message, chunks_in_flight per message at once.

@@ -18,8 +18,9 @@
  * that a proxy thread of this process drains over the network
  * (ferry/gda_ring.h). Every call reaches other machines, with these
  * limits: a get's destination must be device memory; atomics to another
- * machine (fetch_add, atomic_add, compare_swap) take 64-bit integers; g, fetch_add and
- * compare_swap wait for the target's answer (a network round trip). On
+ * machine (fetch_add, atomic_add, compare_swap) take 64-bit integers; g,
+ * fetch_add and compare_swap wait for the target's answer (a network round
+ * trip). On
  * such a window, atomics on 64-bit integers and signals go through the
  * queue even to this rank (the proxy must be the only writer of the words
  * it updates). reachable() says whether a rank can be reached at all.

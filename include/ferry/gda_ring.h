@@ -24,11 +24,12 @@
 // free, so a later ticket of the same slot never overwrites a value its
 // producer has not taken yet.
 //
-// Memory: the slots, the result slots and the consumer's words live in pinned host memory
-// that the GPU maps (the consumer is a host thread); `tickets` lives where
-// the producers are (device memory for GPU producers). A consumer that gives
-// up (a failed peer, the job ending) sets `failed`; producers waiting for
-// room or completion then return kRingFailed.
+// Memory: the slots, the result slots and the consumer's words live in
+// pinned host memory that the GPU maps (the consumer is a host thread);
+// `tickets` lives where the producers are (device memory for GPU
+// producers). A consumer that gives up (a failed peer, the job ending) sets
+// `failed`; producers waiting for room or completion then return
+// kRingFailed.
 #pragma once
 
 #include <time.h>
