@@ -73,6 +73,16 @@ void print_stats(int rank) {
     std::fprintf(stderr, "ferry stats rank %d: engine bcast algorithm %-10s %10llu\n", rank,
                  bcast_algorithm_info(static_cast<BcastAlgorithm>(a)).name, static_cast<unsigned long long>(calls));
   }
+  // The step across machines of the calls by machine (hierarchy.h).
+  for (TunedCollective collective : {TunedCollective::kAllreduceAcross, TunedCollective::kBcastAcross}) {
+    for (int a = 0; a < static_cast<int>(AcrossAlgorithm::kCount); ++a) {
+      const auto calls = across_choice_count(collective, static_cast<AcrossAlgorithm>(a));
+      if (calls == 0) continue;
+      std::fprintf(stderr, "ferry stats rank %d: across machines %-9s %-6s %10llu\n", rank,
+                   collective == TunedCollective::kBcastAcross ? "bcast" : "allreduce",
+                   across_algorithm_info(static_cast<AcrossAlgorithm>(a)).name, static_cast<unsigned long long>(calls));
+    }
+  }
   const peer::SendCounts sends = peer::send_counts();
   if (sends.straight_blocking + sends.straight_nonblocking + sends.bounced + sends.host_bounced + sends.pushed > 0)
     std::fprintf(stderr,

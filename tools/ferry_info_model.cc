@@ -50,7 +50,9 @@ int print_model(const std::vector<std::size_t>& sizes, const ferry::MachineModel
   std::printf("\ntime of one blocking call in us; busbw in GB/s = 2(n-1)/n * bytes / time (nccl-tests);\n"
               "direct algorithms only where every peer is mapped; %spick = the runtime's choice (not in place%s)\n\n",
               nodes ? "hier: by node (within, across among shard holders, gathered); " : "",
-              nodes ? "; across nodes: hier, or staged through the real MPI below FERRY_NET_MIN_BYTES" : "");
+              nodes ? "; across nodes: hier+ring or hier+tree (the step across nodes), or staged through the real "
+                      "MPI below FERRY_NET_MIN_BYTES"
+                    : "");
   std::printf("%8s %6s %11s %9s %11s %9s ", "bytes", "ranks", "ring us", "busbw", "tree us", "busbw");
   if (nodes) std::printf("%11s %9s ", "hier us", "busbw");
   std::printf("%11s %11s %11s %11s %11s %11s  %-7s %s\n", "ll us", "ll128 us", "oneshot us", "twoshot us",
@@ -70,9 +72,9 @@ int print_model(const std::vector<std::size_t>& sizes, const ferry::MachineModel
       const bool direct = ferry::algorithm_applies(AllreduceAlgorithm::kOneShot, n, machine);
       const char* faster = ring < tree ? "ring" : "tree";
       if (hier >= 0 && hier < std::min(ring, tree)) faster = "hier";
-      const char* pick = direct   ? ferry::algorithm_info(ferry::model_allreduce(n, bytes, false, machine)).name
-                         : hier >= 0 ? ferry::across_nodes_choice(bytes)
-                                     : "-";
+      const std::string pick = direct ? ferry::algorithm_info(ferry::model_allreduce(n, bytes, false, machine)).name
+                               : hier >= 0 ? ferry::across_nodes_choice(bytes, n, machine)
+                                           : "-";
       std::printf("%8s %6d %11.1f %9.2f %11.1f %9.2f ", size_name(bytes).c_str(), n, ring,
                   ferry::allreduce_busbw_gbps(bytes, n, ring), tree, ferry::allreduce_busbw_gbps(bytes, n, tree));
       if (nodes) {
@@ -84,7 +86,7 @@ int print_model(const std::vector<std::size_t>& sizes, const ferry::MachineModel
                   cell(AllreduceAlgorithm::kOneShot, bytes, n).c_str(),
                   cell(AllreduceAlgorithm::kTwoShot, bytes, n).c_str(),
                   cell(AllreduceAlgorithm::kCopyEngine, bytes, n).c_str(),
-                  cell(AllreduceAlgorithm::kCopyPush, bytes, n).c_str(), faster, pick);
+                  cell(AllreduceAlgorithm::kCopyPush, bytes, n).c_str(), faster, pick.c_str());
     }
     std::printf("\n");
   }

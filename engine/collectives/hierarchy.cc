@@ -4,6 +4,7 @@
 
 #include "engine/collectives/algorithms/algorithms.h"
 #include "engine/collectives/call.h"
+#include "engine/collectives/tuner.h"
 #include "engine/common/params.h"
 
 namespace ferry {
@@ -146,12 +147,19 @@ Status hierarchical_allreduce(Communicator& comm, Hierarchy& h, const void* send
     FERRY_CHECK(on_node([&](bool* node_ran) { return allreduce(node, send, recv, count, type, op, true, node_ran); }));
     const int index = h.local_index(comm.rank());
     const std::size_t element = data_type_size(type);
+    // Every rank picks the same step across machines (from the call's
+    // bytes and the largest shard), whether or not it holds a shard.
+    const AcrossAlgorithm across = choose_allreduce_across(tune_rules(), count * element,
+                                                           shard(0, h.shards(), count).size() * element, h.machines());
     if (index < h.shards()) {
-      std::vector<int> ring;
-      for (int m = 0; m < h.machines(); ++m) ring.push_back(h.rank_at(m, index));
+      std::vector<int> holders;
+      for (int m = 0; m < h.machines(); ++m) holders.push_back(h.rank_at(m, index));
       const ElementRange part = shard(index, h.shards(), count);
-      FERRY_CHECK(run_net_ring_allreduce(comm, *comm.net(), ring, where, at(recv, part.begin * element), part.size(),
-                                         type, op));
+      void* mine = at(recv, part.begin * element);
+      FERRY_CHECK(across == AcrossAlgorithm::kTree
+                      ? run_net_tree_allreduce(comm, *comm.net(), holders, where, mine, part.size(), type, op)
+                      : run_net_ring_allreduce(comm, *comm.net(), holders, where, mine, part.size(), type, op));
+      if (index == 0) count_across_run(TunedCollective::kAllreduceAcross, across);
     }
     return gather_shards(node, h.shards(), recv, count, element);
   }();
@@ -172,13 +180,20 @@ Status hierarchical_bcast(Communicator& comm, Hierarchy& h, void* buffer, std::s
   *ran = true;
   const Status local = [&] {
     // The leaders: the root for its machine, the first rank for the others,
-    // chained from the root's machine on.
+    // listed from the root's machine on (a chain, or a tree rooted at the
+    // first).
     const int root_machine = h.machine_of(root);
     auto leader_of = [&](int m) { return m == root_machine ? root : h.rank_at(m, 0); };
-    std::vector<int> chain;
-    for (int i = 0; i < h.machines(); ++i) chain.push_back(leader_of((root_machine + i) % h.machines()));
+    std::vector<int> leaders;
+    for (int i = 0; i < h.machines(); ++i) leaders.push_back(leader_of((root_machine + i) % h.machines()));
     const int leader = leader_of(h.machine_of(comm.rank()));
-    if (leader == comm.rank()) FERRY_CHECK(run_net_chain_bcast(*comm.net(), chain, comm.rank(), buffer, bytes));
+    if (leader == comm.rank()) {
+      const AcrossAlgorithm across = choose_bcast_across(tune_rules(), bytes, h.machines());
+      FERRY_CHECK(across == AcrossAlgorithm::kTree ? run_net_tree_bcast(*comm.net(), leaders, comm.rank(), buffer, bytes)
+                                                   : run_net_chain_bcast(*comm.net(), leaders, comm.rank(), buffer,
+                                                                         bytes));
+      count_across_run(TunedCollective::kBcastAcross, across);
+    }
     return on_node([&](bool* node_ran) {
       return bcast(h.node(), buffer, bytes, h.local_index(leader), true, node_ran);
     });

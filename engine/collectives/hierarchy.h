@@ -6,11 +6,13 @@
 //  - allreduce: an allreduce within each machine; then each of the first S
 //    ranks of every machine (S: the fewest ranks any machine has) allreduces
 //    one S-th of the buffer with the ranks of its index on the other
-//    machines (a ring over the network: every network link busy at once);
+//    machines (a ring over the network, every network link busy at once, or
+//    a double binary tree, fewer steps: the tuner's choice across machines);
 //    then the machine's ranks gather the S shards;
 //  - bcast: the root's machine leader (the root) and every other machine's
-//    leader (its first rank) pass the buffer along a pipelined chain over the
-//    network; then each machine's leader broadcasts it within;
+//    leader (its first rank) pass the buffer along a pipelined chain, or
+//    down a pipelined tree, over the network; then each machine's leader
+//    broadcasts it within;
 //  - alltoallv: every block to or from another machine in flight at once
 //    over the network, the machine's own blocks through its engine.
 // The calls take the place of allreduce(), bcast() and alltoallv()

@@ -220,12 +220,6 @@ double tree_us(std::size_t bytes, int n, const MachineModel& m) {
   return m.launch_us + latency + fill + transfer_us(2.0 * bytes, bw);
 }
 
-// Assumed, not measured with a NIC: a device chunk of the net transport
-// reaches pinned host memory at about PCIe Gen5's achieved rate; only the
-// first and last chunks of a shard are not hidden behind the network.
-constexpr double kHostCopyGbps = 50.0;
-constexpr double kNetChunkBytes = 1 << 20;
-
 // Direct algorithms address every peer's buffer: any number of peers, all
 // mapped (one node, NVLink or PCIe peer access: one_node_only).
 constexpr int kDirectMaxRanks = 0;
@@ -351,35 +345,6 @@ double predict_allreduce_us(AllreduceAlgorithm algorithm, std::size_t bytes, int
   return algorithm_info(algorithm).time_us(bytes, nranks, machine);
 }
 
-double predict_hierarchical_allreduce_us(std::size_t bytes, int nranks, const MachineModel& machine) {
-  const Layout l = layout_of(nranks, machine);
-  if (l.nodes < 2) return -1;
-  // Within a node: the model's own choice on one node of per_node ranks.
-  const MachineModel node{machine.name, machine.description, machine.launch_us, machine.worker_us, machine.intra,
-                          machine.intra, 0};
-  const double within =
-      l.per_node > 1 ? predict_allreduce_us(model_allreduce(l.per_node, bytes, true, node), bytes, l.per_node, node)
-                     : 0;
-  // Across: a ring of l.nodes ranks over one shard; a reduce kernel (launch
-  // and wait) after each of its n-1 reduce-scatter steps.
-  const double shard = double(bytes) / l.per_node;
-  const int n = l.nodes;
-  const double across = 2 * (n - 1) * l.inter.hop_us + (n - 1) * machine.launch_us +
-                        transfer_us(2.0 * (n - 1) / n * shard, l.inter.bandwidth_gbps) +
-                        2 * transfer_us(std::min(shard, kNetChunkBytes), kHostCopyGbps);
-  // The shards gathered: each rank loads the others' from peer memory.
-  const double gather =
-      l.per_node > 1
-          ? machine.launch_us + l.intra.hop_us + transfer_us(double(l.per_node - 1) / l.per_node * bytes,
-                                                             l.intra.bandwidth_gbps)
-          : 0;
-  return within + across + gather;
-}
-
-const char* across_nodes_choice(std::size_t bytes) {
-  return static_cast<std::int64_t>(bytes) < params().net_min_bytes ? "staged" : "hier";
-}
-
 double allreduce_busbw_gbps(std::size_t bytes, int nranks, double time_us) {
   if (nranks < 2 || time_us <= 0) return 0;
   return 2.0 * (nranks - 1) / nranks * double(bytes) / (time_us * 1e3);
@@ -388,11 +353,17 @@ double allreduce_busbw_gbps(std::size_t bytes, int nranks, double time_us) {
 std::vector<TuneRule> parse_tune(const std::string& text, std::vector<std::string>* problems) {
   std::vector<TuneRule> rules;
   if (text.empty()) return rules;
-  std::string names, bcast_names;
+  std::string names, bcast_names, allreduce_across_names, bcast_across_names;
   for (const AlgorithmInfo& info : kAllreduceAlgorithms)
     if (info.implemented) names += std::string(names.empty() ? "" : ", ") + info.name;
   for (const BcastAlgorithmInfo& info : kBcastAlgorithms)
     bcast_names += std::string(bcast_names.empty() ? "" : ", ") + info.name;
+  for (int a = 0; a < static_cast<int>(AcrossAlgorithm::kCount); ++a) {
+    const AcrossAlgorithmInfo& info = across_algorithm_info(static_cast<AcrossAlgorithm>(a));
+    if (info.allreduce)
+      allreduce_across_names += std::string(allreduce_across_names.empty() ? "" : ", ") + info.name;
+    if (info.bcast) bcast_across_names += std::string(bcast_across_names.empty() ? "" : ", ") + info.name;
+  }
   // An entry without a collective continues the one before it:
   // "allreduce:0-64K:oneshot,64K-:copyengine".
   std::string collective;
@@ -403,10 +374,19 @@ std::vector<TuneRule> parse_tune(const std::string& text, std::vector<std::strin
     TuneRule rule{0, ~std::size_t{0}, AllreduceAlgorithm::kCount};
     const bool allreduce = fields.size() == 3 && fields[0] == "allreduce";
     const bool bcast = fields.size() == 3 && fields[0] == "bcast";
-    bool valid = (allreduce || bcast) && range.size() == 2 &&
+    const bool allreduce_across = fields.size() == 3 && fields[0] == "allreduce-across";
+    const bool bcast_across = fields.size() == 3 && fields[0] == "bcast-across";
+    bool valid = (allreduce || bcast || allreduce_across || bcast_across) && range.size() == 2 &&
                  (range[0].empty() || parse_size(range[0], &rule.min_bytes)) &&
                  (range[1].empty() || parse_size(range[1], &rule.max_bytes));
-    if (valid && bcast) {
+    if (valid && (allreduce_across || bcast_across)) {
+      rule.collective = allreduce_across ? TunedCollective::kAllreduceAcross : TunedCollective::kBcastAcross;
+      for (int a = 0; a < static_cast<int>(AcrossAlgorithm::kCount); ++a) {
+        const AcrossAlgorithmInfo& info = across_algorithm_info(static_cast<AcrossAlgorithm>(a));
+        if (fields[2] == info.name && (allreduce_across ? info.allreduce : info.bcast)) rule.across = info.id;
+      }
+      valid = rule.across != AcrossAlgorithm::kCount;
+    } else if (valid && bcast) {
       rule.collective = TunedCollective::kBcast;
       for (const BcastAlgorithmInfo& info : kBcastAlgorithms)
         if (fields[2] == info.name) rule.bcast = info.id;
@@ -424,6 +404,7 @@ std::vector<TuneRule> parse_tune(const std::string& text, std::vector<std::strin
     if (!valid || rule.min_bytes >= rule.max_bytes) {
       problems->push_back("FERRY_TUNE entry '" + entry +
                           "' is not [collective:]MIN-MAX:algorithm (allreduce: " + names + "; bcast: " + bcast_names +
+                          "; allreduce-across: " + allreduce_across_names + "; bcast-across: " + bcast_across_names +
                           ")");
       continue;
     }
@@ -469,8 +450,6 @@ AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_p
   return choose_allreduce(nranks, bytes, any_in_place, rules, default_machine_model());
 }
 
-namespace {
-// FERRY_TUNE, parsed once; its problems warned about once.
 const std::vector<TuneRule>& tune_rules() {
   static const std::vector<TuneRule> rules = [] {
     std::vector<std::string> problems;
@@ -480,7 +459,6 @@ const std::vector<TuneRule>& tune_rules() {
   }();
   return rules;
 }
-}  // namespace
 
 AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_place) {
   const std::vector<TuneRule>& rules = tune_rules();

@@ -79,16 +79,42 @@ double predict_allreduce_us(AllreduceAlgorithm algorithm, std::size_t bytes, int
 double allreduce_busbw_gbps(std::size_t bytes, int nranks, double time_us);
 
 // Ranks spanning nodes (engine/collectives/hierarchy.h) go by machine: an
-// allreduce within each node (the model's choice there), a ring across
-// nodes among the ranks holding the same shard of the buffer (a shard per
-// rank of a node, every NIC busy; each step a reduce kernel, the data
-// through pinned host chunks), the shards gathered within each node.
-// Negative where every rank fits one node.
+// allreduce within each node (the model's choice there), an allreduce
+// across nodes among the ranks holding the same shard of the buffer (a
+// shard per rank of a node, every NIC busy; ring or double binary tree,
+// AcrossAlgorithm, each step a reduce kernel, the data through pinned host
+// chunks), the shards gathered within each node. Negative where every rank
+// fits one node.
 double predict_hierarchical_allreduce_us(std::size_t bytes, int nranks, const MachineModel& machine);
-// What the runtime does with a device allreduce of bytes across nodes:
-// "hier", or "staged" below FERRY_NET_MIN_BYTES (the real MPI serves small
-// calls sooner than the steps by machine, as measured).
-const char* across_nodes_choice(std::size_t bytes);
+// What the runtime does with a device allreduce of bytes on nranks ranks of
+// machine across nodes: "hier+ring" or "hier+tree" (the step across nodes),
+// or "staged" below FERRY_NET_MIN_BYTES (the real MPI serves small calls
+// sooner than the steps by machine, as measured).
+std::string across_nodes_choice(std::size_t bytes, int nranks, const MachineModel& machine);
+
+// The step across machines, among one rank of each: an allreduce (ring or
+// tree) or a bcast among the machines' leaders (chain or tree).
+enum class AcrossAlgorithm : int { kRing, kTree, kChain, kCount };
+
+struct AcrossAlgorithmInfo {
+  AcrossAlgorithm id;
+  const char* name;
+  const char* description;
+  bool allreduce;  // runs the allreduce's step
+  bool bcast;      // runs the bcast's step
+};
+const AcrossAlgorithmInfo& across_algorithm_info(AcrossAlgorithm algorithm);
+
+// Predicted time of the step across `machines` machines over machine's
+// network links: an allreduce of shard bytes, a bcast of bytes. Negative
+// where the algorithm does not run that collective.
+double predict_across_allreduce_us(AcrossAlgorithm algorithm, std::size_t shard_bytes, int machines,
+                                   const MachineModel& machine);
+double predict_across_bcast_us(AcrossAlgorithm algorithm, std::size_t bytes, int machines,
+                               const MachineModel& machine);
+// The faster by the model (ties: ring, chain).
+AcrossAlgorithm model_allreduce_across(std::size_t shard_bytes, int machines, const MachineModel& machine);
+AcrossAlgorithm model_bcast_across(std::size_t bytes, int machines, const MachineModel& machine);
 
 // How a bcast moves the root's buffer (collectives.cc). Without a FERRY_TUNE
 // rule the engine decides by size, as measured on 2x H200 (no model yet).
@@ -101,23 +127,40 @@ struct BcastAlgorithmInfo {
 };
 const BcastAlgorithmInfo& bcast_algorithm_info(BcastAlgorithm algorithm);
 
-// The collectives FERRY_TUNE names.
-enum class TunedCollective : int { kAllreduce, kBcast };
+// The collectives FERRY_TUNE names; the -across ones are the step across
+// machines of a call by machine, by the whole call's bytes.
+enum class TunedCollective : int { kAllreduce, kBcast, kAllreduceAcross, kBcastAcross };
 
 // One FERRY_TUNE rule: sizes in [min_bytes, max_bytes) of the collective
-// use algorithm (an allreduce) or bcast (a bcast).
+// use algorithm (an allreduce), bcast (a bcast) or across (a step across
+// machines).
 struct TuneRule {
   std::size_t min_bytes;
   std::size_t max_bytes;
   AllreduceAlgorithm algorithm;
   TunedCollective collective = TunedCollective::kAllreduce;
   BcastAlgorithm bcast = BcastAlgorithm::kCount;
+  AcrossAlgorithm across = AcrossAlgorithm::kCount;
 };
 
-// Parses "allreduce:LO-HI:name,...,bcast:LO-HI:name,..." (sizes with K/M/G,
-// HI empty = no limit). Malformed entries, and entries naming a model-only
-// algorithm, are skipped and described in problems.
+// Parses "allreduce:LO-HI:name,...,bcast:LO-HI:name,...,
+// allreduce-across:LO-HI:ring|tree,bcast-across:LO-HI:chain|tree" (sizes
+// with K/M/G, HI empty = no limit). Malformed entries, and entries naming a
+// model-only algorithm, are skipped and described in problems.
 std::vector<TuneRule> parse_tune(const std::string& text, std::vector<std::string>* problems);
+// FERRY_TUNE, parsed once (its problems warned about once).
+const std::vector<TuneRule>& tune_rules();
+
+// The step across machines for a call of bytes among machines machines
+// (shard_bytes of it crossing in an allreduce): FERRY_TUNE's rule, else the
+// model's choice on the multinode machine. Every rank computes the same
+// answer from the same inputs. Logged at trace level.
+AcrossAlgorithm choose_allreduce_across(const std::vector<TuneRule>& rules, std::size_t bytes,
+                                        std::size_t shard_bytes, int machines);
+AcrossAlgorithm choose_bcast_across(const std::vector<TuneRule>& rules, std::size_t bytes, int machines);
+// FERRY_STATS: a step across machines ran, and the calls per algorithm.
+void count_across_run(TunedCollective collective, AcrossAlgorithm algorithm);
+std::uint64_t across_choice_count(TunedCollective collective, AcrossAlgorithm algorithm);
 
 // FERRY_TUNE's bcast algorithm for a call of bytes; kCount when no rule
 // names one (the engine's own choice). Logs the rule's choice at trace level.

@@ -18,9 +18,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::vector<ferry::TuneRule> rules = ferry::parse_tune(text, &problems);
   for (const ferry::TuneRule& rule : rules) {
     if (rule.min_bytes >= rule.max_bytes) std::abort();
-    const bool allreduce = rule.collective == ferry::TunedCollective::kAllreduce;
-    if (allreduce && !(rule.algorithm < AllreduceAlgorithm::kCount)) std::abort();
-    if (!allreduce && !(rule.bcast < BcastAlgorithm::kCount)) std::abort();
+    switch (rule.collective) {
+      case ferry::TunedCollective::kAllreduce:
+        if (!(rule.algorithm < AllreduceAlgorithm::kCount)) std::abort();
+        break;
+      case ferry::TunedCollective::kBcast:
+        if (!(rule.bcast < BcastAlgorithm::kCount)) std::abort();
+        break;
+      default:
+        if (!(rule.across < ferry::AcrossAlgorithm::kCount)) std::abort();
+    }
   }
   for (const std::string& problem : problems)
     if (problem.empty()) std::abort();
@@ -32,6 +39,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (!(ferry::choose_allreduce(nranks, bytes, true, rules) < AllreduceAlgorithm::kCount)) std::abort();
     }
     if (ferry::tuned_bcast(rules, bytes) > BcastAlgorithm::kCount) std::abort();
+    for (int machines : {2, 3, 4096}) {
+      if (!(ferry::choose_allreduce_across(rules, bytes, bytes / 2, machines) < ferry::AcrossAlgorithm::kCount))
+        std::abort();
+      if (!(ferry::choose_bcast_across(rules, bytes, machines) < ferry::AcrossAlgorithm::kCount)) std::abort();
+    }
   }
   return 0;
 }

@@ -50,6 +50,29 @@ foreach(case 2x2:world:MPI_Allreduce:engine 2x2:world:MPI_Bcast:engine 2x2:world
                      EXPECT "${expect}")
   list(APPEND suite_tests ${name})
 endforeach()
+# The step across machines down double binary trees (FERRY_TUNE), in small
+# pieces so that each shard's pieces cycle through the receive slots; the
+# stats name the step each call took. <ranks a node>x<nodes>:<collective
+# the stats line names>:<network provider>.
+foreach(case 1x3:allreduce:mpi 1x3:bcast:mpi 1x4:allreduce:mpi 1x4:bcast:socket 2x3:allreduce:mpi
+             1x5:allreduce:socket 1x5:bcast:mpi)
+  string(REPLACE ":" ";" parts ${case})
+  list(GET parts 0 shape)
+  list(GET parts 1 collective)
+  list(GET parts 2 provider)
+  string(REPLACE "x" ";" sizes ${shape})
+  list(GET sizes 0 per_node)
+  list(GET sizes 1 nodes)
+  math(EXPR ranks "${per_node} * ${nodes}")
+  set(name mpi_suite.virtual_nodes.${shape}.world.tree_${collective}.${provider})
+  ferry_add_mpi_test(NAME ${name} NP ${ranks}
+                     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_virtual_nodes> world
+                     ENV FERRY_STATS=1 FERRY_SUITE_RANKS_PER_NODE=${per_node} FERRY_NET_MIN_BYTES=0
+                         FERRY_NET=${provider} FERRY_NET_CHUNK_BYTES=65536
+                         FERRY_TUNE=allreduce-across:0-:tree,bcast-across:0-:tree
+                     EXPECT "ferry stats rank 0: across machines ${collective} +tree +[1-9][0-9]*")
+  list(APPEND suite_tests ${name})
+endforeach()
 # Machines of two sizes (2 ranks and 1): the shards are the smaller's.
 ferry_add_mpi_test(NAME mpi_suite.virtual_nodes.uneven.world NP 3
                    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_virtual_nodes> world

@@ -210,8 +210,56 @@ TEST(TunerModel, ByNodeAcrossNodesOnlyAndWinsAtLargeSizes) {
     EXPECT_LT(hier, predict_hierarchical_allreduce_us(GiB, 2 * n, *multinode)) << n;
   }
   // The runtime stages small calls across nodes (FERRY_NET_MIN_BYTES).
-  EXPECT_STREQ(across_nodes_choice(8), "staged");
-  EXPECT_STREQ(across_nodes_choice(GiB), "hier");
+  EXPECT_EQ(across_nodes_choice(8, 16, *multinode), "staged");
+  EXPECT_EQ(across_nodes_choice(GiB, 16, *multinode), "hier+ring");
+  EXPECT_EQ(across_nodes_choice(8 * MiB, 4096, *multinode), "hier+tree");
+}
+
+// Across machines: between two machines a ring's (chain's) steps are as
+// few as a tree's and it moves less, so ring and chain; across many, the
+// tree's log2 steps win; across three, the tree for latency-bound shards
+// and the ring once the tree's extra traffic and reduce per piece cost
+// more than the ring's extra steps.
+TEST(TunerModel, AcrossMachinesRingOrTreeBySizeAndMachines) {
+  const MachineModel& multinode = *find_machine_model("multinode");
+  for (std::size_t shard : {std::size_t{8}, 64 * KiB, 16 * MiB, GiB}) {
+    EXPECT_EQ(model_allreduce_across(shard, 2, multinode), AcrossAlgorithm::kRing) << shard;
+    EXPECT_EQ(model_bcast_across(shard, 2, multinode), AcrossAlgorithm::kChain) << shard;
+    EXPECT_EQ(model_allreduce_across(shard, 512, multinode), AcrossAlgorithm::kTree) << shard;
+  }
+  EXPECT_EQ(model_allreduce_across(64 * KiB, 3, multinode), AcrossAlgorithm::kTree);
+  EXPECT_EQ(model_allreduce_across(256 * MiB, 3, multinode), AcrossAlgorithm::kRing);
+  EXPECT_EQ(model_bcast_across(MiB, 512, multinode), AcrossAlgorithm::kTree);
+  EXPECT_EQ(model_bcast_across(GiB, 3, multinode), AcrossAlgorithm::kChain);
+  // Each algorithm prices only the collective it runs.
+  EXPECT_LT(predict_across_allreduce_us(AcrossAlgorithm::kChain, MiB, 4, multinode), 0);
+  EXPECT_LT(predict_across_bcast_us(AcrossAlgorithm::kRing, MiB, 4, multinode), 0);
+  for (int a = 0; a < static_cast<int>(AcrossAlgorithm::kCount); ++a) {
+    const AcrossAlgorithmInfo& info = across_algorithm_info(static_cast<AcrossAlgorithm>(a));
+    EXPECT_EQ(static_cast<int>(info.id), a);
+    EXPECT_NE(std::string(info.description), "");
+    EXPECT_TRUE(info.allreduce || info.bcast) << info.name;
+  }
+}
+
+// FERRY_TUNE's -across rules choose the step across machines by the whole
+// call's bytes; each names only its collective's algorithms.
+TEST(Tuner, AcrossRulesOverrideTheModel) {
+  std::vector<std::string> problems;
+  const auto rules = parse_tune("allreduce-across:0-1M:ring,1M-:tree,bcast-across:0-:tree", &problems);
+  EXPECT_TRUE(problems.empty());
+  ASSERT_EQ(rules.size(), 3u);
+  EXPECT_EQ(rules[1].collective, TunedCollective::kAllreduceAcross);
+  EXPECT_EQ(choose_allreduce_across(rules, 8, 8, 512), AcrossAlgorithm::kRing);
+  EXPECT_EQ(choose_allreduce_across(rules, 4 * MiB, 2 * MiB, 2), AcrossAlgorithm::kTree);
+  EXPECT_EQ(choose_bcast_across(rules, GiB, 2), AcrossAlgorithm::kTree);
+  EXPECT_EQ(choose_allreduce_across({}, 4 * MiB, 2 * MiB, 2), AcrossAlgorithm::kRing);
+  // They leave the calls within a machine alone.
+  EXPECT_EQ(tuned_bcast(rules, 8), BcastAlgorithm::kCount);
+  EXPECT_EQ(choose_allreduce(4, 8, false, rules), choose_allreduce(4, 8, false, {}));
+  parse_tune("allreduce-across:0-:chain,bcast-across:0-:ring,allreduce-across:0-:oneshot", &problems);
+  ASSERT_EQ(problems.size(), 3u);
+  EXPECT_NE(problems[0].find("allreduce-across: ring, tree"), std::string::npos) << problems[0];
 }
 
 TEST(TunerModel, DirectAlgorithmsOnlyWhereEveryPeerIsMapped) {
