@@ -197,43 +197,47 @@ list(APPEND suite_tests mpi_suite.net_messages.virtual_2x2.without_net.np4 mpi_s
 
 # The device API's handle on a window across machines (one rank a node):
 # the GDA queue to the other ranks, driven from the host as the emulated
-# device's kernels would (tests/gpu drives it from kernels).
+# device's kernels would (tests/gpu drives it from kernels). Only
+# there: a GPU's queue counts its tickets in device memory, which the host
+# cannot post into.
 add_executable(mpi_suite_rma_device_across rma_device_across.cc)
 target_link_libraries(mpi_suite_rma_device_across PRIVATE ferry_mpi_suite)
 target_include_directories(mpi_suite_rma_device_across PRIVATE ${PROJECT_SOURCE_DIR}/include)
-foreach(ranks 2 3)
-  ferry_add_mpi_test(NAME mpi_suite.virtual_nodes.rma_device_across.np${ranks} NP ${ranks}
+if(FERRY_MPI_TEST_DEVICE STREQUAL "emulated")
+  foreach(ranks 2 3)
+    ferry_add_mpi_test(NAME mpi_suite.virtual_nodes.rma_device_across.np${ranks} NP ${ranks}
+                       COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_rma_device_across>
+                       ENV FERRY_SUITE_RANKS_PER_NODE=1)
+    list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.np${ranks})
+  endforeach()
+  # Two nodes of two ranks: the ranks of one node map each other's memory
+  # beside the queue to the other node's.
+  ferry_add_mpi_test(NAME mpi_suite.virtual_nodes.rma_device_across.2x2.np4 NP 4
                      COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_rma_device_across>
-                     ENV FERRY_SUITE_RANKS_PER_NODE=1)
-  list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.np${ranks})
-endforeach()
-# Two nodes of two ranks: the ranks of one node map each other's memory
-# beside the queue to the other node's.
-ferry_add_mpi_test(NAME mpi_suite.virtual_nodes.rma_device_across.2x2.np4 NP 4
-                   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_rma_device_across>
-                   ENV FERRY_SUITE_RANKS_PER_NODE=2)
-list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.2x2.np4)
-# The handle of a window whose host calls use the queue too: the window's own.
-ferry_add_mpi_test(NAME mpi_suite.virtual_nodes.rma_device_across.queue.2x2.np4 NP 4
-                   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_rma_device_across>
-                   ENV FERRY_SUITE_RANKS_PER_NODE=2 FERRY_RMA_ACROSS=queue)
-list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.queue.2x2.np4)
-# A rank of such a window killed (SIGKILL, the launcher keeping the job):
-# the survivor's GDA queue fails, quiet returns, and MPI_Win_fence names
-# the lost peer within 10 s.
-add_test(NAME mpi_suite.virtual_nodes.rma_device_across.peer_dies.np2
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/killed_peer_test.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:ferry>
-                 $<TARGET_FILE:mpi_suite_rma_device_across> ${FERRY_MPI_TEST_DEVICE} ${FERRY_MPIEXEC_FLAGS})
-set_tests_properties(mpi_suite.virtual_nodes.rma_device_across.peer_dies.np2 PROPERTIES
-  TIMEOUT 90 PROCESSORS 2
-  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;KILLED_PEER_WHEN=peer_dies;KILLED_PEER_CALL=MPI_Win_fence;KILLED_PEER_WRAPPER=${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh")
-list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.peer_dies.np2)
-# The same where the window's host calls use the queue too: the fence
-# returns the error from the failed queue instead of entering the real MPI.
-add_test(NAME mpi_suite.virtual_nodes.rma_device_across.peer_dies.queue.np2
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/killed_peer_test.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:ferry>
-                 $<TARGET_FILE:mpi_suite_rma_device_across> ${FERRY_MPI_TEST_DEVICE} ${FERRY_MPIEXEC_FLAGS})
-set_tests_properties(mpi_suite.virtual_nodes.rma_device_across.peer_dies.queue.np2 PROPERTIES
-  TIMEOUT 90 PROCESSORS 2
-  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;KILLED_PEER_WHEN=peer_dies;KILLED_PEER_CALL=MPI_Win_fence;KILLED_PEER_WRAPPER=${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh;FERRY_RMA_ACROSS=queue")
-list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.peer_dies.queue.np2)
+                     ENV FERRY_SUITE_RANKS_PER_NODE=2)
+  list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.2x2.np4)
+  # The handle of a window whose host calls use the queue too: the window's own.
+  ferry_add_mpi_test(NAME mpi_suite.virtual_nodes.rma_device_across.queue.2x2.np4 NP 4
+                     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_rma_device_across>
+                     ENV FERRY_SUITE_RANKS_PER_NODE=2 FERRY_RMA_ACROSS=queue)
+  list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.queue.2x2.np4)
+  # A rank of such a window killed (SIGKILL, the launcher keeping the job):
+  # the survivor's GDA queue fails, quiet returns, and MPI_Win_fence names
+  # the lost peer within 10 s.
+  add_test(NAME mpi_suite.virtual_nodes.rma_device_across.peer_dies.np2
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/killed_peer_test.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:ferry>
+                   $<TARGET_FILE:mpi_suite_rma_device_across> ${FERRY_MPI_TEST_DEVICE} ${FERRY_MPIEXEC_FLAGS})
+  set_tests_properties(mpi_suite.virtual_nodes.rma_device_across.peer_dies.np2 PROPERTIES
+    TIMEOUT 90 PROCESSORS 2
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;KILLED_PEER_WHEN=peer_dies;KILLED_PEER_CALL=MPI_Win_fence;KILLED_PEER_WRAPPER=${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh")
+  list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.peer_dies.np2)
+  # The same where the window's host calls use the queue too: the fence
+  # returns the error from the failed queue instead of entering the real MPI.
+  add_test(NAME mpi_suite.virtual_nodes.rma_device_across.peer_dies.queue.np2
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/killed_peer_test.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:ferry>
+                   $<TARGET_FILE:mpi_suite_rma_device_across> ${FERRY_MPI_TEST_DEVICE} ${FERRY_MPIEXEC_FLAGS})
+  set_tests_properties(mpi_suite.virtual_nodes.rma_device_across.peer_dies.queue.np2 PROPERTIES
+    TIMEOUT 90 PROCESSORS 2
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;KILLED_PEER_WHEN=peer_dies;KILLED_PEER_CALL=MPI_Win_fence;KILLED_PEER_WRAPPER=${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh;FERRY_RMA_ACROSS=queue")
+  list(APPEND suite_tests mpi_suite.virtual_nodes.rma_device_across.peer_dies.queue.np2)
+endif()
