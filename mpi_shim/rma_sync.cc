@@ -165,11 +165,11 @@ int handle_Win_unlock(int rank, MPI_Win win) {
     const int real_rc = complete_host_staged(win, rank, PMPI_Win_unlock(rank, win));
     return rc != MPI_SUCCESS ? rc : real_rc;
   }, [&]() -> int {
-    auto unlock = [&] {
-      if (const int rc = quiet_across(win); rc != MPI_SUCCESS) return rc;
-      return complete_host_staged(win, rank, PMPI_Win_unlock(rank, win));
-    };
-    return rank == rank_in_window(win) ? sync_across(win, unlock) : unlock();
+    auto unlock = [&] { return complete_host_staged(win, rank, PMPI_Win_unlock(rank, win)); };
+    // Its own rank: the window's copies reconciled, or its queue quieted.
+    if (rank == rank_in_window(win)) return sync_across(win, unlock);
+    if (const int rc = quiet_across(win); rc != MPI_SUCCESS) return rc;
+    return unlock();
   });
 }
 
