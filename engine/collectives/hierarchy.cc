@@ -1,6 +1,7 @@
 #include "engine/collectives/hierarchy.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "engine/collectives/algorithms/algorithms.h"
 #include "engine/collectives/call.h"
@@ -53,9 +54,64 @@ Status Hierarchy::create(Communicator& comm, std::unique_ptr<Hierarchy>* out) {
 
 namespace {
 
-// The net transport's tag for alltoallv blocks (algorithms/net.cc has the
-// others).
+// The net transport's tags for alltoallv blocks and the network's timing
+// (algorithms/net.cc has the others).
 constexpr int kNetAlltoallvTag = 3;
+constexpr int kNetTimingTag = 7;
+
+// The network's timing: 8-byte round trips (the median, after a few to
+// warm up) and 4 MiB messages each answered by 8 bytes (the fastest), in
+// host memory, the provider's own path: the device copies that every
+// algorithm adds alike are priced apart (tuner_across.cc).
+constexpr int kWarmRoundTrips = 5;
+constexpr int kTimedRoundTrips = 31;
+constexpr std::size_t kTimedMessageBytes = std::size_t{4} << 20;
+constexpr int kTimedMessages = 3;
+
+// Rank a times, rank b answers; the figures on a.
+Status time_network(NetTransport& net, int me, int a, int b, double* hop_us, double* gbps) {
+  const bool timer = me == a;
+  const int peer = timer ? b : a;
+  const auto deadline = handshake_deadline();
+  std::vector<char> small(8, 0), large(kTimedMessageBytes, 1);
+  // The timer sends bytes of large and waits for 8 back; the other side
+  // the reverse. Microseconds on the timer.
+  auto round_trip = [&](std::size_t bytes, double* us) -> Status {
+    Completion sent, received;
+    const auto start = std::chrono::steady_clock::now();
+    if (timer) {
+      FERRY_CHECK(net.post_recv(peer, small.data(), small.size(), kNetTimingTag, &received));
+      FERRY_CHECK(net.post_send(peer, large.data(), bytes, kNetTimingTag, &sent));
+      FERRY_CHECK(net.wait_all({&sent, &received}, deadline));
+    } else {
+      FERRY_CHECK(net.post_recv(peer, large.data(), bytes, kNetTimingTag, &received));
+      FERRY_CHECK(net.wait_all({&received}, deadline));
+      FERRY_CHECK(net.post_send(peer, small.data(), small.size(), kNetTimingTag, &sent));
+      FERRY_CHECK(net.wait_all({&sent}, deadline));
+    }
+    *us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    return Status::kOk;
+  };
+  std::vector<double> trips;
+  for (int i = 0; i < kWarmRoundTrips + kTimedRoundTrips; ++i) {
+    double us = 0;
+    FERRY_CHECK(round_trip(8, &us));
+    if (i >= kWarmRoundTrips) trips.push_back(us);
+  }
+  std::nth_element(trips.begin(), trips.begin() + trips.size() / 2, trips.end());
+  const double trip_us = trips[trips.size() / 2];
+  double fastest_us = 0;
+  for (int i = 0; i < kTimedMessages; ++i) {
+    double us = 0;
+    FERRY_CHECK(round_trip(kTimedMessageBytes, &us));
+    fastest_us = i == 0 ? us : std::min(fastest_us, us);
+  }
+  *hop_us = trip_us / 2;
+  // The answer's trip back is not the large message's.
+  const double moving_us = fastest_us > trip_us ? fastest_us - trip_us / 2 : fastest_us;
+  *gbps = double(kTimedMessageBytes) / (moving_us * 1e3);
+  return Status::kOk;
+}
 
 // Below FERRY_NET_MIN_BYTES the steps by machine (each a copy to or from
 // the device and a network message) take longer than staging the whole
@@ -128,6 +184,31 @@ Status gather_shards(Communicator& node, int shards, void* buffer, std::size_t c
 
 }  // namespace
 
+Status Hierarchy::network(Communicator& comm, LinkCost* out) {
+  if (!network_measured_) {
+    // The first two machines' leaders time it; every rank takes their
+    // figures, or the model's assumed network where the timing failed.
+    const int a = rank_at(0, 0), b = rank_at(1, 0), me = comm.rank();
+    double mine[2] = {0, 0};
+    if (me == a || me == b) {
+      const Status timed = time_network(*comm.net(), me, a, b, &mine[0], &mine[1]);
+      if (!ok(timed)) FERRY_WARN(Coll, "timing the network between machines failed: %s", status_name(timed));
+    }
+    std::vector<double> all(2 * static_cast<std::size_t>(comm.size()));
+    FERRY_CHECK(comm.bootstrap().allgather(mine, all.data(), sizeof mine));
+    network_ = link_cost(LinkKind::kNet);
+    if (all[2 * a] > 0 && all[2 * a + 1] > 0) {
+      network_.hop_us = all[2 * a];
+      network_.bandwidth_gbps = all[2 * a + 1];
+    }
+    network_measured_ = true;
+    FERRY_INFO(Coll, "the network between machines, as priced: %.2f us a hop, %.2f GB/s (%s)", network_.hop_us,
+               network_.bandwidth_gbps, all[2 * a] > 0 ? "timed" : "assumed");
+  }
+  *out = network_;
+  return Status::kOk;
+}
+
 Status hierarchical_allreduce(Communicator& comm, Hierarchy& h, const void* send, void* recv, std::size_t count,
                               DataType type, ReduceOp op, bool eligible, bool* ran) {
   *ran = false;
@@ -148,9 +229,13 @@ Status hierarchical_allreduce(Communicator& comm, Hierarchy& h, const void* send
     const int index = h.local_index(comm.rank());
     const std::size_t element = data_type_size(type);
     // Every rank picks the same step across machines (from the call's
-    // bytes and the largest shard), whether or not it holds a shard.
-    const AcrossAlgorithm across = choose_allreduce_across(tune_rules(), count * element,
-                                                           shard(0, h.shards(), count).size() * element, h.machines());
+    // bytes, the largest shard and the network), whether or not it holds a
+    // shard. Between two machines the ring wins at any price.
+    LinkCost network = link_cost(LinkKind::kNet);
+    if (h.machines() > 2) FERRY_CHECK(h.network(comm, &network));
+    const AcrossAlgorithm across =
+        choose_allreduce_across(tune_rules(), count * element, shard(0, h.shards(), count).size() * element,
+                                h.machines(), network);
     if (index < h.shards()) {
       std::vector<int> holders;
       for (int m = 0; m < h.machines(); ++m) holders.push_back(h.rank_at(m, index));
@@ -187,8 +272,11 @@ Status hierarchical_bcast(Communicator& comm, Hierarchy& h, void* buffer, std::s
     std::vector<int> leaders;
     for (int i = 0; i < h.machines(); ++i) leaders.push_back(leader_of((root_machine + i) % h.machines()));
     const int leader = leader_of(h.machine_of(comm.rank()));
+    // Between two machines the chain wins at any price.
+    LinkCost network = link_cost(LinkKind::kNet);
+    if (h.machines() > 2) FERRY_CHECK(h.network(comm, &network));
     if (leader == comm.rank()) {
-      const AcrossAlgorithm across = choose_bcast_across(tune_rules(), bytes, h.machines());
+      const AcrossAlgorithm across = choose_bcast_across(tune_rules(), bytes, h.machines(), network);
       FERRY_CHECK(across == AcrossAlgorithm::kTree ? run_net_tree_bcast(*comm.net(), leaders, comm.rank(), buffer, bytes)
                                                    : run_net_chain_bcast(*comm.net(), leaders, comm.rank(), buffer,
                                                                          bytes));

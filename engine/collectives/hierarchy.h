@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/collectives/communicator.h"
+#include "engine/collectives/tuner.h"
 #include "engine/common/types.h"
 
 namespace ferry {
@@ -47,6 +48,11 @@ class Hierarchy {
   int machine_size(int machine) const { return static_cast<int>(members_[machine].size()); }
   // The shards an allreduce splits into: the fewest ranks any machine has.
   int shards() const { return shards_; }
+  // The network between machines as the tuner prices it (tuner.h): one
+  // hop's latency and a large message's bandwidth, timed between the first
+  // two machines' leaders over comm's net transport at the first call that
+  // asks, the same on every rank. Collective over comm.
+  Status network(Communicator& comm, LinkCost* out);
 
  private:
   Hierarchy() = default;
@@ -56,6 +62,8 @@ class Hierarchy {
   std::vector<int> local_index_;
   std::vector<std::vector<int>> members_;  // by machine, in rank order
   int shards_ = 1;
+  bool network_measured_ = false;
+  LinkCost network_{};
 };
 
 Status hierarchical_allreduce(Communicator& comm, Hierarchy& hierarchy, const void* send, void* recv,

@@ -112,9 +112,14 @@ double predict_across_allreduce_us(AcrossAlgorithm algorithm, std::size_t shard_
                                    const MachineModel& machine);
 double predict_across_bcast_us(AcrossAlgorithm algorithm, std::size_t bytes, int machines,
                                const MachineModel& machine);
-// The faster by the model (ties: ring, chain).
+// The faster by the model (ties: ring, chain), over machine's network
+// links or the given network (a measured one).
 AcrossAlgorithm model_allreduce_across(std::size_t shard_bytes, int machines, const MachineModel& machine);
+AcrossAlgorithm model_allreduce_across(std::size_t shard_bytes, int machines, const MachineModel& machine,
+                                       const LinkCost& network);
 AcrossAlgorithm model_bcast_across(std::size_t bytes, int machines, const MachineModel& machine);
+AcrossAlgorithm model_bcast_across(std::size_t bytes, int machines, const MachineModel& machine,
+                                   const LinkCost& network);
 
 // How a bcast moves the root's buffer (collectives.cc). Without a FERRY_TUNE
 // rule the engine decides by size, as measured on 2x H200 (no model yet).
@@ -153,11 +158,13 @@ const std::vector<TuneRule>& tune_rules();
 
 // The step across machines for a call of bytes among machines machines
 // (shard_bytes of it crossing in an allreduce): FERRY_TUNE's rule, else the
-// model's choice on the multinode machine. Every rank computes the same
-// answer from the same inputs. Logged at trace level.
+// model's choice on the multinode machine over network (as measured:
+// Hierarchy::network). Every rank computes the same answer from the same
+// inputs. Logged at trace level.
 AcrossAlgorithm choose_allreduce_across(const std::vector<TuneRule>& rules, std::size_t bytes,
-                                        std::size_t shard_bytes, int machines);
-AcrossAlgorithm choose_bcast_across(const std::vector<TuneRule>& rules, std::size_t bytes, int machines);
+                                        std::size_t shard_bytes, int machines, const LinkCost& network);
+AcrossAlgorithm choose_bcast_across(const std::vector<TuneRule>& rules, std::size_t bytes, int machines,
+                                    const LinkCost& network);
 // FERRY_STATS: a step across machines ran, and the calls per algorithm.
 void count_across_run(TunedCollective collective, AcrossAlgorithm algorithm);
 std::uint64_t across_choice_count(TunedCollective collective, AcrossAlgorithm algorithm);

@@ -66,6 +66,25 @@ double tree_bcast_us(double bytes, int n, const LinkCost& net) {
          (depth - 1) * transfer_us(std::min(bytes, kNetChunkBytes), net.bandwidth_gbps) + host_copies_us(bytes);
 }
 
+double allreduce_across_us(AcrossAlgorithm algorithm, double shard, int machines, const MachineModel& m,
+                           const LinkCost& net) {
+  if (machines < 2) return 0;
+  switch (algorithm) {
+    case AcrossAlgorithm::kRing: return ring_allreduce_us(shard, machines, m, net);
+    case AcrossAlgorithm::kTree: return tree_allreduce_us(shard, machines, m, net);
+    default: return -1;
+  }
+}
+
+double bcast_across_us(AcrossAlgorithm algorithm, double bytes, int machines, const LinkCost& net) {
+  if (machines < 2) return 0;
+  switch (algorithm) {
+    case AcrossAlgorithm::kChain: return chain_bcast_us(bytes, machines, net);
+    case AcrossAlgorithm::kTree: return tree_bcast_us(bytes, machines, net);
+    default: return -1;
+  }
+}
+
 constexpr AcrossAlgorithmInfo kAcrossAlgorithms[] = {
     {AcrossAlgorithm::kRing, "ring",
      "the shard holders of every machine reduce-scatter then allgather around a ring: 2(n-1) network steps, every "
@@ -107,36 +126,34 @@ const AcrossAlgorithmInfo& across_algorithm_info(AcrossAlgorithm algorithm) {
 
 double predict_across_allreduce_us(AcrossAlgorithm algorithm, std::size_t shard_bytes, int machines,
                                    const MachineModel& machine) {
-  if (machines < 2) return 0;
-  const LinkCost& net = link_cost(machine.inter);
-  switch (algorithm) {
-    case AcrossAlgorithm::kRing: return ring_allreduce_us(double(shard_bytes), machines, machine, net);
-    case AcrossAlgorithm::kTree: return tree_allreduce_us(double(shard_bytes), machines, machine, net);
-    default: return -1;
-  }
+  return allreduce_across_us(algorithm, double(shard_bytes), machines, machine, link_cost(machine.inter));
 }
 
 double predict_across_bcast_us(AcrossAlgorithm algorithm, std::size_t bytes, int machines,
                                const MachineModel& machine) {
-  if (machines < 2) return 0;
-  const LinkCost& net = link_cost(machine.inter);
-  switch (algorithm) {
-    case AcrossAlgorithm::kChain: return chain_bcast_us(double(bytes), machines, net);
-    case AcrossAlgorithm::kTree: return tree_bcast_us(double(bytes), machines, net);
-    default: return -1;
-  }
+  return bcast_across_us(algorithm, double(bytes), machines, link_cost(machine.inter));
 }
 
 AcrossAlgorithm model_allreduce_across(std::size_t shard_bytes, int machines, const MachineModel& machine) {
-  return predict_across_allreduce_us(AcrossAlgorithm::kTree, shard_bytes, machines, machine) <
-                 predict_across_allreduce_us(AcrossAlgorithm::kRing, shard_bytes, machines, machine)
+  return model_allreduce_across(shard_bytes, machines, machine, link_cost(machine.inter));
+}
+
+AcrossAlgorithm model_allreduce_across(std::size_t shard_bytes, int machines, const MachineModel& machine,
+                                       const LinkCost& network) {
+  const double shard = double(shard_bytes);
+  return allreduce_across_us(AcrossAlgorithm::kTree, shard, machines, machine, network) <
+                 allreduce_across_us(AcrossAlgorithm::kRing, shard, machines, machine, network)
              ? AcrossAlgorithm::kTree
              : AcrossAlgorithm::kRing;
 }
 
 AcrossAlgorithm model_bcast_across(std::size_t bytes, int machines, const MachineModel& machine) {
-  return predict_across_bcast_us(AcrossAlgorithm::kTree, bytes, machines, machine) <
-                 predict_across_bcast_us(AcrossAlgorithm::kChain, bytes, machines, machine)
+  return model_bcast_across(bytes, machines, machine, link_cost(machine.inter));
+}
+
+AcrossAlgorithm model_bcast_across(std::size_t bytes, int machines, const MachineModel&, const LinkCost& network) {
+  return bcast_across_us(AcrossAlgorithm::kTree, double(bytes), machines, network) <
+                 bcast_across_us(AcrossAlgorithm::kChain, double(bytes), machines, network)
              ? AcrossAlgorithm::kTree
              : AcrossAlgorithm::kChain;
 }
@@ -172,19 +189,20 @@ std::string across_nodes_choice(std::size_t bytes, int nranks, const MachineMode
 }
 
 AcrossAlgorithm choose_allreduce_across(const std::vector<TuneRule>& rules, std::size_t bytes,
-                                        std::size_t shard_bytes, int machines) {
+                                        std::size_t shard_bytes, int machines, const LinkCost& network) {
   AcrossAlgorithm choice = tuned_across(rules, TunedCollective::kAllreduceAcross, bytes);
   const bool from_rule = choice != AcrossAlgorithm::kCount;
-  if (!from_rule) choice = model_allreduce_across(shard_bytes, machines, network_model());
+  if (!from_rule) choice = model_allreduce_across(shard_bytes, machines, network_model(), network);
   FERRY_TRACE(Coll, "allreduce of %zu bytes across %d machines: %s (%s)", bytes, machines,
               across_algorithm_info(choice).name, from_rule ? "FERRY_TUNE" : "model");
   return choice;
 }
 
-AcrossAlgorithm choose_bcast_across(const std::vector<TuneRule>& rules, std::size_t bytes, int machines) {
+AcrossAlgorithm choose_bcast_across(const std::vector<TuneRule>& rules, std::size_t bytes, int machines,
+                                    const LinkCost& network) {
   AcrossAlgorithm choice = tuned_across(rules, TunedCollective::kBcastAcross, bytes);
   const bool from_rule = choice != AcrossAlgorithm::kCount;
-  if (!from_rule) choice = model_bcast_across(bytes, machines, network_model());
+  if (!from_rule) choice = model_bcast_across(bytes, machines, network_model(), network);
   FERRY_TRACE(Coll, "bcast of %zu bytes across %d machines: %s (%s)", bytes, machines,
               across_algorithm_info(choice).name, from_rule ? "FERRY_TUNE" : "model");
   return choice;

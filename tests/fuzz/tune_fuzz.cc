@@ -39,10 +39,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (!(ferry::choose_allreduce(nranks, bytes, true, rules) < AllreduceAlgorithm::kCount)) std::abort();
     }
     if (ferry::tuned_bcast(rules, bytes) > BcastAlgorithm::kCount) std::abort();
+    const ferry::LinkCost& network = ferry::link_cost(ferry::LinkKind::kNet);
     for (int machines : {2, 3, 4096}) {
-      if (!(ferry::choose_allreduce_across(rules, bytes, bytes / 2, machines) < ferry::AcrossAlgorithm::kCount))
+      if (!(ferry::choose_allreduce_across(rules, bytes, bytes / 2, machines, network) < ferry::AcrossAlgorithm::kCount))
         std::abort();
-      if (!(ferry::choose_bcast_across(rules, bytes, machines) < ferry::AcrossAlgorithm::kCount)) std::abort();
+      if (!(ferry::choose_bcast_across(rules, bytes, machines, network) < ferry::AcrossAlgorithm::kCount)) std::abort();
     }
   }
   return 0;

@@ -73,6 +73,14 @@ foreach(case 1x3:allreduce:mpi 1x3:bcast:mpi 1x4:allreduce:mpi 1x4:bcast:socket 
                      EXPECT "ferry stats rank 0: across machines ${collective} +tree +[1-9][0-9]*")
   list(APPEND suite_tests ${name})
 endforeach()
+# Across three machines the tuner prices the step across them with the
+# network as timed between two of them at the first call, the same figures
+# on every rank.
+ferry_add_mpi_test(NAME mpi_suite.virtual_nodes.1x3.world.network_timed NP 3
+                   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_virtual_nodes> world
+                   ENV FERRY_SUITE_RANKS_PER_NODE=1 FERRY_NET_MIN_BYTES=0 FERRY_DEBUG=INFO FERRY_DEBUG_SUBSYS=COLL
+                   EXPECT "node2:[0-9]+:2 .* the network between machines, as priced: [0-9.]+ us a hop, [0-9.]+ GB/s \\(timed\\)")
+list(APPEND suite_tests mpi_suite.virtual_nodes.1x3.world.network_timed)
 # Machines of two sizes (2 ranks and 1): the shards are the smaller's.
 ferry_add_mpi_test(NAME mpi_suite.virtual_nodes.uneven.world NP 3
                    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh $<TARGET_FILE:mpi_suite_virtual_nodes> world

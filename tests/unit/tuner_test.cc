@@ -242,6 +242,27 @@ TEST(TunerModel, AcrossMachinesRingOrTreeBySizeAndMachines) {
   }
 }
 
+// The network as measured moves the choice: across three machines a hop
+// that costs far more than the assumed 5 us makes the tree's two steps
+// beat the ring's four at sizes where the ring wins on the assumed network;
+// a fast one keeps the ring. Between two machines nothing does.
+TEST(TunerModel, AMeasuredNetworkMovesTheStepAcrossMachines) {
+  const MachineModel& multinode = *find_machine_model("multinode");
+  LinkCost slow = link_cost(LinkKind::kNet), fast = slow;
+  slow.hop_us = 5000;
+  fast.hop_us = 0.5;
+  fast.bandwidth_gbps = 400;
+  ASSERT_EQ(model_allreduce_across(256 * MiB, 3, multinode), AcrossAlgorithm::kRing);
+  EXPECT_EQ(model_allreduce_across(256 * MiB, 3, multinode, slow), AcrossAlgorithm::kTree);
+  EXPECT_EQ(model_allreduce_across(256 * MiB, 3, multinode, fast), AcrossAlgorithm::kRing);
+  EXPECT_EQ(choose_allreduce_across({}, 512 * MiB, 256 * MiB, 3, slow), AcrossAlgorithm::kTree);
+  EXPECT_EQ(model_allreduce_across(64 * KiB, 2, multinode, slow), AcrossAlgorithm::kRing);
+  ASSERT_EQ(model_bcast_across(GiB, 3, multinode), AcrossAlgorithm::kChain);
+  slow.hop_us = 1e8;
+  EXPECT_EQ(choose_bcast_across({}, GiB, 5, slow), AcrossAlgorithm::kTree);
+  EXPECT_EQ(model_bcast_across(GiB, 2, multinode, slow), AcrossAlgorithm::kChain);
+}
+
 // FERRY_TUNE's -across rules choose the step across machines by the whole
 // call's bytes; each names only its collective's algorithms.
 TEST(Tuner, AcrossRulesOverrideTheModel) {
@@ -250,10 +271,10 @@ TEST(Tuner, AcrossRulesOverrideTheModel) {
   EXPECT_TRUE(problems.empty());
   ASSERT_EQ(rules.size(), 3u);
   EXPECT_EQ(rules[1].collective, TunedCollective::kAllreduceAcross);
-  EXPECT_EQ(choose_allreduce_across(rules, 8, 8, 512), AcrossAlgorithm::kRing);
-  EXPECT_EQ(choose_allreduce_across(rules, 4 * MiB, 2 * MiB, 2), AcrossAlgorithm::kTree);
-  EXPECT_EQ(choose_bcast_across(rules, GiB, 2), AcrossAlgorithm::kTree);
-  EXPECT_EQ(choose_allreduce_across({}, 4 * MiB, 2 * MiB, 2), AcrossAlgorithm::kRing);
+  EXPECT_EQ(choose_allreduce_across(rules, 8, 8, 512, link_cost(LinkKind::kNet)), AcrossAlgorithm::kRing);
+  EXPECT_EQ(choose_allreduce_across(rules, 4 * MiB, 2 * MiB, 2, link_cost(LinkKind::kNet)), AcrossAlgorithm::kTree);
+  EXPECT_EQ(choose_bcast_across(rules, GiB, 2, link_cost(LinkKind::kNet)), AcrossAlgorithm::kTree);
+  EXPECT_EQ(choose_allreduce_across({}, 4 * MiB, 2 * MiB, 2, link_cost(LinkKind::kNet)), AcrossAlgorithm::kRing);
   // They leave the calls within a machine alone.
   EXPECT_EQ(tuned_bcast(rules, 8), BcastAlgorithm::kCount);
   EXPECT_EQ(choose_allreduce(4, 8, false, rules), choose_allreduce(4, 8, false, {}));
