@@ -54,6 +54,7 @@
 #include "ferry_bench_options.h"
 #include "ferry_bench_report.h"
 #include "ferry_bench_timing.h"
+#include "raw_tcp.h"
 #ifdef FERRY_BENCH_HAVE_CUDA
 #include "ferry_bench_nccl_method.h"
 #endif
@@ -149,6 +150,33 @@ int run(int argc, char** argv, int rank, int nranks) {
 #endif
   if (!nccl_note.empty()) notes.push_back(nccl_note);
 
+  // The socket provider's floor between ranks 0 and 1, before the table.
+  auto format_us = [](double us) {
+    char text[32];
+    std::snprintf(text, sizeof text, us < 0 ? "(no socket)" : "%.2f us", us);
+    return std::string(text);
+  };
+  auto format_gbps = [](double gbps) {
+    char text[32];
+    std::snprintf(text, sizeof text, gbps < 0 ? "(no socket)" : "%.2f GB/s", gbps);
+    return std::string(text);
+  };
+  std::vector<std::string> raw_tcp;
+  if (options.raw_tcp_streams > 0 && nranks >= 2) {
+    const double one_way = bench::raw_tcp_one_way_us(MPI_COMM_WORLD, 1000);
+    raw_tcp.push_back("raw tcp, ranks 0 and 1: 8-byte ping-pong " + format_us(one_way) + " one way");
+    std::vector<std::size_t> sizes;
+    for (const Case& c : cases) sizes.push_back(c.bytes());
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    for (std::size_t bytes : sizes) {
+      const int iterations = std::min(20, plan_for(bytes, options).timed);
+      const double gbps = bench::raw_tcp_streaming_gbps(MPI_COMM_WORLD, bytes, options.raw_tcp_streams, iterations);
+      raw_tcp.push_back("raw tcp, rank 0 -> 1 over " + std::to_string(options.raw_tcp_streams) + " connections: " +
+                        human_bytes(bytes) + " " + format_gbps(gbps));
+    }
+  }
+
   std::optional<cuda::EventTimer> timer;
   if (use_cuda) timer.emplace();
   std::array<bool, kMethodCount> runs{}, gpu_timed{};
@@ -161,6 +189,7 @@ int run(int argc, char** argv, int rank, int nranks) {
   if (rank == 0) {
     if (!options.csv_path.empty()) csv = std::make_unique<CsvFile>(options.csv_path, nranks);
     for (const std::string& note : notes) std::printf("# %s\n", note.c_str());
+    for (const std::string& line : raw_tcp) std::printf("# %s\n", line.c_str());
     table.print_header();
   }
 

@@ -29,6 +29,8 @@ const char* const kUsage =
     "  --csv FILE          also write the results as CSV\n"
     "  --no-staged         skip the staged (by hand) column\n"
     "  --host              add the host mpi column: the same call on host buffers, no copies\n"
+    "  --raw-tcp N         first measure raw TCP between ranks 0 and 1 at every size (N connections\n"
+    "                      at once, a thread each; and an 8-byte ping-pong): the socket provider's floor\n"
     "NCCL runs with NCCL_NVLS_ENABLE=0 (NVLink multicast off), set by ferry-bench itself.\n";
 
 std::string human_bytes(std::size_t bytes) {
@@ -133,6 +135,8 @@ Options parse_options(int argc, char** argv) {
       options.staged = false;
     } else if (option == "--host") {
       options.host = true;
+    } else if (option == "--raw-tcp") {
+      options.raw_tcp_streams = parse_count(option, value(), 1);
     } else if (option == "--help" || option == "-h") {
       options.help = true;
     } else {

@@ -42,6 +42,7 @@ struct Options {
   std::string csv_path;
   bool staged = true;
   bool host = false;  // the host mpi column
+  int raw_tcp_streams = 0;  // --raw-tcp: connections of the raw TCP measure (0: none)
   bool help = false;
 };
 
