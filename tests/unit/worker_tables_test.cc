@@ -14,31 +14,12 @@
 #include "engine/collectives/worker_common.h"
 #include "engine/core/executor.h"
 #include "engine/core/resources.h"
-#include "tests/unit/unit_test_device.h"
+#include "tests/unit/worker_test_buffers.h"
 
 namespace ferry {
 namespace {
 
-gpu::Backend* device() { return testing::unit_test_device(); }
-
-struct DeviceBuffer {
-  explicit DeviceBuffer(std::size_t bytes) : bytes(bytes) {
-    EXPECT_EQ(device()->device_alloc(bytes, &ptr), Status::kOk);
-  }
-  ~DeviceBuffer() { EXPECT_TRUE(ferry::ok(device()->device_free(ptr))); }
-  template <typename T>
-  void fill(const std::vector<T>& values) {
-    ASSERT_EQ(gpu::copy(ptr, values.data(), values.size() * sizeof(T)), Status::kOk);
-  }
-  template <typename T>
-  std::vector<T> read() const {
-    std::vector<T> values(bytes / sizeof(T));
-    EXPECT_EQ(gpu::copy(values.data(), ptr, bytes), Status::kOk);
-    return values;
-  }
-  std::size_t bytes;
-  void* ptr = nullptr;
-};
+using namespace worker_test;
 
 std::vector<std::int64_t> random_values(std::size_t count, unsigned seed) {
   std::mt19937 rng(seed);

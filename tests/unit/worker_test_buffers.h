@@ -1,5 +1,6 @@
-// What the engine worker's tests share: device buffers of the unit tests'
-// device and the work items they run (worker_test.cc, worker_ll_test.cc).
+// What the engine worker's tests share: buffers on the unit tests' device
+// and the work items they run (worker_test.cc, worker_ll_test.cc,
+// worker_tables_test.cc).
 #pragma once
 
 #include <gtest/gtest.h>
