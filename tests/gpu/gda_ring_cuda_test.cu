@@ -111,8 +111,8 @@ bool finished_in_time(cudaStream_t stream, const char* what, const gda::GdaRing&
     if (std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  std::uint64_t tickets = 0;
-  cudaMemcpy(&tickets, ring.tickets, sizeof tickets, cudaMemcpyDeviceToHost);  // may wait: report first
+  // The ring's words are pinned host memory: reported before any CUDA call,
+  // which may itself wait.
   std::fprintf(stderr, "FAIL: %s still running after %.0f s: consumed %llu, started %llu, completed %llu, proxy %s\n",
                what, kKernelSeconds, static_cast<unsigned long long>(__atomic_load_n(&ring.words->consumed, __ATOMIC_ACQUIRE)),
                static_cast<unsigned long long>(__atomic_load_n(&ring.words->started, __ATOMIC_ACQUIRE)),
