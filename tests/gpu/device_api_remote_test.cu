@@ -115,6 +115,33 @@ __global__ void ll_exchange(ferry_window_device_t w, const unsigned char* src, u
   fd::ll::wait(w, kMessage, dst, kMessageBytes, flag, threadIdx.x, blockDim.x);
 }
 
+// Waits for the kernels queued so far on the legacy stream, at most 30 s;
+// past that, reports the queue's counters (pinned host words, read before
+// any CUDA call that might itself wait) and aborts the job: a hang becomes
+// a failure that says where the queue stopped.
+void finish(const ferry::gda::GdaRing& ring, const char* what) {
+  cudaEvent_t done;
+  cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+  cuda(cudaEventRecord(done, cudaStreamLegacy), "cudaEventRecord");
+  const double deadline = MPI_Wtime() + 30;
+  cudaError_t state = cudaErrorNotReady;
+  while ((state = cudaEventQuery(done)) == cudaErrorNotReady && MPI_Wtime() < deadline) {
+  }
+  if (state == cudaErrorNotReady) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::fprintf(stderr, "FAIL rank %d: %s still running after 30 s: queue consumed %llu, started %llu, completed %llu%s\n",
+                 rank, what, static_cast<unsigned long long>(__atomic_load_n(&ring.words->consumed, __ATOMIC_ACQUIRE)),
+                 static_cast<unsigned long long>(__atomic_load_n(&ring.words->started, __ATOMIC_ACQUIRE)),
+                 static_cast<unsigned long long>(__atomic_load_n(&ring.words->completed, __ATOMIC_ACQUIRE)),
+                 __atomic_load_n(&ring.words->failed, __ATOMIC_ACQUIRE) ? ", failed" : "");
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  cuda(state, what);
+  cuda(cudaEventDestroy(done), "cudaEventDestroy");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -135,6 +162,9 @@ int main(int argc, char** argv) {
   ferry_window_device_t w{};
   check(ferry_win_device_handle(win, &w) == MPI_SUCCESS, "ferry_win_device_handle");
   check(w.gda_ring != nullptr, "the handle has no GDA queue (are the ranks on different virtual nodes?)");
+  if (w.gda_ring == nullptr) MPI_Abort(MPI_COMM_WORLD, 1);
+  ferry::gda::GdaRing ring{};
+  cuda(cudaMemcpy(&ring, w.gda_ring, sizeof ring, cudaMemcpyDeviceToHost), "the queue's ring");
 
   unsigned char* src = nullptr;
   int* wrong = nullptr;
@@ -152,11 +182,11 @@ int main(int argc, char** argv) {
   constexpr int kAddBlocks = 2, kAddThreads = 64, kPerThread = 4;
   adds<<<kAddBlocks, kAddThreads>>>(w, kPerThread);
   scalars<<<1, 64>>>(w);
-  cuda(cudaDeviceSynchronize(), "puts, signals, adds");
+  finish(ring, "puts, signals, adds");
   barrier_rounds<<<1, 128>>>(w, 5, wrong);
-  cuda(cudaDeviceSynchronize(), "barrier rounds");
+  finish(ring, "barrier rounds");
   get_back<<<1, 64>>>(w, fetched);
-  cuda(cudaDeviceSynchronize(), "get_block");
+  finish(ring, "get_block");
   std::vector<unsigned char> back(kBytes);
   cuda(cudaMemcpy(back.data(), fetched, kBytes, cudaMemcpyDeviceToHost), "read the get");
   bool back_ok = true;
@@ -201,7 +231,7 @@ int main(int argc, char** argv) {
   fetch_adds<<<kFetchBlocks, kFetchThreads>>>(w, olds);
   take_lock<<<1, 1>>>(w, olds + kFetches);
   ll_exchange<<<1, 32>>>(w, src + 7, message, 0x5eed0001u);
-  cuda(cudaDeviceSynchronize(), "g, fetch_add, compare_swap, ll");
+  finish(ring, "g, fetch_add, compare_swap, ll");
   std::vector<int> read_back(64);
   cuda(cudaMemcpy(read_back.data(), read, 64 * sizeof(int), cudaMemcpyDeviceToHost), "read g's");
   bool g_ok = true;
