@@ -105,6 +105,12 @@ void print_report() {
     const ferry::BcastAlgorithmInfo& info = ferry::bcast_algorithm_info(static_cast<ferry::BcastAlgorithm>(a));
     std::printf("  %-11s %s\n", info.name, info.description);
   }
+  std::printf("\nsteps across machines (FERRY_TUNE=allreduce-across:MIN-MAX:name,bcast-across:MIN-MAX:name):\n");
+  for (int a = 0; a < static_cast<int>(ferry::AcrossAlgorithm::kCount); ++a) {
+    const ferry::AcrossAlgorithmInfo& info = ferry::across_algorithm_info(static_cast<ferry::AcrossAlgorithm>(a));
+    std::printf("  %-11s %s (%s)\n", info.name, info.description,
+                info.allreduce && info.bcast ? "allreduce, bcast" : info.allreduce ? "allreduce" : "bcast");
+  }
 
   std::printf("\nparameters (set in the environment marked *):\n");
   for (const ferry::ParamInfo& p : ferry::describe_params()) {
