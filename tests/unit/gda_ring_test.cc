@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -321,6 +322,58 @@ TEST(GdaRing, AProducerWaitingForAValueReturnsWhenTheProxyFails) {
   EXPECT_EQ(old, 0u);
   EXPECT_FALSE(take_result(ring, post(ring, fetch_add(0, 0, 5)), &old));
   EXPECT_EQ(old, 0u);
+  proxy.stop();
+}
+
+// The watchdog: a proxy held in one call of its executor (a copy that never
+// returns), or whose started operations never finish (a target that never
+// answers), fails its rings after the stall limit, so a producer waiting on
+// them returns; a proxy with nothing to do is left alone.
+class NeverFinishing : public GdaExecutor {
+ public:
+  Status start(const GdaDescriptor&, int, std::uint64_t) override { return Status::kOk; }
+  Status progress(const std::function<void(int, std::uint64_t)>&) override { return Status::kOk; }
+};
+
+TEST(GdaRing, AProxyHeldInItsExecutorFailsItsRingsAfterTheStallLimit) {
+  WindowExecutor executor(64);
+  executor.held = true;
+  GdaProxy proxy(testing::unit_test_device(), &executor, std::chrono::milliseconds(200));
+  GdaRing ring{};
+  ASSERT_EQ(proxy.add_ring(4, Producers::kHost, &ring), Status::kOk);
+  proxy.start();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(wait_completed(ring, post(ring, signal_add(0, 0, 1))));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(proxy.status(), Status::kTimeout);
+  executor.held = false;  // the call returns; the thread then ends
+  proxy.stop();
+}
+
+TEST(GdaRing, OperationsThatNeverFinishFailTheirRingsAfterTheStallLimit) {
+  NeverFinishing executor;
+  GdaProxy proxy(testing::unit_test_device(), &executor, std::chrono::milliseconds(200));
+  GdaRing ring{};
+  ASSERT_EQ(proxy.add_ring(4, Producers::kHost, &ring), Status::kOk);
+  proxy.start();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(wait_completed(ring, post(ring, signal_add(0, 0, 1))));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(proxy.status(), Status::kTimeout);
+  proxy.stop();
+}
+
+TEST(GdaRing, AnIdleProxyOutlivesItsStallLimit) {
+  WindowExecutor executor(64);
+  GdaProxy proxy(testing::unit_test_device(), &executor, std::chrono::milliseconds(100));
+  GdaRing ring{};
+  ASSERT_EQ(proxy.add_ring(4, Producers::kHost, &ring), Status::kOk);
+  proxy.start();
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_TRUE(wait_completed(ring, post(ring, signal_add(0, 0, 1))));
+  }
+  EXPECT_EQ(proxy.status(), Status::kOk);
   proxy.stop();
 }
 

@@ -20,13 +20,19 @@
 //
 // A failed operation, or a ring whose producers wait while the proxy stops,
 // marks every ring failed: producers waiting for room or completion return
-// instead of spinning, and status() says why.
+// instead of spinning, and status() says why. So does a stall: a watchdog
+// thread fails the rings (kTimeout, with a WARN) when the proxy's thread
+// has been held in one call of its executor, or operations it started have
+// not advanced, for the stall limit (FERRY_HANDSHAKE_TIMEOUT).
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -58,8 +64,11 @@ enum class Producers { kDevice, kHost };
 class GdaProxy {
  public:
   // Rings' memory comes from backend (pinned host memory the GPU maps, and
-  // device memory for device producers' counters).
+  // device memory for device producers' counters). stall_limit: how long
+  // the watchdog lets the proxy's thread stay in one executor call, or its
+  // started operations go without one finishing (zero: no watchdog).
   GdaProxy(gpu::Backend* backend, GdaExecutor* executor);
+  GdaProxy(gpu::Backend* backend, GdaExecutor* executor, std::chrono::milliseconds stall_limit);
   // Stops the thread (as stop()) and frees the rings.
   ~GdaProxy();
   GdaProxy(const GdaProxy&) = delete;
@@ -115,6 +124,10 @@ class GdaProxy {
   void return_values(Ring& ring);
   bool idle() const;
   void fail(Status why);
+  // The watchdog's thread: fails the rings once the proxy stalls.
+  void watch();
+  // The proxy's thread enters (true) or leaves an executor call.
+  void in_call(bool entering);
 
   gpu::Backend* backend_;
   GdaExecutor* executor_;
@@ -123,6 +136,16 @@ class GdaProxy {
   std::atomic<bool> stopping_{false};
   std::atomic<Status> status_{Status::kOk};
   std::atomic<std::uint64_t> executed_{0};
+  // For the watchdog, in steady-clock nanoseconds: when the proxy's thread
+  // entered the executor call it is in (0: none), and when an operation
+  // last started or finished; operations started and not finished.
+  std::chrono::milliseconds stall_limit_;
+  std::atomic<std::int64_t> in_call_since_ns_{0};
+  std::atomic<std::int64_t> advanced_ns_{0};
+  std::atomic<std::uint64_t> outstanding_{0};
+  std::thread watchdog_;
+  std::mutex watchdog_mutex_;
+  std::condition_variable watchdog_wake_;
 };
 
 }  // namespace ferry::gda
