@@ -335,9 +335,9 @@ class NeverFinishing : public GdaExecutor {
   Status progress(const std::function<void(int, std::uint64_t)>&) override { return Status::kOk; }
 };
 
-TEST(GdaRing, AProxyHeldInItsExecutorFailsItsRingsAfterTheStallLimit) {
-  WindowExecutor executor(64);
-  executor.held = true;
+// One operation posted through a proxy with a 200 ms stall limit: its
+// producer's wait returns, failed, within seconds.
+void expect_failed_by_the_watchdog(GdaExecutor& executor, const std::function<void()>& before_stop) {
   GdaProxy proxy(testing::unit_test_device(), &executor, std::chrono::milliseconds(200));
   GdaRing ring{};
   ASSERT_EQ(proxy.add_ring(4, Producers::kHost, &ring), Status::kOk);
@@ -346,21 +346,20 @@ TEST(GdaRing, AProxyHeldInItsExecutorFailsItsRingsAfterTheStallLimit) {
   EXPECT_FALSE(wait_completed(ring, post(ring, signal_add(0, 0, 1))));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_EQ(proxy.status(), Status::kTimeout);
-  executor.held = false;  // the call returns; the thread then ends
+  before_stop();
   proxy.stop();
+}
+
+TEST(GdaRing, AProxyHeldInItsExecutorFailsItsRingsAfterTheStallLimit) {
+  WindowExecutor executor(64);
+  executor.held = true;
+  // Released once failed: the call returns and the proxy's thread ends.
+  expect_failed_by_the_watchdog(executor, [&] { executor.held = false; });
 }
 
 TEST(GdaRing, OperationsThatNeverFinishFailTheirRingsAfterTheStallLimit) {
   NeverFinishing executor;
-  GdaProxy proxy(testing::unit_test_device(), &executor, std::chrono::milliseconds(200));
-  GdaRing ring{};
-  ASSERT_EQ(proxy.add_ring(4, Producers::kHost, &ring), Status::kOk);
-  proxy.start();
-  const auto start = std::chrono::steady_clock::now();
-  EXPECT_FALSE(wait_completed(ring, post(ring, signal_add(0, 0, 1))));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
-  EXPECT_EQ(proxy.status(), Status::kTimeout);
-  proxy.stop();
+  expect_failed_by_the_watchdog(executor, [] {});
 }
 
 TEST(GdaRing, AnIdleProxyOutlivesItsStallLimit) {

@@ -40,7 +40,6 @@ const char* op_name(GdaOp op) {
   return "gda";
 }
 
-
 std::int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
