@@ -40,11 +40,6 @@ const char* op_name(GdaOp op) {
   return "gda";
 }
 
-std::int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // FERRY_HANDSHAKE_TIMEOUT, as the watchdog's limit (0: none).
 std::chrono::milliseconds default_stall_limit() {
   const auto deadline = handshake_deadline();
@@ -125,7 +120,6 @@ Status GdaProxy::add_ring(std::uint32_t capacity, Producers producers, GdaRing* 
 
 void GdaProxy::start() {
   if (thread_.joinable() || stopping_.load(std::memory_order_acquire)) return;
-  advanced_ns_.store(steady_ns(), std::memory_order_relaxed);
   thread_ = std::thread([this] { run(); });
   if (stall_limit_.count() > 0) watchdog_ = std::thread([this] { watch(); });
 }
@@ -142,25 +136,33 @@ void GdaProxy::stop() {
   for (Ring& ring : rings_) __atomic_store_n(&ring.view.words->failed, 1u, __ATOMIC_RELEASE);
 }
 
-void GdaProxy::in_call(bool entering) {
-  in_call_since_ns_.store(entering ? steady_ns() : 0, std::memory_order_relaxed);
-}
-
 void GdaProxy::watch() {
+  // The proxy's thread only counts; the times are the watchdog's own: when
+  // each count last changed.
+  using Clock = std::chrono::steady_clock;
   const auto period =
       std::min<std::chrono::milliseconds>(std::chrono::seconds(1), stall_limit_ / 4 + std::chrono::milliseconds(1));
-  const std::int64_t limit_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(stall_limit_).count();
+  std::uint64_t polls = polls_.load(std::memory_order_relaxed), advances = advances_.load(std::memory_order_relaxed);
+  Clock::time_point polled = Clock::now(), advanced = polled;
   std::unique_lock<std::mutex> lock(watchdog_mutex_);
   while (!stopping_.load(std::memory_order_acquire) && ok(status())) {
     watchdog_wake_.wait_for(lock, period);
-    const std::int64_t now = steady_ns();
-    const std::int64_t in_call = in_call_since_ns_.load(std::memory_order_relaxed);
+    const Clock::time_point now = Clock::now();
+    const auto changed = [&](const std::atomic<std::uint64_t>& count, std::uint64_t* last, Clock::time_point* when) {
+      const std::uint64_t seen = count.load(std::memory_order_relaxed);
+      if (seen == *last) return;
+      *last = seen;
+      *when = now;
+    };
+    changed(polls_, &polls, &polled);
+    changed(advances_, &advances, &advanced);
     const std::uint64_t outstanding = outstanding_.load(std::memory_order_relaxed);
-    const bool held = in_call != 0 && now - in_call > limit_ns;
-    const bool stuck = outstanding != 0 && now - advanced_ns_.load(std::memory_order_relaxed) > limit_ns;
+    // Held: neither a turn of the loop nor an operation started or finished.
+    const bool held = now - std::max(polled, advanced) > stall_limit_;
+    const bool stuck = outstanding != 0 && now - advanced > stall_limit_;
     if (!held && !stuck) continue;
     if (held)
-      FERRY_WARN(Transport, "gda proxy: its thread has been in one call of its executor for %lld ms",
+      FERRY_WARN(Transport, "gda proxy: its thread has been held in one call for %lld ms",
                  static_cast<long long>(stall_limit_.count()));
     else
       FERRY_WARN(Transport, "gda proxy: %llu operations started, none finished for %lld ms",
@@ -197,15 +199,13 @@ std::uint64_t GdaProxy::drain(int index, Ring& ring) {
       entry.returns_value = true;
       d.source = reinterpret_cast<std::uintptr_t>(&entry.value);
     }
-    in_call(true);
     const Status status = executor_->start(d, index, ticket);
-    in_call(false);
     if (!ok(status)) {
       fail(status);
       return started;
     }
     outstanding_.fetch_add(1, std::memory_order_relaxed);
-    advanced_ns_.store(steady_ns(), std::memory_order_relaxed);
+    advances_.fetch_add(1, std::memory_order_relaxed);
     store_word(&ring.view.words->started, ring.next);
     if (ring.view.posted_ns) entry.started_us = trace_now_us();
     ++started;
@@ -221,7 +221,7 @@ void GdaProxy::finish(int index, std::uint64_t ticket) {
   Started& done = ring.started[ticket - ring.completed];
   done.finished = true;
   outstanding_.fetch_sub(1, std::memory_order_relaxed);
-  advanced_ns_.store(steady_ns(), std::memory_order_relaxed);
+  advances_.fetch_add(1, std::memory_order_relaxed);
   if (ring.view.posted_ns) trace_operation(index, ticket, done);
   if (done.returns_value) {
     ring.unreturned.emplace_back(ticket, done.value);
@@ -277,15 +277,14 @@ void GdaProxy::run() {
   std::chrono::steady_clock::time_point deadline{};
   int idle_polls = 0;
   for (;;) {
+    polls_.fetch_add(1, std::memory_order_relaxed);
     const bool stopping = stopping_.load(std::memory_order_acquire);
     const std::uint64_t done_before = executed();
     std::uint64_t started = 0;
     for (std::size_t i = 0; i < rings_.size() && ok(status()); ++i)
       started += drain(static_cast<int>(i), rings_[i]);
     // Also after a failed start: what finished before it is reported.
-    in_call(true);
     const Status progressed = executor_->progress(finished);
-    in_call(false);
     if (!ok(progressed)) fail(progressed);
     bool values_waiting = false;
     for (Ring& ring : rings_) {

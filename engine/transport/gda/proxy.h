@@ -126,8 +126,6 @@ class GdaProxy {
   void fail(Status why);
   // The watchdog's thread: fails the rings once the proxy stalls.
   void watch();
-  // The proxy's thread enters (true) or leaves an executor call.
-  void in_call(bool entering);
 
   gpu::Backend* backend_;
   GdaExecutor* executor_;
@@ -136,12 +134,11 @@ class GdaProxy {
   std::atomic<bool> stopping_{false};
   std::atomic<Status> status_{Status::kOk};
   std::atomic<std::uint64_t> executed_{0};
-  // For the watchdog, in steady-clock nanoseconds: when the proxy's thread
-  // entered the executor call it is in (0: none), and when an operation
-  // last started or finished; operations started and not finished.
+  // For the watchdog: the proxy thread's turns of its loop, operations
+  // started or finished, and those started and not finished.
   std::chrono::milliseconds stall_limit_;
-  std::atomic<std::int64_t> in_call_since_ns_{0};
-  std::atomic<std::int64_t> advanced_ns_{0};
+  std::atomic<std::uint64_t> polls_{0};
+  std::atomic<std::uint64_t> advances_{0};
   std::atomic<std::uint64_t> outstanding_{0};
   std::thread watchdog_;
   std::mutex watchdog_mutex_;
