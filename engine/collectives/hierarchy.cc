@@ -185,6 +185,11 @@ Status gather_shards(Communicator& node, int shards, void* buffer, std::size_t c
 }  // namespace
 
 Status Hierarchy::network(Communicator& comm, LinkCost* out) {
+  // Between two machines ring and chain win at any price: nothing to time.
+  if (machines() < 3) {
+    *out = link_cost(LinkKind::kNet);
+    return Status::kOk;
+  }
   if (!network_measured_) {
     // The first two machines' leaders time it; every rank takes their
     // figures, or the model's assumed network where the timing failed.
@@ -230,9 +235,9 @@ Status hierarchical_allreduce(Communicator& comm, Hierarchy& h, const void* send
     const std::size_t element = data_type_size(type);
     // Every rank picks the same step across machines (from the call's
     // bytes, the largest shard and the network), whether or not it holds a
-    // shard. Between two machines the ring wins at any price.
-    LinkCost network = link_cost(LinkKind::kNet);
-    if (h.machines() > 2) FERRY_CHECK(h.network(comm, &network));
+    // shard.
+    LinkCost network{};
+    FERRY_CHECK(h.network(comm, &network));
     const AcrossAlgorithm across =
         choose_allreduce_across(tune_rules(), count * element, shard(0, h.shards(), count).size() * element,
                                 h.machines(), network);
@@ -272,9 +277,8 @@ Status hierarchical_bcast(Communicator& comm, Hierarchy& h, void* buffer, std::s
     std::vector<int> leaders;
     for (int i = 0; i < h.machines(); ++i) leaders.push_back(leader_of((root_machine + i) % h.machines()));
     const int leader = leader_of(h.machine_of(comm.rank()));
-    // Between two machines the chain wins at any price.
-    LinkCost network = link_cost(LinkKind::kNet);
-    if (h.machines() > 2) FERRY_CHECK(h.network(comm, &network));
+    LinkCost network{};
+    FERRY_CHECK(h.network(comm, &network));
     if (leader == comm.rank()) {
       const AcrossAlgorithm across = choose_bcast_across(tune_rules(), bytes, h.machines(), network);
       FERRY_CHECK(across == AcrossAlgorithm::kTree ? run_net_tree_bcast(*comm.net(), leaders, comm.rank(), buffer, bytes)

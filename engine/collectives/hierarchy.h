@@ -51,7 +51,8 @@ class Hierarchy {
   // The network between machines as the tuner prices it (tuner.h): one
   // hop's latency and a large message's bandwidth, timed between the first
   // two machines' leaders over comm's net transport at the first call that
-  // asks, the same on every rank. Collective over comm.
+  // asks, the same on every rank; the assumed network between two machines,
+  // where the price decides nothing. Collective over comm.
   Status network(Communicator& comm, LinkCost* out);
 
  private:
