@@ -112,10 +112,29 @@ const MachineModel& network_model() {
   return model;
 }
 
-AcrossAlgorithm tuned_across(const std::vector<TuneRule>& rules, TunedCollective collective, std::size_t bytes) {
+// FERRY_TUNE's rule for collective at bytes, else the model's choice;
+// logged at trace level.
+template <typename Model>
+AcrossAlgorithm tuned_or_modeled(const std::vector<TuneRule>& rules, TunedCollective collective, std::size_t bytes,
+                                 int machines, Model model) {
+  AcrossAlgorithm choice = AcrossAlgorithm::kCount;
   for (const TuneRule& rule : rules)
-    if (rule.collective == collective && bytes >= rule.min_bytes && bytes < rule.max_bytes) return rule.across;
-  return AcrossAlgorithm::kCount;
+    if (rule.collective == collective && bytes >= rule.min_bytes && bytes < rule.max_bytes) {
+      choice = rule.across;
+      break;
+    }
+  const bool from_rule = choice != AcrossAlgorithm::kCount;
+  if (!from_rule) choice = model();
+  FERRY_TRACE(Coll, "%s of %zu bytes across %d machines: %s (%s)",
+              collective == TunedCollective::kBcastAcross ? "bcast" : "allreduce", bytes, machines,
+              across_algorithm_info(choice).name, from_rule ? "FERRY_TUNE" : "model");
+  return choice;
+}
+
+// Machine's nodes for nranks ranks, and its ranks a node.
+int nodes_of(int nranks, const MachineModel& machine, int* per_node) {
+  *per_node = machine.gpus_per_node > 0 ? std::min(nranks, machine.gpus_per_node) : nranks;
+  return (nranks + *per_node - 1) / *per_node;
 }
 
 }  // namespace
@@ -159,9 +178,8 @@ AcrossAlgorithm model_bcast_across(std::size_t bytes, int machines, const Machin
 }
 
 double predict_hierarchical_allreduce_us(std::size_t bytes, int nranks, const MachineModel& machine) {
-  if (machine.gpus_per_node <= 0) return -1;
-  const int per_node = std::min(nranks, machine.gpus_per_node);
-  const int nodes = (nranks + per_node - 1) / per_node;
+  int per_node = 0;
+  const int nodes = nodes_of(nranks, machine, &per_node);
   if (nodes < 2) return -1;
   const LinkCost& intra = link_cost(machine.intra);
   // Within a node: the model's own choice on one node of per_node ranks.
@@ -182,30 +200,23 @@ double predict_hierarchical_allreduce_us(std::size_t bytes, int nranks, const Ma
 
 std::string across_nodes_choice(std::size_t bytes, int nranks, const MachineModel& machine) {
   if (static_cast<std::int64_t>(bytes) < params().net_min_bytes) return "staged";
-  const int per_node = machine.gpus_per_node > 0 ? std::min(nranks, machine.gpus_per_node) : nranks;
-  const int nodes = (nranks + per_node - 1) / per_node;
+  int per_node = 0;
+  const int nodes = nodes_of(nranks, machine, &per_node);
   const AcrossAlgorithm across = model_allreduce_across(bytes / per_node, nodes, machine);
   return std::string("hier+") + across_algorithm_info(across).name;
 }
 
 AcrossAlgorithm choose_allreduce_across(const std::vector<TuneRule>& rules, std::size_t bytes,
                                         std::size_t shard_bytes, int machines, const LinkCost& network) {
-  AcrossAlgorithm choice = tuned_across(rules, TunedCollective::kAllreduceAcross, bytes);
-  const bool from_rule = choice != AcrossAlgorithm::kCount;
-  if (!from_rule) choice = model_allreduce_across(shard_bytes, machines, network_model(), network);
-  FERRY_TRACE(Coll, "allreduce of %zu bytes across %d machines: %s (%s)", bytes, machines,
-              across_algorithm_info(choice).name, from_rule ? "FERRY_TUNE" : "model");
-  return choice;
+  return tuned_or_modeled(rules, TunedCollective::kAllreduceAcross, bytes, machines, [&] {
+    return model_allreduce_across(shard_bytes, machines, network_model(), network);
+  });
 }
 
 AcrossAlgorithm choose_bcast_across(const std::vector<TuneRule>& rules, std::size_t bytes, int machines,
                                     const LinkCost& network) {
-  AcrossAlgorithm choice = tuned_across(rules, TunedCollective::kBcastAcross, bytes);
-  const bool from_rule = choice != AcrossAlgorithm::kCount;
-  if (!from_rule) choice = model_bcast_across(bytes, machines, network_model(), network);
-  FERRY_TRACE(Coll, "bcast of %zu bytes across %d machines: %s (%s)", bytes, machines,
-              across_algorithm_info(choice).name, from_rule ? "FERRY_TUNE" : "model");
-  return choice;
+  return tuned_or_modeled(rules, TunedCollective::kBcastAcross, bytes, machines,
+                          [&] { return model_bcast_across(bytes, machines, network_model(), network); });
 }
 
 void count_across_run(TunedCollective collective, AcrossAlgorithm algorithm) {
