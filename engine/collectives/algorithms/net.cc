@@ -114,10 +114,15 @@ namespace {
 // nearest existing left descendant (the two rules agree).
 int lowbit(int i) { return i & -i; }
 
-int parent_index(int i, int n) {
+// Tree 0's root: the highest power of two <= n.
+int root_index(int n) {
   int top = 1;
   while (top * 2 <= n) top *= 2;
-  if (i == top) return 0;
+  return top;
+}
+
+int parent_index(int i, int n) {
+  if (i == root_index(n)) return 0;
   for (int bit = lowbit(i);; bit *= 2) {
     i = (i & (2 * bit)) ? i - bit : i + bit;
     if (i <= n) return i;
@@ -275,12 +280,11 @@ Status run_net_tree_bcast(NetTransport& net, const std::vector<int>& ranks, int 
   const int n = static_cast<int>(ranks.size());
   const int index = position_of(ranks, me);
   if (n < 2 || bytes == 0 || index >= n) return Status::kOk;
-  // Tree 0's root sits at top - 1 (top: the highest power of two <= n);
-  // ranks[k] takes position (k + top - 1) mod n, so ranks[0] is the root.
-  int top = 1;
-  while (top * 2 <= n) top *= 2;
-  const auto rank_at = [&](int position) { return ranks[(position - (top - 1) + n) % n]; };
-  const TreeLinks links = tree_links((index + top - 1) % n, n, 0);
+  // Tree 0's root sits at position root_index(n) - 1; ranks[k] takes
+  // position (k + root) mod n, so ranks[0] is the root.
+  const int root = root_index(n) - 1;
+  const auto rank_at = [&](int position) { return ranks[(position - root + n) % n]; };
+  const TreeLinks links = tree_links((index + root) % n, n, 0);
   const std::size_t piece = static_cast<std::size_t>(std::max<std::int64_t>(params().net_chunk_bytes, 1));
   const std::size_t pieces = (bytes + piece - 1) / piece;
   auto piece_at = [&](std::size_t i) { return at(buffer, i * piece); };
