@@ -14,6 +14,7 @@
 #include "ferry/ferry.h"
 #include "handlers.h"
 #include "mpi_shim/engine_route.h"
+#include "mpi_shim/module_loading.h"
 #include "mpi_shim/nonblocking_engine.h"
 #include "mpi_shim/peer_pt2pt.h"
 #include "mpi_shim/request_registry.h"
@@ -49,6 +50,8 @@ void after_init() {
                                  net.c_str());
   for (const std::string& name : param_unknown_names()) FERRY_WARN(Init, "%s", name.c_str());
   peer::start();
+  if (asked_for_eager_loading())
+    FERRY_INFO(Init, "CUDA_MODULE_LOADING=EAGER: this program calls ferry_win_device_handle and chose no loading mode");
   FERRY_INFO(Init, "Ferry %d.%d.%d loaded; FERRY_ROUTE=%s FERRY_DEVICE=%s", FERRY_VERSION_MAJOR,
              FERRY_VERSION_MINOR, FERRY_VERSION_PATCH, forced_route_name(forced_route()), params().device.c_str());
 }

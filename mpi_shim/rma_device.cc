@@ -16,6 +16,7 @@
 #include "engine/pgas/remote_access.h"
 #include "ferry/device.h"
 #include "mpi_shim/engine_route.h"
+#include "mpi_shim/module_loading.h"
 #include "mpi_shim/rma.h"
 #include "mpi_shim/rma_across.h"
 #include "mpi_shim/wrapper_support.h"
@@ -83,6 +84,7 @@ int device_handle(MPI_Win win, ferry_window_device_t* handle) {
     return raise_win_error(win, MPI_ERR_WIN);
   }
   if (!handle) return raise_win_error(win, MPI_ERR_ARG);
+  if (across) warn_if_modules_load_lazily();
   if (RemoteAccess* queue = across ? queue_of(win) : nullptr) {
     *handle = queue->handle();  // made with the window
     return MPI_SUCCESS;

@@ -196,6 +196,7 @@ class CudaBackend final : public Backend {
     *offset = start - base;
     return Status::kOk;
   }
+  bool loads_modules_lazily() const override { return cuda_detail::modules_load_lazily(); }
   bool stream_memory_ops() const override { return memops_driver() != nullptr; }
   Status stream_wait_value(Stream stream, const std::uint32_t* word, std::uint32_t value) override {
     const MemOpsDriver* d = memops_driver();

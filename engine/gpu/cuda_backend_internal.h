@@ -69,6 +69,10 @@ Status from_cu(const Driver* d, CUresult result, const char* what) {
 
 #define FERRY_CU(d, call) ::ferry::gpu::cuda_detail::from_cu((d), (d)->call, #call)
 
+// Whether the driver loads modules lazily (CUDA_MODULE_LOADING=LAZY, the
+// default since CUDA 12.2); false when it cannot say.
+bool modules_load_lazily();
+
 // Device to device through the current device's copy graph (*done), or
 // nothing done: the caller copies another way.
 Status copy_by_graph(void* dst, const void* src, std::size_t bytes, cudaStream_t stream, bool* done);

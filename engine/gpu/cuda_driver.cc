@@ -79,4 +79,14 @@ const DmaBufDriver* dmabuf_driver() {
   return driver;
 }
 
+bool modules_load_lazily() {
+  static const bool lazy = [] {
+    PFN_cuModuleGetLoadingMode_v11070 get_loading_mode = nullptr;
+    if (!driver_entry_point("cuModuleGetLoadingMode", reinterpret_cast<void**>(&get_loading_mode))) return false;
+    CUmoduleLoadingMode mode = CU_MODULE_EAGER_LOADING;
+    return get_loading_mode(&mode) == CUDA_SUCCESS && mode == CU_MODULE_LAZY_LOADING;
+  }();
+  return lazy;
+}
+
 }  // namespace ferry::gpu::cuda_detail

@@ -163,6 +163,11 @@ class Backend {
   // Whether everything queued on stream has finished, without waiting.
   virtual Status stream_done(Stream stream, bool* done) = 0;
 
+  // Whether the runtime loads a kernel at its first launch (CUDA's lazy
+  // module loading). Such a load waits until the device is idle: a kernel
+  // that waits on Ferry's host-side proxy then never sees it move.
+  virtual bool loads_modules_lazily() const { return false; }
+
   // True when ptr lies in memory this backend manages; fills info.
   virtual bool query_pointer(const void* ptr, PointerInfo* info) = 0;
 

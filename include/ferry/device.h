@@ -28,7 +28,11 @@
  * barrier_block, wait_until for a word another machine sets), allocate or
  * free no device or pinned memory in any process of the window: CUDA may
  * hold such a call until the device is idle, and with it the copies of the
- * process's proxy that the kernels wait for.
+ * process's proxy that the kernels wait for. The first launch of a kernel is
+ * such a call where CUDA loads modules lazily (its default since 12.2):
+ * libferry.so sets CUDA_MODULE_LOADING=EAGER before main for a program that
+ * names ferry_win_device_handle and chose no mode itself; others (Python)
+ * set it in the job's environment.
  *
  * ll::put/ll::wait move small messages whose words carry their own flags:
  * one NVLink crossing, no fence, no separate signal.

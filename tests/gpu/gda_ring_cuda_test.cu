@@ -341,6 +341,14 @@ int main() {
   {  // GPU-initiated puts to a rank on another (virtual) machine.
     std::printf("case 3: puts from rank 0's kernel into rank 1's device window over sockets\n");
     constexpr int kRounds = 50;
+    // Both kernels loaded before either runs: where CUDA loads modules
+    // lazily, the first launch of one waits for the device to be idle, so
+    // for the other rank's kernel, which waits for the proxy's copies,
+    // which wait for that launch (include/ferry/device.h).
+    cudaFuncAttributes attributes{};
+    check(cudaFuncGetAttributes(&attributes, put_to_remote) == cudaSuccess &&
+              cudaFuncGetAttributes(&attributes, wait_signals) == cudaSuccess,
+          "the remote case's kernels load");
     std::vector<unsigned char> pattern(kRemoteBlocks * kSlice);
     for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<unsigned char>(i * 13 + 5);
     ferry::TcpBootstrapOptions options;

@@ -162,8 +162,12 @@ void GdaProxy::watch() {
     const bool stuck = outstanding != 0 && now - advanced > stall_limit_;
     if (!held && !stuck) continue;
     if (held)
-      FERRY_WARN(Transport, "gda proxy: its thread has been held in one call for %lld ms",
-                 static_cast<long long>(stall_limit_.count()));
+      FERRY_WARN(Transport, "gda proxy: its thread has been held in one call for %lld ms%s",
+                 static_cast<long long>(stall_limit_.count()),
+                 backend_ && backend_->loads_modules_lazily()
+                     ? " (CUDA loads modules lazily here: a kernel's first launch waits for the device to be idle; "
+                       "CUDA_MODULE_LOADING=EAGER avoids it)"
+                     : "");
     else
       FERRY_WARN(Transport, "gda proxy: %llu operations started, none finished for %lld ms",
                  static_cast<unsigned long long>(outstanding), static_cast<long long>(stall_limit_.count()));
