@@ -11,6 +11,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -44,6 +45,8 @@ inline void close_all(std::vector<int>* fds) {
 // `streams` connections between ranks 0 and 1 of comm (collective), in
 // the same order on both (each connection first carries its index); empty
 // on every rank where any could not be set up, and on ranks past 1.
+constexpr int kAcceptTimeoutMs = 10000;
+
 inline std::vector<int> connect_ranks(MPI_Comm comm, int streams) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -87,9 +90,14 @@ inline std::vector<int> connect_ranks(MPI_Comm comm, int streams) {
   } else if (where[1] != 0 && rank == 1) {
     fds.assign(static_cast<std::size_t>(streams), -1);
     for (int s = 0; s < streams; ++s) {
+      // Bounded: rank 0 may have failed to connect and gone on to the
+      // allreduce below.
+      pollfd waiting{listener, POLLIN, 0};
+      if (poll(&waiting, 1, kAcceptTimeoutMs) != 1) break;
       const int fd = accept(listener, nullptr, nullptr);
       std::uint32_t index = 0;
-      if (fd < 0 || !whole(fd, &index, 4, false) || index >= fds.size() || fds[index] >= 0) {
+      pollfd first{fd, POLLIN, 0};
+      if (fd < 0 || poll(&first, 1, kAcceptTimeoutMs) != 1 || !whole(fd, &index, 4, false) || index >= fds.size() || fds[index] >= 0) {
         if (fd >= 0) close(fd);
         break;
       }
