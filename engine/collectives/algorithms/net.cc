@@ -214,11 +214,7 @@ Status run_net_tree_allreduce(Communicator& comm, NetTransport& net, const std::
 
   // Up: each piece, once the children's have arrived, is reduced into this
   // rank's buffer and sent on to the parent. The root's is then final.
-  std::vector<Completion*> sends;
-  for (int t = 0; t < 2; ++t)
-    for (int c = 0; c < 2; ++c)
-      for (std::size_t i = 0; i < kAhead; ++i) FERRY_CHECK(post_from_child(t, c, i));
-  for (std::size_t i = 0; i < most_pieces; ++i) {
+  auto up = [&](std::size_t i) -> Status {
     for (int t = 0; t < 2; ++t) {
       Tree& tree = trees[t];
       if (i >= tree.pieces) continue;
@@ -238,31 +234,39 @@ Status run_net_tree_allreduce(Communicator& comm, NetTransport& net, const std::
         FERRY_CHECK(where.backend->stream_synchronize(stream));
         for (int c = 0; c < 2; ++c) FERRY_CHECK(post_from_child(t, c, i + kAhead));
       }
-      if (tree.links.parent >= 0) {
+      if (tree.links.parent >= 0)
         FERRY_CHECK(net.post_send(peer(tree.links.parent), start_of(mine), bytes_of(mine), tree.tag,
                                   &tree.to_parent[i]));
-        sends.push_back(&tree.to_parent[i]);
-      }
     }
-  }
-  FERRY_CHECK(net.wait_all(sends, deadline));
+    return Status::kOk;
+  };
 
   // Down: each piece from the parent into place, then on to the children.
-  sends.clear();
+  // Its receive lands where its send up reads from, so it is posted once
+  // that send is done; the next piece's is posted with it, so one is always
+  // waiting for the parent.
   std::vector<Completion> from_parent[2], to_children[2][2];
+  std::vector<char> awaited[2];
   for (int t = 0; t < 2; ++t) {
-    Tree& tree = trees[t];
-    from_parent[t].resize(tree.pieces);
-    for (int c = 0; c < 2; ++c) to_children[t][c].resize(tree.pieces);
-    if (tree.links.parent < 0) continue;
-    for (std::size_t i = 0; i < tree.pieces; ++i)
-      FERRY_CHECK(net.post_recv(peer(tree.links.parent), start_of(piece_of(tree, i)), bytes_of(piece_of(tree, i)),
-                                tree.tag, &from_parent[t][i]));
+    from_parent[t].resize(trees[t].pieces);
+    awaited[t].assign(trees[t].pieces, 0);
+    for (int c = 0; c < 2; ++c) to_children[t][c].resize(trees[t].pieces);
   }
-  for (std::size_t i = 0; i < most_pieces; ++i) {
+  auto post_from_parent = [&](int t, std::size_t i) -> Status {
+    Tree& tree = trees[t];
+    if (tree.links.parent < 0 || i >= tree.pieces || awaited[t][i]) return Status::kOk;
+    FERRY_CHECK(net.wait_all({&tree.to_parent[i]}, deadline));
+    awaited[t][i] = 1;
+    return net.post_recv(peer(tree.links.parent), start_of(piece_of(tree, i)), bytes_of(piece_of(tree, i)), tree.tag,
+                         &from_parent[t][i]);
+  };
+  std::vector<Completion*> sends;
+  auto down = [&](std::size_t i) -> Status {
     for (int t = 0; t < 2; ++t) {
       Tree& tree = trees[t];
       if (i >= tree.pieces) continue;
+      FERRY_CHECK(post_from_parent(t, i));
+      FERRY_CHECK(post_from_parent(t, i + 1));
       if (tree.links.parent >= 0) FERRY_CHECK(net.wait_all({&from_parent[t][i]}, deadline));
       const ElementRange mine = piece_of(tree, i);
       for (int c = 0; c < 2; ++c) {
@@ -272,6 +276,18 @@ Status run_net_tree_allreduce(Communicator& comm, NetTransport& net, const std::
         sends.push_back(&to_children[t][c][i]);
       }
     }
+    return Status::kOk;
+  };
+
+  // Both directions at once: step s takes piece s up and piece s - kAhead
+  // down. Down waits only on sends up of earlier steps, which wait on
+  // nothing that comes down, so no rank waits on a later step of another.
+  for (int t = 0; t < 2; ++t)
+    for (int c = 0; c < 2; ++c)
+      for (std::size_t i = 0; i < kAhead; ++i) FERRY_CHECK(post_from_child(t, c, i));
+  for (std::size_t step = 0; step < most_pieces + kAhead; ++step) {
+    if (step < most_pieces) FERRY_CHECK(up(step));
+    if (step >= kAhead) FERRY_CHECK(down(step - kAhead));
   }
   return net.wait_all(sends, deadline);
 }
