@@ -42,11 +42,12 @@ inline void close_all(std::vector<int>* fds) {
   fds->clear();
 }
 
+// How long rank 1 waits for each connection, and for its index.
+constexpr int kAcceptTimeoutMs = 10000;
+
 // `streams` connections between ranks 0 and 1 of comm (collective), in
 // the same order on both (each connection first carries its index); empty
 // on every rank where any could not be set up, and on ranks past 1.
-constexpr int kAcceptTimeoutMs = 10000;
-
 inline std::vector<int> connect_ranks(MPI_Comm comm, int streams) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -97,7 +98,8 @@ inline std::vector<int> connect_ranks(MPI_Comm comm, int streams) {
       const int fd = accept(listener, nullptr, nullptr);
       std::uint32_t index = 0;
       pollfd first{fd, POLLIN, 0};
-      if (fd < 0 || poll(&first, 1, kAcceptTimeoutMs) != 1 || !whole(fd, &index, 4, false) || index >= fds.size() || fds[index] >= 0) {
+      if (fd < 0 || poll(&first, 1, kAcceptTimeoutMs) != 1 || !whole(fd, &index, 4, false) || index >= fds.size() ||
+          fds[index] >= 0) {
         if (fd >= 0) close(fd);
         break;
       }
