@@ -53,7 +53,10 @@ GdaProxy::GdaProxy(gpu::Backend* backend, GdaExecutor* executor)
     : GdaProxy(backend, executor, default_stall_limit()) {}
 
 GdaProxy::GdaProxy(gpu::Backend* backend, GdaExecutor* executor, std::chrono::milliseconds stall_limit)
-    : backend_(backend), executor_(executor), stall_limit_(stall_limit) {}
+    : backend_(backend),
+      executor_(executor),
+      modules_load_lazily_(backend && backend->loads_modules_lazily()),
+      stall_limit_(stall_limit) {}
 
 GdaProxy::~GdaProxy() {
   stop();
@@ -164,7 +167,7 @@ void GdaProxy::watch() {
     if (held)
       FERRY_WARN(Transport, "gda proxy: its thread has been held in one call for %lld ms%s",
                  static_cast<long long>(stall_limit_.count()),
-                 backend_ && backend_->loads_modules_lazily()
+                 modules_load_lazily_
                      ? " (CUDA loads modules lazily here: a kernel's first launch waits for the device to be idle; "
                        "CUDA_MODULE_LOADING=EAGER avoids it)"
                      : "");

@@ -129,6 +129,9 @@ class GdaProxy {
 
   gpu::Backend* backend_;
   GdaExecutor* executor_;
+  // Asked once, here: asking the driver from the watchdog could wait on the
+  // very lock a lazy load holds.
+  const bool modules_load_lazily_;
   std::vector<Ring> rings_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
