@@ -243,20 +243,17 @@ Status run_net_tree_allreduce(Communicator& comm, NetTransport& net, const std::
 
   // Down: each piece from the parent into place, then on to the children.
   // Its receive lands where its send up reads from, so it is posted once
-  // that send is done; the next piece's is posted with it, so one is always
-  // waiting for the parent.
+  // that send is done; piece i + 1's is posted while piece i is awaited
+  // (pieces 0 and 1 at the first), so one is always waiting for the parent.
   std::vector<Completion> from_parent[2], to_children[2][2];
-  std::vector<char> awaited[2];
   for (int t = 0; t < 2; ++t) {
     from_parent[t].resize(trees[t].pieces);
-    awaited[t].assign(trees[t].pieces, 0);
     for (int c = 0; c < 2; ++c) to_children[t][c].resize(trees[t].pieces);
   }
   auto post_from_parent = [&](int t, std::size_t i) -> Status {
     Tree& tree = trees[t];
-    if (tree.links.parent < 0 || i >= tree.pieces || awaited[t][i]) return Status::kOk;
+    if (tree.links.parent < 0 || i >= tree.pieces) return Status::kOk;
     FERRY_CHECK(net.wait_all({&tree.to_parent[i]}, deadline));
-    awaited[t][i] = 1;
     return net.post_recv(peer(tree.links.parent), start_of(piece_of(tree, i)), bytes_of(piece_of(tree, i)), tree.tag,
                          &from_parent[t][i]);
   };
@@ -265,7 +262,7 @@ Status run_net_tree_allreduce(Communicator& comm, NetTransport& net, const std::
     for (int t = 0; t < 2; ++t) {
       Tree& tree = trees[t];
       if (i >= tree.pieces) continue;
-      FERRY_CHECK(post_from_parent(t, i));
+      if (i == 0) FERRY_CHECK(post_from_parent(t, 0));
       FERRY_CHECK(post_from_parent(t, i + 1));
       if (tree.links.parent >= 0) FERRY_CHECK(net.wait_all({&from_parent[t][i]}, deadline));
       const ElementRange mine = piece_of(tree, i);
