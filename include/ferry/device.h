@@ -17,7 +17,7 @@
  * in a window whose ranks span machines, the others go through a GDA queue
  * that a proxy thread of this process drains over the network
  * (ferry/gda_ring.h). Every call reaches other machines, with these
- * limits: a get's destination must be device memory; atomics to another
+ * limits: a get's destination must be global memory; atomics to another
  * machine (fetch_add, atomic_add, compare_swap) take 64-bit integers; g,
  * fetch_add and compare_swap wait for the target's answer (a network round
  * trip). On
@@ -45,7 +45,10 @@
  * (for block and warp forms: the whole block or warp) wrote before it.
  * quiet() completes every earlier write of the calling thread to mapped
  * ranks; quiet(w) also every write this process queued for other machines.
- * A put to another machine returns once its source may be reused.
+ * A put to another machine returns once its source may be reused; a source
+ * in shared memory or a thread's local variables travels in 8-byte pieces
+ * inside the queue's descriptors (global memory: the proxy reads it in one
+ * copy).
  *
  * The same header compiles in HIP kernels (hipcc, AMD GPUs), where a warp
  * is a wavefront (warpSize threads, 64 on CDNA GPUs); Ferry's HIP build has
@@ -94,10 +97,18 @@ __device__ __forceinline__ void sync_warp() {
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
 }
 __device__ __forceinline__ void trap() { __builtin_trap(); }
+__device__ __forceinline__ bool global_memory(const void* p) {
+#if defined(__HIP_DEVICE_COMPILE__)
+  return !__builtin_amdgcn_is_shared(p) && !__builtin_amdgcn_is_private(p);
+#else
+  return (void)p, true;  // the host pass of a device function
+#endif
+}
 #else
 constexpr unsigned kWarpSize = 32;
 __device__ __forceinline__ void sync_warp() { __syncwarp(); }
 __device__ __forceinline__ void trap() { __trap(); }
+__device__ __forceinline__ bool global_memory(const void* p) { return __isGlobal(p) != 0; }
 #endif
 }  // namespace detail
 
@@ -154,9 +165,33 @@ __device__ __forceinline__ std::uint64_t post_remote(const ferry_window_device_t
   return gda::post(queue(w), d);
 }
 
-// A put's source may be reused once the proxy has read it.
+// A source in shared memory or a thread's own (local) memory, which the
+// proxy cannot read: lane's share of its 8-byte pieces (of `lanes`) goes
+// inside the descriptors. The last ticket posted (kRingFailed: none, or
+// the proxy failed).
+__device__ __forceinline__ std::uint64_t put_pieces(const ferry_window_device_t& w, int rank, std::size_t offset,
+                                                    const void* src, std::size_t bytes, unsigned lane = 0,
+                                                    unsigned lanes = 1) {
+  const auto* from = static_cast<const unsigned char*>(src);
+  std::uint64_t ticket = gda::kRingFailed;
+  for (std::size_t at = 8 * std::size_t(lane); at < bytes; at += 8 * std::size_t(lanes)) {
+    const std::size_t piece = bytes - at < 8 ? bytes - at : 8;
+    unsigned long long bits = 0;
+    for (std::size_t b = 0; b < piece; ++b) bits |= static_cast<unsigned long long>(from[at + b]) << (8 * b);
+    ticket = post_remote(w, rank, gda::GdaOp::kPutInline, offset + at, nullptr, piece, 0, bits);
+    if (ticket == gda::kRingFailed) break;
+  }
+  return ticket;
+}
+
+// A put's source may be reused once the proxy has read it (at once where
+// it travels inside the descriptors).
 __device__ __forceinline__ void put_remote(const ferry_window_device_t& w, int rank, std::size_t offset,
                                            const void* src, std::size_t bytes) {
+  if (!global_memory(src)) {
+    put_pieces(w, rank, offset, src, bytes);
+    return;
+  }
   const std::uint64_t ticket = post_remote(w, rank, gda::GdaOp::kPut, offset, src, bytes);
   if (ticket != gda::kRingFailed) gda::wait_started(queue(w), ticket);
 }
@@ -227,6 +262,11 @@ __device__ __forceinline__ unsigned lane_in_block() {
 // A get's bytes are in dst once the proxy has finished it.
 __device__ __forceinline__ void get_remote(const ferry_window_device_t& w, int rank, std::size_t offset, void* dst,
                                            std::size_t bytes) {
+  if (!global_memory(dst)) {
+    printf("ferry: get from window rank %d (another machine) into shared or local memory: the destination "
+           "must be global memory\n", rank);
+    trap();
+  }
   const std::uint64_t ticket = post_remote(w, rank, gda::GdaOp::kGet, offset, dst, bytes);
   if (ticket != gda::kRingFailed) gda::wait_completed(queue(w), ticket);
 }
@@ -247,7 +287,10 @@ __device__ __forceinline__ void put_warp(const ferry_window_device_t& w, int ran
   detail::in_window(w, rank, offset, bytes, "put_warp");
   if (!detail::mapped(w, rank)) {
     detail::sync_warp();  // the warp's writes to src come first
-    if (threadIdx.x % detail::kWarpSize == 0) detail::put_remote(w, rank, offset, src, bytes);
+    if (!detail::global_memory(src))
+      detail::put_pieces(w, rank, offset, src, bytes, threadIdx.x % detail::kWarpSize, detail::kWarpSize);
+    else if (threadIdx.x % detail::kWarpSize == 0)
+      detail::put_remote(w, rank, offset, src, bytes);
     detail::sync_warp();
     return;
   }
@@ -262,7 +305,10 @@ __device__ __forceinline__ void put_block(const ferry_window_device_t& w, int ra
   detail::in_window(w, rank, offset, bytes, "put_block");
   if (!detail::mapped(w, rank)) {
     __syncthreads();  // the block's writes to src come first
-    if (detail::lane_in_block() == 0) detail::put_remote(w, rank, offset, src, bytes);
+    if (!detail::global_memory(src))
+      detail::put_pieces(w, rank, offset, src, bytes, detail::lane_in_block(), blockDim.x * blockDim.y * blockDim.z);
+    else if (detail::lane_in_block() == 0)
+      detail::put_remote(w, rank, offset, src, bytes);
     __syncthreads();
     return;
   }
@@ -464,6 +510,12 @@ __device__ __forceinline__ void put_signal(const ferry_window_device_t& w, int r
   if (!detail::mapped(w, rank)) {
     detail::in_window(w, rank, offset, bytes, "put_signal");
     detail::in_window(w, rank, signal_offset, sizeof(unsigned long long), "put_signal's signal");
+    if (!detail::global_memory(src)) {
+      // The pieces, then the signal: the queue keeps this thread's order.
+      if (bytes == 0 || detail::put_pieces(w, rank, offset, src, bytes) != gda::kRingFailed)
+        detail::post_remote(w, rank, gda::GdaOp::kSignal, 0, nullptr, 0, signal_offset, value, op);
+      return;
+    }
     const std::uint64_t ticket =
         detail::post_remote(w, rank, gda::GdaOp::kPutSignal, offset, src, bytes, signal_offset, value, op);
     if (ticket != gda::kRingFailed) gda::wait_started(detail::queue(w), ticket);

@@ -89,6 +89,18 @@ __device__ __forceinline__ void put(const ferry_window_device_t& w, int rank, st
     const std::size_t first = lane * share, last = first + share < words ? first + share : words;
     if (first >= last) return;
     const std::size_t end_byte = 4 * last < bytes ? 4 * last : bytes;
+    if (!ferry::device::detail::global_memory(src)) {
+      // Shared or local memory, which the proxy cannot read: each flagged
+      // word inside its descriptor.
+      for (std::size_t i = first; i < last; ++i) {
+        const unsigned long long word = (static_cast<unsigned long long>(flag) << 32) |
+                                        detail::data_word(static_cast<const unsigned char*>(src), bytes, i);
+        if (ferry::device::detail::post_remote(w, rank, gda::GdaOp::kPutInline, offset + 8 * i, nullptr, 8, 0,
+                                               word) == gda::kRingFailed)
+          return;
+      }
+      return;
+    }
     const std::uint64_t ticket = ferry::device::detail::post_remote(
         w, rank, gda::GdaOp::kPutFlagged, offset + 8 * first, static_cast<const char*>(src) + 4 * first,
         end_byte - 4 * first, 0, flag);

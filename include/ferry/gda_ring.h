@@ -27,9 +27,15 @@
 // Memory: the slots, the result slots and the consumer's words live in
 // pinned host memory that the GPU maps (the consumer is a host thread);
 // `tickets` lives where the producers are (device memory for GPU
-// producers). A consumer that gives up (a failed peer, the job ending) sets
+// producers). GPU producers read the consumer's words and the results from
+// a copy in device memory that the consumer keeps current with stream
+// writes (`seen_words`, `seen_results`): a GPU thread that polls host
+// memory slows every copy the device runs, the consumer's own among them.
+// A producer frees its result slot in host memory, where the consumer
+// looks. A consumer that gives up (a failed peer, the job ending) sets
 // `failed`; producers waiting for room or completion then return
-// kRingFailed.
+// kRingFailed. Producers also read the host's `failed` now and then: a
+// consumer held inside the GPU's runtime cannot update the copy.
 #pragma once
 
 #include <time.h>
@@ -117,6 +123,10 @@ struct GdaRing {
   std::uint64_t* tickets;  // producers' counter
   GdaRingWords* words;
   GdaResult* results;      // capacity of them
+  // Where producers read the consumer's words and returned values: their
+  // copy in device memory, or words and results themselves.
+  const GdaRingWords* seen_words;
+  const GdaResult* seen_results;
   // With FERRY_TRACE: when each slot's descriptor was posted, in ns of the
   // system clock (a GPU's %globaltimer; 0 where unknown); else null.
   std::uint64_t* posted_ns;
@@ -187,14 +197,24 @@ inline void pause(unsigned waited) {
 }
 #endif
 
+// Polls of a waiting producer between its reads of the host's `failed`.
+constexpr unsigned kPollsPerHostCheck = 1024;
+
+// Whether the consumer gave up: its copy says so, or, every
+// kPollsPerHostCheck-th turn, the host's word does.
+FERRY_GDA_HOST_DEVICE bool gave_up(const GdaRing& ring, unsigned waited) {
+  if (load_word(&ring.seen_words->failed) != 0) return true;
+  return waited % kPollsPerHostCheck == kPollsPerHostCheck - 1 && load_word(&ring.words->failed) != 0;
+}
+
 }  // namespace detail
 
 // Posts *body (its `published` ignored) and returns its ticket, or
 // kRingFailed when the consumer gave up while the ring was full.
 FERRY_GDA_HOST_DEVICE std::uint64_t post(const GdaRing& ring, const GdaDescriptor& body) {
   const std::uint64_t ticket = detail::take_ticket(ring.tickets);
-  for (unsigned waited = 0; ticket - detail::load_word(&ring.words->consumed) >= ring.capacity; ++waited) {
-    if (detail::load_word(&ring.words->failed) != 0) return kRingFailed;
+  for (unsigned waited = 0; ticket - detail::load_word(&ring.seen_words->consumed) >= ring.capacity; ++waited) {
+    if (detail::gave_up(ring, waited)) return kRingFailed;
     detail::pause(waited);
   }
   GdaDescriptor* slot = &ring.slots[ticket & (ring.capacity - 1)];
@@ -218,7 +238,7 @@ namespace detail {
 // Waits until the consumer's word passes ticket; false when it gave up first.
 FERRY_GDA_HOST_DEVICE bool wait_past(const GdaRing& ring, const std::uint64_t* word, std::uint64_t ticket) {
   for (unsigned waited = 0; load_word(word) <= ticket; ++waited) {
-    if (load_word(&ring.words->failed) != 0) return false;
+    if (gave_up(ring, waited)) return false;
     pause(waited);
   }
   return true;
@@ -229,13 +249,13 @@ FERRY_GDA_HOST_DEVICE bool wait_past(const GdaRing& ring, const std::uint64_t* w
 // Waits until the consumer has read the source of ticket's descriptor (and
 // of every earlier one); false when it gave up first.
 FERRY_GDA_HOST_DEVICE bool wait_started(const GdaRing& ring, std::uint64_t ticket) {
-  return detail::wait_past(ring, &ring.words->started, ticket);
+  return detail::wait_past(ring, &ring.seen_words->started, ticket);
 }
 
 // Waits until every operation up to and including ticket has finished;
 // false when the consumer gave up first.
 FERRY_GDA_HOST_DEVICE bool wait_completed(const GdaRing& ring, std::uint64_t ticket) {
-  return detail::wait_past(ring, &ring.words->completed, ticket);
+  return detail::wait_past(ring, &ring.seen_words->completed, ticket);
 }
 
 // Waits until every operation posted on ring so far, by any producer, has
@@ -249,16 +269,17 @@ FERRY_GDA_HOST_DEVICE bool wait_all_completed(const GdaRing& ring) {
 // it in *value and frees the result slot; false (and *value 0) when the
 // consumer gave up first.
 FERRY_GDA_HOST_DEVICE bool take_result(const GdaRing& ring, std::uint64_t ticket, std::uint64_t* value) {
-  GdaResult* slot = &ring.results[ticket & (ring.capacity - 1)];
+  const std::uint64_t index = ticket & (ring.capacity - 1);
+  const GdaResult* seen = &ring.seen_results[index];
   *value = 0;
   // Exactly this ticket's mark: a later ticket of the slot may come first.
-  for (unsigned waited = 0; detail::load_word(&slot->ready) != ticket + 1; ++waited) {
-    if (detail::load_word(&ring.words->failed) != 0) return false;
+  for (unsigned waited = 0; detail::load_word(&seen->ready) != ticket + 1; ++waited) {
+    if (detail::gave_up(ring, waited)) return false;
     detail::pause(waited);
   }
   detail::acquire_fence();
-  *value = detail::load_word(&slot->value);
-  detail::publish(&slot->ready, 0);  // after the value is read
+  *value = detail::load_word(&seen->value);
+  detail::publish(&ring.results[index].ready, 0);  // after the value is read
   return true;
 }
 

@@ -6,12 +6,14 @@
 // rank to rank 0, and barrier_block rounds; then the calls that wait for
 // an answer: g of what p wrote, fetch_add from every thread (old values all
 // distinct), compare_swap (one rank wins), and ll::put/ll::wait with a
-// warp's lanes; every result checked on the host. Prints "No Errors" on
-// success.
+// warp's lanes; then puts whose sources the proxy cannot read (shared
+// memory, a thread's locals); every result checked on the host. Prints
+// "No Errors" on success.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -38,7 +40,15 @@ constexpr std::size_t kFetchCounter = kScalars + 64 * sizeof(int);  // fetch_add
 constexpr std::size_t kLock = kFetchCounter + 64;                     // compare_swap at rank 0
 constexpr std::size_t kMessage = kLock + 64;                          // ll messages from the left
 constexpr std::size_t kMessageBytes = 1001;                           // odd
-constexpr std::size_t kWindowBytes = kMessage + (kMessageBytes + 3) / 4 * 8;
+constexpr std::size_t kFromLocal = kMessage + (kMessageBytes + 3) / 4 * 8;  // put of a thread's locals
+constexpr std::size_t kFromLocalBytes = 13;
+constexpr std::size_t kLocalSignal = kFromLocal + 64;     // put_signal of locals: its word
+constexpr std::size_t kLocalSignalData = kLocalSignal + 64;  // and its bytes
+constexpr std::size_t kLocalSignalBytes = 5;
+constexpr std::size_t kFromShared = kLocalSignalData + 64;   // put_block of shared memory
+constexpr std::size_t kFromSharedBytes = 777;
+constexpr std::size_t kLocalMessage = kFromShared + 1024;    // ll::put of a local 8-byte value
+constexpr std::size_t kWindowBytes = kLocalMessage + 64;
 constexpr std::size_t kBytes = 100003;                 // odd
 
 __host__ __device__ unsigned char pattern(int rank, std::size_t i) {
@@ -113,6 +123,24 @@ __global__ void ll_exchange(ferry_window_device_t w, const unsigned char* src, u
   const int right = (w.rank + 1) % w.size;
   fd::ll::put(w, right, kMessage, src, kMessageBytes, flag, threadIdx.x, blockDim.x);
   fd::ll::wait(w, kMessage, dst, kMessageBytes, flag, threadIdx.x, blockDim.x);
+}
+
+// Sources the proxy cannot read (shared memory, a thread's locals), to the
+// right neighbour on another machine.
+__global__ void from_shared_and_local(ferry_window_device_t w, unsigned flag) {
+  const int right = (w.rank + 1) % w.size;
+  __shared__ unsigned char staged[kFromSharedBytes];
+  for (std::size_t i = threadIdx.x; i < kFromSharedBytes; i += blockDim.x) staged[i] = pattern(w.rank, i + 11);
+  fd::put_block(w, right, kFromShared, staged, kFromSharedBytes);
+  if (threadIdx.x != 0) return;
+  unsigned char mine[kFromLocalBytes], five[kLocalSignalBytes];
+  for (std::size_t i = 0; i < kFromLocalBytes; ++i) mine[i] = pattern(w.rank, i + 3);
+  for (std::size_t i = 0; i < kLocalSignalBytes; ++i) five[i] = pattern(w.rank, i + 5);
+  fd::put(w, right, kFromLocal, mine, kFromLocalBytes);
+  fd::put_signal(w, right, kLocalSignalData, five, kLocalSignalBytes, kLocalSignal, 1);
+  const unsigned long long value = 0x0123456789abcdefULL ^ static_cast<unsigned long long>(w.rank);
+  fd::ll::put(w, right, kLocalMessage, &value, sizeof value, flag);
+  fd::quiet(w);
 }
 
 // Waits for the kernels queued so far on the legacy stream, at most 30 s;
@@ -258,6 +286,27 @@ int main(int argc, char** argv) {
   bool message_ok = true;
   for (std::size_t i = 0; i < kMessageBytes; ++i) message_ok = message_ok && received[i] == pattern(left, i + 7);
   check(message_ok, "ll::put's message from the left neighbour");
+
+  from_shared_and_local<<<1, 128>>>(w, 0x5eed0002u);
+  finish(ring, "puts from shared and local memory");
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<unsigned char> landed(kWindowBytes - kFromLocal);
+  cuda(cudaMemcpy(landed.data(), base + kFromLocal, landed.size(), cudaMemcpyDeviceToHost), "read the window");
+  auto at = [&](std::size_t offset) { return &landed[offset - kFromLocal]; };
+  bool local_ok = true, signal_ok = true, shared_ok = true;
+  for (std::size_t i = 0; i < kFromLocalBytes; ++i) local_ok = local_ok && at(kFromLocal)[i] == pattern(left, i + 3);
+  for (std::size_t i = 0; i < kLocalSignalBytes; ++i)
+    signal_ok = signal_ok && at(kLocalSignalData)[i] == pattern(left, i + 5);
+  for (std::size_t i = 0; i < kFromSharedBytes; ++i) shared_ok = shared_ok && at(kFromShared)[i] == pattern(left, i + 11);
+  unsigned long long signal_word = 0, flagged[2] = {0, 0};
+  std::memcpy(&signal_word, at(kLocalSignal), sizeof signal_word);
+  std::memcpy(flagged, at(kLocalMessage), sizeof flagged);
+  const unsigned long long sent = 0x0123456789abcdefULL ^ static_cast<unsigned long long>(left);
+  check(local_ok, "put of a thread's local bytes from the left neighbour");
+  check(signal_ok && signal_word == 1, "put_signal of local bytes and its signal");
+  check(shared_ok, "put_block of shared memory from the left neighbour");
+  check(flagged[0] == ((0x5eed0002ULL << 32) | (sent & 0xffffffffu)) && flagged[1] == ((0x5eed0002ULL << 32) | (sent >> 32)),
+        "ll::put of a local value: its flagged words");
   cudaFree(read);
   cudaFree(olds);
   cudaFree(message);

@@ -2,7 +2,8 @@
 // fill (producers wait, nothing is overwritten), wrap around many times,
 // keep each producer's order, and count completions that quiet waits for;
 // values of fetching operations reach their producers, and one not yet
-// taken is never overwritten by a later ticket of its result slot.
+// taken is never overwritten by a later ticket of its result slot; GPU
+// producers' copy of the consumer's words in device memory.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -94,6 +95,15 @@ GdaDescriptor signal_add(std::uint32_t producer, std::uint64_t signal_offset, st
 }
 
 std::uint64_t load(const std::uint64_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
+
+// A ring of GPU producers as a host thread playing one reaches it: its
+// device memory through the emulated device's host view.
+GdaRing seen_from_host(gpu::Backend* device, GdaRing ring) {
+  ring.tickets = static_cast<std::uint64_t*>(device->host_view(ring.tickets));
+  ring.seen_words = static_cast<const GdaRingWords*>(device->host_view(ring.seen_words));
+  ring.seen_results = static_cast<const GdaResult*>(device->host_view(ring.seen_results));
+  return ring;
+}
 
 TEST(GdaRing, ManyProducersWrapAroundAndKeepEachOnesOrder) {
   WindowExecutor executor(64);
@@ -337,10 +347,13 @@ class NeverFinishing : public GdaExecutor {
 
 // One operation posted through a proxy with a 200 ms stall limit: its
 // producer's wait returns, failed, within seconds.
-void expect_failed_by_the_watchdog(GdaExecutor& executor, const std::function<void()>& before_stop) {
+void expect_failed_by_the_watchdog(GdaExecutor& executor, const std::function<void()>& before_stop,
+                                   Producers producers = Producers::kHost) {
   GdaProxy proxy(testing::unit_test_device(), &executor, std::chrono::milliseconds(200));
-  GdaRing ring{};
-  ASSERT_EQ(proxy.add_ring(4, Producers::kHost, &ring), Status::kOk);
+  GdaRing added{};
+  ASSERT_EQ(proxy.add_ring(4, producers, &added), Status::kOk);
+  const GdaRing ring =
+      producers == Producers::kDevice ? seen_from_host(testing::unit_test_device(), added) : added;
   proxy.start();
   const auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(wait_completed(ring, post(ring, signal_add(0, 0, 1))));
@@ -355,6 +368,16 @@ TEST(GdaRing, AProxyHeldInItsExecutorFailsItsRingsAfterTheStallLimit) {
   executor.held = true;
   // Released once failed: the call returns and the proxy's thread ends.
   expect_failed_by_the_watchdog(executor, [&] { executor.held = false; });
+}
+
+// The proxy's thread, held, cannot mark the device copy failed: producers
+// find the failure in the host's word.
+TEST(GdaRing, DeviceProducersSeeAHeldProxyFailThroughTheHostsWord) {
+  if (testing::unit_test_device()->execution_site() != gpu::ExecutionSite::kHost)
+    GTEST_SKIP() << "host threads cannot read this device's memory";
+  WindowExecutor executor(64);
+  executor.held = true;
+  expect_failed_by_the_watchdog(executor, [&] { executor.held = false; }, Producers::kDevice);
 }
 
 TEST(GdaRing, OperationsThatNeverFinishFailTheirRingsAfterTheStallLimit) {
@@ -374,6 +397,56 @@ TEST(GdaRing, AnIdleProxyOutlivesItsStallLimit) {
   }
   EXPECT_EQ(proxy.status(), Status::kOk);
   proxy.stop();
+}
+
+// GPU producers read the consumer's words and the returned values from a
+// copy in device memory the proxy keeps current, and free result slots in
+// host memory: fetched values still reach each producer once, in order,
+// across many passes over a small ring; quiet still waits for completion.
+TEST(GdaRing, DeviceProducersReadTheConsumersCopyInDeviceMemory) {
+  gpu::Backend* device = testing::unit_test_device();
+  if (device->execution_site() != gpu::ExecutionSite::kHost)
+    GTEST_SKIP() << "host threads cannot read this device's memory";
+  WindowExecutor executor(64);
+  GdaProxy proxy(device, &executor);
+  GdaRing added{};
+  ASSERT_EQ(proxy.add_ring(8, Producers::kDevice, &added), Status::kOk);
+  ASSERT_TRUE(device->stream_memory_ops());
+  EXPECT_NE(static_cast<const void*>(added.seen_words), static_cast<const void*>(added.words));
+  EXPECT_NE(static_cast<const void*>(added.seen_results), static_cast<const void*>(added.results));
+  const GdaRing ring = seen_from_host(device, added);
+  proxy.start();
+  constexpr int kProducers = 4, kPosts = 300;
+  std::vector<std::vector<std::uint64_t>> fetched(kProducers);
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p)
+    producers.emplace_back([&, p] {
+      for (int i = 0; i < kPosts; ++i) {
+        const std::uint64_t ticket = post(ring, fetch_add(p, 0, 1));
+        ASSERT_NE(ticket, kRingFailed);
+        std::uint64_t old = 0;
+        ASSERT_TRUE(take_result(ring, ticket, &old));
+        fetched[p].push_back(old);
+      }
+      ASSERT_TRUE(wait_all_completed(ring));
+    });
+  for (auto& t : producers) t.join();
+  EXPECT_EQ(load(&ring.seen_words->completed), std::uint64_t{kProducers} * kPosts);
+  proxy.stop();
+  ASSERT_EQ(proxy.status(), Status::kOk);
+  std::vector<bool> seen(kProducers * kPosts, false);
+  for (int p = 0; p < kProducers; ++p)
+    for (int i = 0; i < kPosts; ++i) {
+      const std::uint64_t old = fetched[p][i];
+      ASSERT_LT(old, seen.size());
+      EXPECT_FALSE(seen[old]) << "old value " << old << " returned twice";
+      seen[old] = true;
+      if (i > 0) EXPECT_GT(old, fetched[p][i - 1]) << "producer " << p;
+    }
+  // Every slot was freed where the proxy looks.
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(load(&ring.results[i].ready), 0u) << "slot " << i;
+  // Stopped: the copy says failed, so a late producer returns.
+  EXPECT_EQ(__atomic_load_n(&ring.seen_words->failed, __ATOMIC_ACQUIRE), 1u);
 }
 
 TEST(GdaRing, CapacityIsAPowerOfTwo) {

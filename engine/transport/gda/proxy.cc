@@ -60,7 +60,14 @@ GdaProxy::GdaProxy(gpu::Backend* backend, GdaExecutor* executor, std::chrono::mi
 
 GdaProxy::~GdaProxy() {
   stop();
+  // The device copies' last writes land before their memory goes.
+  if (copy_stream_) {
+    FERRY_LOG_IF_FAILED(backend_->stream_synchronize(copy_stream_));
+    FERRY_LOG_IF_FAILED(backend_->stream_destroy(copy_stream_));
+  }
   for (Ring& ring : rings_) {
+    if (ring.device_words) FERRY_LOG_IF_FAILED(backend_->device_free(ring.device_words));
+    if (ring.device_results) FERRY_LOG_IF_FAILED(backend_->device_free(ring.device_results));
     FERRY_LOG_IF_FAILED(backend_->pinned_free(ring.view.slots));
     FERRY_LOG_IF_FAILED(backend_->pinned_free(ring.view.words));
     FERRY_LOG_IF_FAILED(backend_->pinned_free(ring.view.results));
@@ -116,9 +123,60 @@ Status GdaProxy::add_ring(std::uint32_t capacity, Producers producers, GdaRing* 
   ring.view.results = static_cast<GdaResult*>(results);
   ring.view.posted_ns = static_cast<std::uint64_t*>(posted);
   ring.view.tickets = static_cast<std::uint64_t*>(tickets);
+  ring.view.seen_words = ring.view.words;
+  ring.view.seen_results = ring.view.results;
+  if (producers == Producers::kDevice) add_device_copy(ring);
   rings_.push_back(ring);
   *out = ring.view;
   return Status::kOk;
+}
+
+void GdaProxy::add_device_copy(Ring& ring) {
+  if (!backend_->stream_memory_ops()) return;
+  const std::size_t result_bytes = sizeof(GdaResult) * ring.view.capacity;
+  void* words = nullptr;
+  void* results = nullptr;
+  const std::vector<char> zeros(std::max(sizeof(GdaRingWords), result_bytes), 0);
+  Status status = backend_->device_alloc(sizeof(GdaRingWords), &words);
+  if (ok(status)) status = backend_->device_alloc(result_bytes, &results);
+  if (ok(status)) status = backend_->copy(words, zeros.data(), sizeof(GdaRingWords));
+  if (ok(status)) status = backend_->copy(results, zeros.data(), result_bytes);
+  if (ok(status) && !copy_stream_) {
+    if (!backend_->chosen_device(&copy_device_)) copy_device_ = -1;
+    status = backend_->stream_create_independent(&copy_stream_);
+  }
+  // Whether the device takes stream writes of 64-bit words at all.
+  if (ok(status)) status = backend_->stream_write_value64(copy_stream_, &static_cast<GdaRingWords*>(words)->consumed, 0);
+  if (ok(status)) status = backend_->stream_synchronize(copy_stream_);
+  if (!ok(status)) {
+    FERRY_INFO(Transport, "gda proxy: GPU producers read the ring's words in host memory (no device copy: %s)",
+               status_name(status));
+    if (words) FERRY_LOG_IF_FAILED(backend_->device_free(words));
+    if (results) FERRY_LOG_IF_FAILED(backend_->device_free(results));
+    return;
+  }
+  ring.device_words = static_cast<GdaRingWords*>(words);
+  ring.device_results = static_cast<GdaResult*>(results);
+  ring.view.seen_words = ring.device_words;
+  ring.view.seen_results = ring.device_results;
+}
+
+Status GdaProxy::update_device_copy(Ring& ring) {
+  const auto update = [&](std::uint64_t* copied, const std::uint64_t* host, std::uint64_t* device) {
+    const std::uint64_t now = __atomic_load_n(host, __ATOMIC_ACQUIRE);
+    if (now == *copied) return Status::kOk;
+    *copied = now;
+    return backend_->stream_write_value64(copy_stream_, device, now);
+  };
+  GdaRingWords* host = ring.view.words;
+  FERRY_CHECK(update(&ring.copied_consumed, &host->consumed, &ring.device_words->consumed));
+  FERRY_CHECK(update(&ring.copied_started, &host->started, &ring.device_words->started));
+  return update(&ring.copied_completed, &host->completed, &ring.device_words->completed);
+}
+
+void GdaProxy::fail_device_copies() {
+  for (Ring& ring : rings_)
+    if (ring.device_words) FERRY_LOG_IF_FAILED(backend_->stream_write_value(copy_stream_, &ring.device_words->failed, 1));
 }
 
 void GdaProxy::start() {
@@ -134,9 +192,14 @@ void GdaProxy::stop() {
   }
   watchdog_wake_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
-  if (thread_.joinable()) thread_.join();
+  const bool was_running = thread_.joinable();
+  if (was_running) thread_.join();
   // Producers still waiting for room or completion return.
   for (Ring& ring : rings_) __atomic_store_n(&ring.view.words->failed, 1u, __ATOMIC_RELEASE);
+  if (was_running && copy_stream_) {
+    fail_device_copies();
+    FERRY_LOG_IF_FAILED(backend_->stream_synchronize(copy_stream_));
+  }
 }
 
 void GdaProxy::watch() {
@@ -268,6 +331,13 @@ void GdaProxy::return_values(Ring& ring) {
     }
     slot->value = value;
     store_word(&slot->ready, ticket + 1);
+    if (ring.device_results) {
+      // The value before its mark: each stream write fences the ones before.
+      GdaResult* copy = &ring.device_results[ticket & (ring.view.capacity - 1)];
+      Status status = backend_->stream_write_value64(copy_stream_, &copy->value, value);
+      if (ok(status)) status = backend_->stream_write_value64(copy_stream_, &copy->ready, ticket + 1);
+      if (!ok(status)) fail(status);
+    }
     pending[i] = pending.back();
     pending.pop_back();
   }
@@ -281,6 +351,10 @@ bool GdaProxy::idle() const {
 
 void GdaProxy::run() {
   const auto finished = [this](int ring, std::uint64_t ticket) { finish(ring, ticket); };
+  if (copy_stream_ && copy_device_ >= 0) {
+    const Status bound = backend_->set_device(copy_device_);
+    if (!ok(bound)) fail(bound);
+  }
   std::chrono::steady_clock::time_point deadline{};
   int idle_polls = 0;
   for (;;) {
@@ -297,8 +371,15 @@ void GdaProxy::run() {
     for (Ring& ring : rings_) {
       if (!ring.unreturned.empty()) return_values(ring);
       values_waiting = values_waiting || !ring.unreturned.empty();
+      if (ring.device_words && ok(status())) {
+        const Status copied = update_device_copy(ring);
+        if (!ok(copied)) fail(copied);
+      }
     }
-    if (!ok(status())) return;
+    if (!ok(status())) {
+      fail_device_copies();
+      return;
+    }
     // Once stopping: what was published is started; wait for it to finish.
     if (stopping) {
       if (idle()) return;

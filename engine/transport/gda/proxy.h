@@ -112,6 +112,11 @@ class GdaProxy {
     std::deque<Started> started;
     // Values whose result slot was still taken: (ticket, value).
     std::vector<std::pair<std::uint64_t, std::uint64_t>> unreturned;
+    // GPU producers' copy of the words and results (gda_ring.h), in device
+    // memory, and the words' values last written there; null: none.
+    GdaRingWords* device_words = nullptr;
+    GdaResult* device_results = nullptr;
+    std::uint64_t copied_consumed = 0, copied_started = 0, copied_completed = 0;
   };
 
   void run();
@@ -122,6 +127,14 @@ class GdaProxy {
   void trace_operation(int ring, std::uint64_t ticket, const Started& started);
   // Writes values into their result slots where those are free now.
   void return_values(Ring& ring);
+  // Device memory for ring's producers' copy, zeroed; none where the
+  // backend has no stream writes of 64-bit words (producers then read host
+  // memory).
+  void add_device_copy(Ring& ring);
+  // Queues writes of ring's words that changed since the last call.
+  Status update_device_copy(Ring& ring);
+  // Queues the `failed` mark into every ring's copy (best effort).
+  void fail_device_copies();
   bool idle() const;
   void fail(Status why);
   // The watchdog's thread: fails the rings once the proxy stalls.
@@ -133,6 +146,10 @@ class GdaProxy {
   // very lock a lazy load holds.
   const bool modules_load_lazily_;
   std::vector<Ring> rings_;
+  // Where the rings' device copies are written, in order (with the first
+  // device copy).
+  gpu::Stream copy_stream_ = nullptr;
+  int copy_device_ = -1;  // the stream's device, made current on the proxy's thread
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<Status> status_{Status::kOk};
