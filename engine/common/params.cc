@@ -84,6 +84,7 @@ constexpr Words kWords[] = {
     {"gpu_leader", {"auto", "on", "off"}},
     {"pt2pt", {"peer", "staged"}},
     {"rma_across", {"mpi", "queue"}},
+    {"gda_poll", {"host", "device"}},
     {"nbc", {"engine", "staged"}},
     {"net", {"auto", "ib", "mpi", "socket"}},
 };

@@ -212,12 +212,6 @@ class CudaBackend final : public Backend {
     return FERRY_CU(d, write_value(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), value,
                                    CU_STREAM_WRITE_VALUE_DEFAULT));
   }
-  Status stream_write_value64(Stream stream, std::uint64_t* word, std::uint64_t value) override {
-    const MemOpsDriver* d = memops_driver();
-    if (!d || !d->write_value64) return Status::kUnsupported;
-    return FERRY_CU(d, write_value64(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), value,
-                                     CU_STREAM_WRITE_VALUE_DEFAULT));
-  }
   Status write_value_now(std::uint32_t* word, std::uint32_t value) override {
     const MemOpsDriver* d = memops_driver();
     if (!d) return Status::kUnsupported;

@@ -44,8 +44,6 @@ struct MemOpsDriver {
   PFN_cuGetErrorString_v6000 get_error_string;
   PFN_cuStreamWaitValue32_v11070 wait_value;
   PFN_cuStreamWriteValue32_v11070 write_value;
-  // Null where the driver lacks it.
-  PFN_cuStreamWriteValue64_v11070 write_value64;
 };
 
 // nullptr when the driver lacks them.

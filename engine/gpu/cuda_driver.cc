@@ -59,7 +59,6 @@ const MemOpsDriver* memops_driver() {
     const bool found = driver_entry_point("cuGetErrorString", reinterpret_cast<void**>(&d->get_error_string)) &&
                        driver_entry_point("cuStreamWaitValue32", reinterpret_cast<void**>(&d->wait_value)) &&
                        driver_entry_point("cuStreamWriteValue32", reinterpret_cast<void**>(&d->write_value));
-    if (!driver_entry_point("cuStreamWriteValue64", reinterpret_cast<void**>(&d->write_value64))) d->write_value64 = nullptr;
     if (found) return d;
     delete d;
     return nullptr;

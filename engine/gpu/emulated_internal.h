@@ -72,7 +72,6 @@ class EmulatedBackend final : public Backend {
   bool stream_memory_ops() const override { return true; }
   Status stream_wait_value(Stream stream, const std::uint32_t* word, std::uint32_t value) override;
   Status stream_write_value(Stream stream, std::uint32_t* word, std::uint32_t value) override;
-  Status stream_write_value64(Stream stream, std::uint64_t* word, std::uint64_t value) override;
   Status write_value_now(std::uint32_t* word, std::uint32_t value) override;
   Status event_create(Event* event) override;
   Status event_destroy(Event event) override;

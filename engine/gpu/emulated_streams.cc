@@ -153,18 +153,6 @@ Status EmulatedBackend::stream_write_value(Stream stream, std::uint32_t* word, s
   return Status::kOk;
 }
 
-Status EmulatedBackend::stream_write_value64(Stream stream, std::uint64_t* word, std::uint64_t value) {
-  auto* shared = reinterpret_cast<std::atomic<std::uint64_t>*>(translate(word, sizeof(*word)));
-  if (!shared) return Status::kInvalidArgument;
-  auto store = [shared, value] { shared->store(value, std::memory_order_release); };
-  if (stream) {
-    enqueue(stream, store);
-  } else {
-    store();
-  }
-  return Status::kOk;
-}
-
 Status EmulatedBackend::write_value_now(std::uint32_t* word, std::uint32_t value) {
   return stream_write_value(nullptr, word, value);
 }

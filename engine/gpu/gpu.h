@@ -157,10 +157,6 @@ class Backend {
   virtual Status stream_write_value(Stream stream, std::uint32_t* word, std::uint32_t value) {
     return Status::kUnsupported;
   }
-  // The same store of a 64-bit word (8-byte aligned device memory).
-  virtual Status stream_write_value64(Stream stream, std::uint64_t* word, std::uint64_t value) {
-    return Status::kUnsupported;
-  }
   // Stores value at once, past every stream (including ones stuck in a
   // stream_wait_value): how a caller that gave up on its peers releases them.
   virtual Status write_value_now(std::uint32_t* word, std::uint32_t value) { return Status::kUnsupported; }

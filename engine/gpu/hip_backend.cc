@@ -144,9 +144,6 @@ class HipBackend final : public Backend {
   Status stream_write_value(Stream stream, std::uint32_t* word, std::uint32_t value) override {
     return FERRY_HIP(hipStreamWriteValue32(native(stream), word, value, 0));
   }
-  Status stream_write_value64(Stream stream, std::uint64_t* word, std::uint64_t value) override {
-    return FERRY_HIP(hipStreamWriteValue64(native(stream), word, value, 0));
-  }
   Status write_value_now(std::uint32_t* word, std::uint32_t value) override {
     // A non-blocking stream of its own: the engine's streams may be stuck
     // behind a wait on this word.

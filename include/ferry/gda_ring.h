@@ -27,12 +27,12 @@
 // Memory: the slots, the result slots and the consumer's words live in
 // pinned host memory that the GPU maps (the consumer is a host thread);
 // `tickets` lives where the producers are (device memory for GPU
-// producers). GPU producers read the consumer's words and the results from
-// a copy in device memory that the consumer keeps current with stream
-// writes (`seen_words`, `seen_results`): a GPU thread that polls host
-// memory slows every copy the device runs, the consumer's own among them.
-// A producer frees its result slot in host memory, where the consumer
-// looks. A consumer that gives up (a failed peer, the job ending) sets
+// producers). Producers read the consumer's words and the results where
+// `seen_words` and `seen_results` say: those themselves, or for GPU
+// producers a copy in device memory that the consumer keeps current with
+// copies (a GPU thread that polls host memory slows every copy the device
+// runs, the consumer's own among them). A producer frees its result slot
+// in host memory, where the consumer looks. A consumer that gives up (a failed peer, the job ending) sets
 // `failed`; producers waiting for room or completion then return
 // kRingFailed. Producers also read the host's `failed` now and then: a
 // consumer held inside the GPU's runtime cannot update the copy.

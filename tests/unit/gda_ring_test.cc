@@ -351,7 +351,7 @@ void expect_failed_by_the_watchdog(GdaExecutor& executor, const std::function<vo
                                    Producers producers = Producers::kHost) {
   GdaProxy proxy(testing::unit_test_device(), &executor, std::chrono::milliseconds(200));
   GdaRing added{};
-  ASSERT_EQ(proxy.add_ring(4, producers, &added), Status::kOk);
+  ASSERT_EQ(proxy.add_ring(4, producers, &added, Polls::kDeviceCopy), Status::kOk);
   const GdaRing ring =
       producers == Producers::kDevice ? seen_from_host(testing::unit_test_device(), added) : added;
   proxy.start();
@@ -399,9 +399,9 @@ TEST(GdaRing, AnIdleProxyOutlivesItsStallLimit) {
   proxy.stop();
 }
 
-// GPU producers read the consumer's words and the returned values from a
-// copy in device memory the proxy keeps current, and free result slots in
-// host memory: fetched values still reach each producer once, in order,
+// GPU producers (FERRY_GDA_POLL=device) read the consumer's words and the
+// returned values from a copy in device memory the proxy keeps current,
+// and free result slots in host memory: fetched values still reach each producer once, in order,
 // across many passes over a small ring; quiet still waits for completion.
 TEST(GdaRing, DeviceProducersReadTheConsumersCopyInDeviceMemory) {
   gpu::Backend* device = testing::unit_test_device();
@@ -410,8 +410,7 @@ TEST(GdaRing, DeviceProducersReadTheConsumersCopyInDeviceMemory) {
   WindowExecutor executor(64);
   GdaProxy proxy(device, &executor);
   GdaRing added{};
-  ASSERT_EQ(proxy.add_ring(8, Producers::kDevice, &added), Status::kOk);
-  ASSERT_TRUE(device->stream_memory_ops());
+  ASSERT_EQ(proxy.add_ring(8, Producers::kDevice, &added, Polls::kDeviceCopy), Status::kOk);
   EXPECT_NE(static_cast<const void*>(added.seen_words), static_cast<const void*>(added.words));
   EXPECT_NE(static_cast<const void*>(added.seen_results), static_cast<const void*>(added.results));
   const GdaRing ring = seen_from_host(device, added);

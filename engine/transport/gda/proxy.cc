@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 
 #include "engine/common/liveness.h"
 #include "engine/common/log.h"
+#include "engine/common/params.h"
 #include "engine/common/trace.h"
 
 namespace ferry::gda {
@@ -79,7 +81,9 @@ GdaProxy::~GdaProxy() {
   }
 }
 
-Status GdaProxy::add_ring(std::uint32_t capacity, Producers producers, GdaRing* out) {
+Polls default_polls() { return params().gda_poll == "device" ? Polls::kDeviceCopy : Polls::kHostMemory; }
+
+Status GdaProxy::add_ring(std::uint32_t capacity, Producers producers, GdaRing* out, Polls polls) {
   if (!is_power_of_two(capacity) || thread_.joinable()) return Status::kInvalidArgument;
   Ring ring;
   ring.producers = producers;
@@ -125,14 +129,13 @@ Status GdaProxy::add_ring(std::uint32_t capacity, Producers producers, GdaRing* 
   ring.view.tickets = static_cast<std::uint64_t*>(tickets);
   ring.view.seen_words = ring.view.words;
   ring.view.seen_results = ring.view.results;
-  if (producers == Producers::kDevice) add_device_copy(ring);
+  if (producers == Producers::kDevice && polls == Polls::kDeviceCopy) add_device_copy(ring);
   rings_.push_back(ring);
   *out = ring.view;
   return Status::kOk;
 }
 
 void GdaProxy::add_device_copy(Ring& ring) {
-  if (!backend_->stream_memory_ops()) return;
   const std::size_t result_bytes = sizeof(GdaResult) * ring.view.capacity;
   void* words = nullptr;
   void* results = nullptr;
@@ -145,9 +148,6 @@ void GdaProxy::add_device_copy(Ring& ring) {
     if (!backend_->chosen_device(&copy_device_)) copy_device_ = -1;
     status = backend_->stream_create_independent(&copy_stream_);
   }
-  // Whether the device takes stream writes of 64-bit words at all.
-  if (ok(status)) status = backend_->stream_write_value64(copy_stream_, &static_cast<GdaRingWords*>(words)->consumed, 0);
-  if (ok(status)) status = backend_->stream_synchronize(copy_stream_);
   if (!ok(status)) {
     FERRY_INFO(Transport, "gda proxy: GPU producers read the ring's words in host memory (no device copy: %s)",
                status_name(status));
@@ -161,22 +161,28 @@ void GdaProxy::add_device_copy(Ring& ring) {
   ring.view.seen_results = ring.device_results;
 }
 
+// Copies run on the device's copy engines, whose queues no kernel holds
+// (a stream's memory operations may wait behind a kernel that waits for
+// them). A copy reads its source when it runs: the counters, each word
+// whole and never going back, at least as far as when it was queued.
 Status GdaProxy::update_device_copy(Ring& ring) {
-  const auto update = [&](std::uint64_t* copied, const std::uint64_t* host, std::uint64_t* device) {
-    const std::uint64_t now = __atomic_load_n(host, __ATOMIC_ACQUIRE);
-    if (now == *copied) return Status::kOk;
-    *copied = now;
-    return backend_->stream_write_value64(copy_stream_, device, now);
-  };
-  GdaRingWords* host = ring.view.words;
-  FERRY_CHECK(update(&ring.copied_consumed, &host->consumed, &ring.device_words->consumed));
-  FERRY_CHECK(update(&ring.copied_started, &host->started, &ring.device_words->started));
-  return update(&ring.copied_completed, &host->completed, &ring.device_words->completed);
+  const GdaRingWords* host = ring.view.words;
+  const std::uint64_t consumed = __atomic_load_n(&host->consumed, __ATOMIC_ACQUIRE);
+  const std::uint64_t started = __atomic_load_n(&host->started, __ATOMIC_ACQUIRE);
+  const std::uint64_t completed = __atomic_load_n(&host->completed, __ATOMIC_ACQUIRE);
+  if (consumed == ring.copied_consumed && started == ring.copied_started && completed == ring.copied_completed)
+    return Status::kOk;
+  ring.copied_consumed = consumed;
+  ring.copied_started = started;
+  ring.copied_completed = completed;
+  return backend_->copy_async(ring.device_words, host, offsetof(GdaRingWords, failed), copy_stream_);
 }
 
 void GdaProxy::fail_device_copies() {
   for (Ring& ring : rings_)
-    if (ring.device_words) FERRY_LOG_IF_FAILED(backend_->stream_write_value(copy_stream_, &ring.device_words->failed, 1));
+    if (ring.device_words)
+      FERRY_LOG_IF_FAILED(backend_->copy_async(&ring.device_words->failed, &ring.view.words->failed,
+                                               sizeof(ring.view.words->failed), copy_stream_));
 }
 
 void GdaProxy::start() {
@@ -332,10 +338,10 @@ void GdaProxy::return_values(Ring& ring) {
     slot->value = value;
     store_word(&slot->ready, ticket + 1);
     if (ring.device_results) {
-      // The value before its mark: each stream write fences the ones before.
-      GdaResult* copy = &ring.device_results[ticket & (ring.view.capacity - 1)];
-      Status status = backend_->stream_write_value64(copy_stream_, &copy->value, value);
-      if (ok(status)) status = backend_->stream_write_value64(copy_stream_, &copy->ready, ticket + 1);
+      // Value and mark in one copy of the slot, which stays as written
+      // until its producer has seen the copy.
+      const Status status =
+          backend_->copy_async(&ring.device_results[slot - ring.view.results], slot, sizeof *slot, copy_stream_);
       if (!ok(status)) fail(status);
     }
     pending[i] = pending.back();

@@ -61,6 +61,13 @@ class GdaExecutor {
 // or host threads (in host memory).
 enum class Producers { kDevice, kHost };
 
+// Where GPU producers read the consumer's words and returned values
+// (gda_ring.h): the pinned host memory the proxy writes, or a copy in
+// device memory that the proxy keeps current with copies.
+enum class Polls { kHostMemory, kDeviceCopy };
+// FERRY_GDA_POLL's choice.
+Polls default_polls();
+
 class GdaProxy {
  public:
   // Rings' memory comes from backend (pinned host memory the GPU maps, and
@@ -74,8 +81,9 @@ class GdaProxy {
   GdaProxy(const GdaProxy&) = delete;
   GdaProxy& operator=(const GdaProxy&) = delete;
 
-  // A ring of capacity descriptors (a power of two), before start().
-  Status add_ring(std::uint32_t capacity, Producers producers, GdaRing* ring);
+  // A ring of capacity descriptors (a power of two), before start(); polls
+  // matters for device producers only.
+  Status add_ring(std::uint32_t capacity, Producers producers, GdaRing* ring, Polls polls = default_polls());
   // Starts draining on a thread of its own; once only.
   void start();
   // Drains what is published and waits (until FERRY_HANDSHAKE_TIMEOUT) for
@@ -113,7 +121,7 @@ class GdaProxy {
     // Values whose result slot was still taken: (ticket, value).
     std::vector<std::pair<std::uint64_t, std::uint64_t>> unreturned;
     // GPU producers' copy of the words and results (gda_ring.h), in device
-    // memory, and the words' values last written there; null: none.
+    // memory, and the words' values last copied there; null: none.
     GdaRingWords* device_words = nullptr;
     GdaResult* device_results = nullptr;
     std::uint64_t copied_consumed = 0, copied_started = 0, copied_completed = 0;
@@ -127,13 +135,12 @@ class GdaProxy {
   void trace_operation(int ring, std::uint64_t ticket, const Started& started);
   // Writes values into their result slots where those are free now.
   void return_values(Ring& ring);
-  // Device memory for ring's producers' copy, zeroed; none where the
-  // backend has no stream writes of 64-bit words (producers then read host
-  // memory).
+  // Device memory for ring's producers' copy, zeroed; none where that
+  // fails (producers then read host memory).
   void add_device_copy(Ring& ring);
-  // Queues writes of ring's words that changed since the last call.
+  // Queues a copy of ring's words where they changed since the last call.
   Status update_device_copy(Ring& ring);
-  // Queues the `failed` mark into every ring's copy (best effort).
+  // Queues a copy of the `failed` mark into every ring's copy (best effort).
   void fail_device_copies();
   bool idle() const;
   void fail(Status why);
@@ -146,8 +153,8 @@ class GdaProxy {
   // very lock a lazy load holds.
   const bool modules_load_lazily_;
   std::vector<Ring> rings_;
-  // Where the rings' device copies are written, in order (with the first
-  // device copy).
+  // Where the rings' device copies are written, in order (made with the
+  // first device copy).
   gpu::Stream copy_stream_ = nullptr;
   int copy_device_ = -1;  // the stream's device, made current on the proxy's thread
   std::thread thread_;
