@@ -262,38 +262,51 @@ GdaDescriptor fetch_add(std::uint32_t producer, std::uint64_t offset, std::uint6
   return d;
 }
 
-TEST(GdaRing, FetchedValuesReachTheirProducersAcrossWrapArounds) {
-  WindowExecutor executor(64);
-  GdaProxy proxy(testing::unit_test_device(), &executor);
-  GdaRing ring{};
-  ASSERT_EQ(proxy.add_ring(8, Producers::kHost, &ring), Status::kOk);
-  proxy.start();
-  // Every producer adds 1 to one word many times: the old values all
-  // producers get back are 0 .. n-1, each once, rising for each producer.
-  constexpr int kProducers = 4, kPosts = 3000;
-  std::vector<std::vector<std::uint64_t>> fetched(kProducers);
-  std::vector<std::thread> producers;
-  for (int p = 0; p < kProducers; ++p)
-    producers.emplace_back([&, p] {
-      for (int i = 0; i < kPosts; ++i) {
-        const std::uint64_t ticket = post(ring, fetch_add(p, 16, 1));
+// Each of `producers` host threads fetch-adds 1 to the word at offset
+// `posts` times; the old values each got back, in order.
+std::vector<std::vector<std::uint64_t>> fetch_adds(const GdaRing& ring, int producers, int posts, std::uint64_t offset) {
+  std::vector<std::vector<std::uint64_t>> fetched(producers);
+  std::vector<std::thread> threads;
+  for (int p = 0; p < producers; ++p)
+    threads.emplace_back([&, p] {
+      for (int i = 0; i < posts; ++i) {
+        const std::uint64_t ticket = post(ring, fetch_add(p, offset, 1));
+        ASSERT_NE(ticket, kRingFailed);
         std::uint64_t old = 0;
         ASSERT_TRUE(take_result(ring, ticket, &old));
         fetched[p].push_back(old);
       }
     });
-  for (auto& t : producers) t.join();
-  proxy.stop();
-  ASSERT_EQ(proxy.status(), Status::kOk);
-  std::vector<bool> seen(std::size_t{kProducers} * kPosts, false);
-  for (int p = 0; p < kProducers; ++p)
-    for (int i = 0; i < kPosts; ++i) {
+  for (auto& t : threads) t.join();
+  return fetched;
+}
+
+// The old values all producers got back are 0 .. n-1, each once, rising
+// for each producer.
+void expect_each_value_once(const std::vector<std::vector<std::uint64_t>>& fetched) {
+  std::size_t total = 0;
+  for (const auto& mine : fetched) total += mine.size();
+  std::vector<bool> seen(total, false);
+  for (std::size_t p = 0; p < fetched.size(); ++p)
+    for (std::size_t i = 0; i < fetched[p].size(); ++i) {
       const std::uint64_t old = fetched[p][i];
       ASSERT_LT(old, seen.size());
       EXPECT_FALSE(seen[old]) << "old value " << old << " returned twice";
       seen[old] = true;
       if (i > 0) EXPECT_GT(old, fetched[p][i - 1]) << "producer " << p;
     }
+}
+
+TEST(GdaRing, FetchedValuesReachTheirProducersAcrossWrapArounds) {
+  WindowExecutor executor(64);
+  GdaProxy proxy(testing::unit_test_device(), &executor);
+  GdaRing ring{};
+  ASSERT_EQ(proxy.add_ring(8, Producers::kHost, &ring), Status::kOk);
+  proxy.start();
+  const auto fetched = fetch_adds(ring, 4, 3000, 16);
+  proxy.stop();
+  ASSERT_EQ(proxy.status(), Status::kOk);
+  expect_each_value_once(fetched);
 }
 
 TEST(GdaRing, AValueNotYetTakenIsNeverOverwritten) {
@@ -401,8 +414,9 @@ TEST(GdaRing, AnIdleProxyOutlivesItsStallLimit) {
 
 // GPU producers (FERRY_GDA_POLL=device) read the consumer's words and the
 // returned values from a copy in device memory the proxy keeps current,
-// and free result slots in host memory: fetched values still reach each producer once, in order,
-// across many passes over a small ring; quiet still waits for completion.
+// and free result slots in host memory: fetched values still reach each
+// producer once, in order, across many passes over a small ring; quiet
+// still waits for completion.
 TEST(GdaRing, DeviceProducersReadTheConsumersCopyInDeviceMemory) {
   gpu::Backend* device = testing::unit_test_device();
   if (device->execution_site() != gpu::ExecutionSite::kHost)
@@ -416,32 +430,12 @@ TEST(GdaRing, DeviceProducersReadTheConsumersCopyInDeviceMemory) {
   const GdaRing ring = seen_from_host(device, added);
   proxy.start();
   constexpr int kProducers = 4, kPosts = 300;
-  std::vector<std::vector<std::uint64_t>> fetched(kProducers);
-  std::vector<std::thread> producers;
-  for (int p = 0; p < kProducers; ++p)
-    producers.emplace_back([&, p] {
-      for (int i = 0; i < kPosts; ++i) {
-        const std::uint64_t ticket = post(ring, fetch_add(p, 0, 1));
-        ASSERT_NE(ticket, kRingFailed);
-        std::uint64_t old = 0;
-        ASSERT_TRUE(take_result(ring, ticket, &old));
-        fetched[p].push_back(old);
-      }
-      ASSERT_TRUE(wait_all_completed(ring));
-    });
-  for (auto& t : producers) t.join();
+  const auto fetched = fetch_adds(ring, kProducers, kPosts, 0);
+  ASSERT_TRUE(wait_all_completed(ring));
   EXPECT_EQ(load(&ring.seen_words->completed), std::uint64_t{kProducers} * kPosts);
   proxy.stop();
   ASSERT_EQ(proxy.status(), Status::kOk);
-  std::vector<bool> seen(kProducers * kPosts, false);
-  for (int p = 0; p < kProducers; ++p)
-    for (int i = 0; i < kPosts; ++i) {
-      const std::uint64_t old = fetched[p][i];
-      ASSERT_LT(old, seen.size());
-      EXPECT_FALSE(seen[old]) << "old value " << old << " returned twice";
-      seen[old] = true;
-      if (i > 0) EXPECT_GT(old, fetched[p][i - 1]) << "producer " << p;
-    }
+  expect_each_value_once(fetched);
   // Every slot was freed where the proxy looks.
   for (int i = 0; i < 8; ++i) EXPECT_EQ(load(&ring.results[i].ready), 0u) << "slot " << i;
   // Stopped: the copy says failed, so a late producer returns.
