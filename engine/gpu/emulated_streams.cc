@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -62,6 +63,29 @@ void enqueue(StreamImpl* s, std::function<void()> task) {
   s->wake.notify_one();
 }
 
+// Up to this many bytes of aligned words a copy moves word by word.
+constexpr std::size_t kMostWordBytes = 256;
+
+template <typename Word>
+bool copy_whole_words(char* d, const char* s, std::size_t bytes) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % sizeof(Word) == 0; };
+  const bool apart = d + bytes <= s || s + bytes <= d;
+  if (bytes > kMostWordBytes || bytes % sizeof(Word) != 0 || !aligned(d) || !aligned(s) || !apart) return false;
+  for (std::size_t i = 0; i < bytes / sizeof(Word); ++i)
+    __atomic_store_n(reinterpret_cast<Word*>(d) + i, __atomic_load_n(reinterpret_cast<const Word*>(s) + i, __ATOMIC_ACQUIRE),
+                     __ATOMIC_RELEASE);
+  return true;
+}
+
+// A small copy of aligned words moves each word whole, as a GPU's copy
+// engine does: another thread polling one of them (the GDA proxy's copy of
+// its counters, gda_ring.h) reads it whole and ordered after what its
+// writer stored before it.
+void copy_bytes(char* d, const char* s, std::size_t bytes) {
+  if (copy_whole_words<std::uint64_t>(d, s, bytes) || copy_whole_words<std::uint32_t>(d, s, bytes)) return;
+  std::memmove(d, s, bytes);
+}
+
 }  // namespace
 
 Status EmulatedBackend::copy_async(void* dst, const void* src, std::size_t bytes, Stream stream) {
@@ -70,10 +94,10 @@ Status EmulatedBackend::copy_async(void* dst, const void* src, std::size_t bytes
   const char* s = translate(src, bytes);
   if (!d || !s) return Status::kInvalidArgument;
   if (!stream) {
-    std::memmove(d, s, bytes);
+    copy_bytes(d, s, bytes);
     return Status::kOk;
   }
-  enqueue(stream, [d, s, bytes] { std::memmove(d, s, bytes); });
+  enqueue(stream, [d, s, bytes] { copy_bytes(d, s, bytes); });
   return Status::kOk;
 }
 
