@@ -71,9 +71,10 @@ bool copy_whole_words(char* d, const char* s, std::size_t bytes) {
   const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % sizeof(Word) == 0; };
   const bool apart = d + bytes <= s || s + bytes <= d;
   if (bytes > kMostWordBytes || bytes % sizeof(Word) != 0 || !aligned(d) || !aligned(s) || !apart) return false;
+  auto* to = reinterpret_cast<Word*>(d);
+  const auto* from = reinterpret_cast<const Word*>(s);
   for (std::size_t i = 0; i < bytes / sizeof(Word); ++i)
-    __atomic_store_n(reinterpret_cast<Word*>(d) + i, __atomic_load_n(reinterpret_cast<const Word*>(s) + i, __ATOMIC_ACQUIRE),
-                     __ATOMIC_RELEASE);
+    __atomic_store_n(to + i, __atomic_load_n(from + i, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
   return true;
 }
 

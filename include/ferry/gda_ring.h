@@ -32,10 +32,11 @@
 // producers a copy in device memory that the consumer keeps current with
 // copies (a GPU thread that polls host memory slows every copy the device
 // runs, the consumer's own among them). A producer frees its result slot
-// in host memory, where the consumer looks. A consumer that gives up (a failed peer, the job ending) sets
-// `failed`; producers waiting for room or completion then return
-// kRingFailed. Producers also read the host's `failed` now and then: a
-// consumer held inside the GPU's runtime cannot update the copy.
+// in host memory, where the consumer looks. A consumer that gives up (a
+// failed peer, the job ending) sets `failed`; producers waiting for room
+// or completion then return kRingFailed. Producers also read the host's
+// `failed` now and then: a consumer held inside the GPU's runtime cannot
+// update the copy.
 #pragma once
 
 #include <time.h>

@@ -287,7 +287,8 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < kMessageBytes; ++i) message_ok = message_ok && received[i] == pattern(left, i + 7);
   check(message_ok, "ll::put's message from the left neighbour");
 
-  from_shared_and_local<<<1, 128>>>(w, 0x5eed0002u);
+  constexpr unsigned kLocalFlag = 0x5eed0002u;
+  from_shared_and_local<<<1, 128>>>(w, kLocalFlag);
   finish(ring, "puts from shared and local memory");
   MPI_Barrier(MPI_COMM_WORLD);
   std::vector<unsigned char> landed(kWindowBytes - kFromLocal);
@@ -297,7 +298,8 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < kFromLocalBytes; ++i) local_ok = local_ok && at(kFromLocal)[i] == pattern(left, i + 3);
   for (std::size_t i = 0; i < kLocalSignalBytes; ++i)
     signal_ok = signal_ok && at(kLocalSignalData)[i] == pattern(left, i + 5);
-  for (std::size_t i = 0; i < kFromSharedBytes; ++i) shared_ok = shared_ok && at(kFromShared)[i] == pattern(left, i + 11);
+  for (std::size_t i = 0; i < kFromSharedBytes; ++i)
+    shared_ok = shared_ok && at(kFromShared)[i] == pattern(left, i + 11);
   unsigned long long signal_word = 0, flagged[2] = {0, 0};
   std::memcpy(&signal_word, at(kLocalSignal), sizeof signal_word);
   std::memcpy(flagged, at(kLocalMessage), sizeof flagged);
@@ -305,7 +307,8 @@ int main(int argc, char** argv) {
   check(local_ok, "put of a thread's local bytes from the left neighbour");
   check(signal_ok && signal_word == 1, "put_signal of local bytes and its signal");
   check(shared_ok, "put_block of shared memory from the left neighbour");
-  check(flagged[0] == ((0x5eed0002ULL << 32) | (sent & 0xffffffffu)) && flagged[1] == ((0x5eed0002ULL << 32) | (sent >> 32)),
+  const unsigned long long flag_bits = static_cast<unsigned long long>(kLocalFlag) << 32;
+  check(flagged[0] == (flag_bits | (sent & 0xffffffffu)) && flagged[1] == (flag_bits | (sent >> 32)),
         "ll::put of a local value: its flagged words");
   cudaFree(read);
   cudaFree(olds);

@@ -264,7 +264,8 @@ GdaDescriptor fetch_add(std::uint32_t producer, std::uint64_t offset, std::uint6
 
 // Each of `producers` host threads fetch-adds 1 to the word at offset
 // `posts` times; the old values each got back, in order.
-std::vector<std::vector<std::uint64_t>> fetch_adds(const GdaRing& ring, int producers, int posts, std::uint64_t offset) {
+std::vector<std::vector<std::uint64_t>> fetch_adds(const GdaRing& ring, int producers, int posts,
+                                                   std::uint64_t offset) {
   std::vector<std::vector<std::uint64_t>> fetched(producers);
   std::vector<std::thread> threads;
   for (int p = 0; p < producers; ++p)
