@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/common/liveness.h"
 #include "engine/common/log.h"
 #include "engine/gpu/gpu.h"
 #include "engine/transport/ib_network_impl.h"
@@ -299,6 +300,7 @@ void IbNetwork::end_peer(int peer, int completion_status) {
   ended_[peer] = true;
   FERRY_WARN(Transport, "ib network: the connection to rank %d ended (completion status %d): its operations fail",
              peer, completion_status);
+  note_lost_peer(peer, size());
   for (Op* op : ops_)
     if (op->peer == peer && !op->done) op->failed = Status::kPeerEnded;
 }

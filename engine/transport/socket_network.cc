@@ -1,18 +1,25 @@
 // The socket provider's message engine (socket_network.h): framing,
-// matching by sequence number, unexpected messages, and a peer's end.
+// matching by sequence number, unexpected messages, a peer's end, and the
+// thread that moves bytes while the engine is elsewhere.
 #include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
+#include "engine/common/liveness.h"
 #include "engine/transport/socket_links.h"
 
 namespace ferry {
@@ -61,7 +68,12 @@ struct Parked {
 using Key = std::tuple<int, int, std::uint64_t>;  // peer, tag, sequence
 
 struct Stream {
+  // Shut down, not closed, when it ends: the descriptor stays this stream's
+  // (never reused for another file) while the progress thread may poll it.
   OwnedFd fd;
+  bool closed = false;
+  bool live() const { return fd.valid() && !closed; }
+  bool watched_for_room = false;  // in the progress thread's poll with POLLOUT
   std::deque<Op*> sending;
   std::size_t written = 0;  // of the front: header, then payload
   // The message arriving: its header, then its payload into a receive, a
@@ -95,15 +107,29 @@ class SocketNetwork final : public NetProvider {
         peers_[p].streams.back().fd = std::move(fd);
       }
     }
+    wake_ = OwnedFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (wake_.valid())
+      progress_thread_ = std::thread([this] { serve(); });
+    else
+      FERRY_WARN(Transport, "socket network: eventfd: %s; messages move only while the engine polls",
+                 std::strerror(errno));
   }
 
   ~SocketNetwork() override {
+    if (progress_thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+        wake();
+      }
+      progress_thread_.join();
+    }
     // A goodbye on every stream not in the middle of a message, so the peer
     // tells this orderly end from a crash; best effort, never waited on.
     const Header goodbye{0, kGoodbye, 0, 0};
     for (Peer& peer : peers_) {
       for (Stream& s : peer.streams) {
-        if (s.fd.valid() && s.written == 0) (void)!send(s.fd.fd(), &goodbye, sizeof(goodbye), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (s.live() && s.written == 0) (void)!send(s.fd.fd(), &goodbye, sizeof(goodbye), MSG_DONTWAIT | MSG_NOSIGNAL);
         for (Op* op : s.sending)
           if (op->orphan) delete op;
       }
@@ -116,6 +142,7 @@ class SocketNetwork final : public NetProvider {
 
   Status post_send(int peer, int tag, const void* data, std::size_t bytes, NetRequest* request) override {
     if (!valid(peer, tag) || (bytes > 0 && !data)) return Status::kInvalidArgument;
+    std::lock_guard<std::mutex> lock(mutex_);
     Peer& p = peers_[peer];
     if (p.ended || p.leaving) return Status::kPeerEnded;
     auto* op = new Op{true, peer, tag, p.sent[tag]++, static_cast<char*>(const_cast<void*>(data)), bytes};
@@ -129,6 +156,7 @@ class SocketNetwork final : public NetProvider {
 
   Status post_recv(int peer, int tag, void* data, std::size_t bytes, NetRequest* request) override {
     if (!valid(peer, tag) || (bytes > 0 && !data)) return Status::kInvalidArgument;
+    std::lock_guard<std::mutex> lock(mutex_);
     Peer& p = peers_[peer];
     auto* op = new Op{false, peer, tag, p.received[tag]++, static_cast<char*>(data), bytes};
     const Key key{peer, tag, op->sequence};
@@ -159,6 +187,7 @@ class SocketNetwork final : public NetProvider {
   Status test(NetRequest* request, bool* done) override {
     auto* op = static_cast<Op*>(request->handle);
     if (!op) return Status::kInvalidArgument;
+    std::lock_guard<std::mutex> lock(mutex_);
     *done = false;
     if (!op->done && ok(op->failed)) FERRY_CHECK(progress());
     if (!ok(op->failed)) return op->failed;
@@ -175,6 +204,7 @@ class SocketNetwork final : public NetProvider {
   void cancel(NetRequest* request) override {
     auto* op = static_cast<Op*>(request->handle);
     if (!op) return;
+    std::lock_guard<std::mutex> lock(mutex_);
     request->handle = nullptr;
     if (!op->done && op->send) {
       std::deque<Op*>& queue = peers_[op->peer].streams[op->stream].sending;
@@ -210,34 +240,95 @@ class SocketNetwork final : public NetProvider {
     return Status::kInvalidArgument;
   }
 
-  // Moves every stream as far as it goes without blocking.
+  // Moves every stream as far as it goes without blocking (the caller's
+  // thread, under mutex_: what the progress thread has not yet moved).
   Status progress() {
     polled_.clear();
     where_.clear();
-    for (int p = 0; p < size_; ++p)
-      for (Stream& s : peers_[p].streams)
-        if (s.fd.valid()) {
-          polled_.push_back({s.fd.fd(), static_cast<short>(POLLIN | (s.sending.empty() ? 0 : POLLOUT)), 0});
-          where_.push_back({p, &s});
-        }
+    watch_streams(&polled_, &where_, false);
     if (polled_.empty()) return Status::kOk;
     const int ready = poll(polled_.data(), polled_.size(), 0);
     if (ready < 0 && errno != EINTR) {
       FERRY_WARN(Transport, "socket network: poll: %s", std::strerror(errno));
       return Status::kSystemError;
     }
-    for (std::size_t i = 0; ready > 0 && i < polled_.size(); ++i) {
-      const short events = polled_[i].revents;
-      if (!events) continue;
-      auto [peer, stream] = where_[i];
-      if (events & POLLOUT) write_stream(peer, *stream);
-      if (stream->fd.valid() && (events & (POLLIN | POLLHUP | POLLERR))) read_stream(peer, *stream);
-    }
+    if (ready > 0) serve_events(polled_, where_, 0);
     return Status::kOk;
   }
 
+  // Every live stream: POLLIN, and POLLOUT where it has sends waiting.
+  // for_thread: marks which streams the progress thread's poll watches for
+  // room.
+  void watch_streams(std::vector<pollfd>* polled, std::vector<std::pair<int, Stream*>>* where, bool for_thread) {
+    for (int p = 0; p < size_; ++p)
+      for (Stream& s : peers_[p].streams) {
+        if (for_thread) s.watched_for_room = !s.sending.empty();
+        if (!s.live()) continue;
+        polled->push_back({s.fd.fd(), static_cast<short>(POLLIN | (s.sending.empty() ? 0 : POLLOUT)), 0});
+        where->push_back({p, &s});
+      }
+  }
+
+  void serve_events(const std::vector<pollfd>& polled, const std::vector<std::pair<int, Stream*>>& where,
+                    std::size_t first) {
+    for (std::size_t i = first; i < polled.size(); ++i) {
+      const short events = polled[i].revents;
+      auto [peer, stream] = where[i - first];
+      // The caller may have ended the stream while the thread polled.
+      if (!events || !stream->live()) continue;
+      if (events & POLLOUT) write_stream(peer, *stream);
+      if (stream->live() && (events & (POLLIN | POLLHUP | POLLERR))) read_stream(peer, *stream);
+    }
+  }
+
+  // The progress thread: sleeps in poll on every stream and on wake_, and
+  // moves what arrives or finds room, so messages go on while the engine's
+  // thread is elsewhere (copying, computing, blocked in the real MPI).
+  void serve() {
+    pthread_setname_np(pthread_self(), "ferry-socket");
+    std::vector<pollfd> polled;
+    std::vector<std::pair<int, Stream*>> where;
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      polled.assign(1, pollfd{wake_.fd(), POLLIN, 0});
+      where.clear();
+      watch_streams(&polled, &where, true);
+      wake_pending_ = false;
+      lock.unlock();
+      const int ready = poll(polled.data(), polled.size(), -1);
+      const int error = errno;
+      lock.lock();
+      if (ready < 0) {
+        if (error == EINTR) continue;
+        FERRY_WARN(Transport, "socket network: poll: %s; messages move only while the engine polls",
+                   std::strerror(error));
+        return;
+      }
+      if (polled[0].revents) {
+        std::uint64_t count = 0;
+        (void)!read(wake_.fd(), &count, sizeof(count));
+      }
+      serve_events(polled, where, 1);
+    }
+  }
+
+  // Has the progress thread poll again (under mutex_).
+  void wake() {
+    if (wake_pending_ || !wake_.valid()) return;
+    wake_pending_ = true;
+    const std::uint64_t one = 1;
+    (void)!write(wake_.fd(), &one, sizeof(one));
+  }
+
+  // A send that does not fit the socket's buffer is finished later: by the
+  // progress thread, which this wakes where its poll does not wait for room.
   void write_stream(int peer, Stream& s) {
-    while (!s.sending.empty() && s.fd.valid()) {
+    write_what_fits(peer, s);
+    if (!s.sending.empty() && s.live() && !s.watched_for_room) wake();
+  }
+
+  void write_what_fits(int peer, Stream& s) {
+    while (!s.sending.empty() && s.live()) {
       Op* op = s.sending.front();
       const std::size_t head = sizeof(Header), total = head + op->bytes;
       iovec parts[2];
@@ -268,7 +359,7 @@ class SocketNetwork final : public NetProvider {
 
   void read_stream(int peer, Stream& s) {
     char scratch[4096];
-    while (s.fd.valid()) {
+    while (s.live()) {
       char* into;
       std::size_t want;
       if (!s.in_payload) {
@@ -344,7 +435,7 @@ class SocketNetwork final : public NetProvider {
     p.leaving = true;
     close_stream(s);
     for (const Stream& other : p.streams)
-      if (other.fd.valid()) return;
+      if (other.live()) return;
     FERRY_TRACE(Transport, "socket network: rank %d (%s) closed its streams", peer, p.address.c_str());
     p.ended = true;
   }
@@ -357,11 +448,15 @@ class SocketNetwork final : public NetProvider {
     FERRY_WARN(Transport, "socket network: rank %d lost rank %d at %s: %s; every operation with it fails", rank_, peer,
                p.address.c_str(), why);
     p.ended = true;
+    // For the error of whichever call finds it (the progress thread may be
+    // the first to see it).
+    note_lost_peer(peer, size_);
     for (Stream& s : p.streams) close_stream(s);
   }
 
   void close_stream(Stream& s) {
-    s.fd.reset();
+    if (s.live()) shutdown(s.fd.fd(), SHUT_RDWR);
+    s.closed = true;
     for (Op* op : s.sending)
       if (op->orphan) delete op;
     s.sending.clear();
@@ -374,11 +469,17 @@ class SocketNetwork final : public NetProvider {
 
   int rank_;
   int size_;
+  // Guards everything below: the engine's thread and the progress thread.
+  std::mutex mutex_;
   std::vector<Peer> peers_;
   std::map<Key, Op*> posted_;                      // receives no message has reached yet
   std::map<Key, std::unique_ptr<Parked>> parked_;  // messages no receive has reached yet
-  std::vector<pollfd> polled_;
+  std::vector<pollfd> polled_;  // progress()'s, on the engine's thread
   std::vector<std::pair<int, Stream*>> where_;
+  OwnedFd wake_;  // eventfd: the progress thread polls again
+  bool wake_pending_ = false;
+  bool stopping_ = false;
+  std::thread progress_thread_;
 };
 
 }  // namespace

@@ -21,10 +21,12 @@
 // receive is posted is read into a buffer of its own (one copy more), so no
 // stream ever waits on the application.
 //
-// Progress: no thread of its own. Every post and test() polls every stream
-// without blocking and moves what it can; a send is done once all its bytes
-// are in the kernel's socket buffer. Used by one thread at a time, as net.h
-// says. A stream that closes without the peer's goodbye (its process ended)
+// Progress: a thread of its own sleeps in poll on every stream and moves
+// what arrives or finds room, so a message goes on while the engine's thread
+// is elsewhere (copying, computing, or blocked in the real MPI); every post
+// and test() also moves what it can at once. A send is done once all its
+// bytes are in the kernel's socket buffer. Used by one engine thread at a
+// time, as net.h says; a mutex keeps it and the progress thread apart. A stream that closes without the peer's goodbye (its process ended)
 // fails every pending and later operation with that peer in kPeerEnded at
 // once, with a WARN naming the rank and its address.
 #pragma once

@@ -5,9 +5,10 @@
 // marker; FERRY_STATS counts those sends. Every rank talks with its partner
 // on the other node, both ways at once: exchanges that would deadlock if a
 // send waited for its own receive's progress (or for a receive completed
-// with a later message), every send mode, receives of
-// host memory, wildcards, probes, strided and short receives, persistent
-// requests, a freed request, and a communicator of half the ranks.
+// with a later message, or for its sender to call Ferry again), every send
+// mode, receives of host memory, wildcards, probes, strided and short
+// receives, persistent requests, a freed request, and a communicator of half
+// the ranks.
 #include <cstring>
 #include <string>
 
@@ -106,6 +107,30 @@ void blocking_send_before_waitall(long count) {
     check_mpi(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE), what);
     expect_buffer(what, first, values_of(g_partner, id, count));
     expect_buffer(what, second, values_of(g_partner, id + 1, 7));
+  }
+}
+
+// A nonblocking send (handed to the network at once) whose sender then
+// blocks in the real MPI alone, on a host message its receiver sends only
+// once the send has arrived: the rest of it, far more than the sockets'
+// buffers hold, must reach the receive with no Ferry call from the sender.
+void sender_blocked_in_host_receive(long count) {
+  const uint64_t id = next_case_id();
+  const Case what{"MPI_Isend, then a host MPI_Recv before its MPI_Wait", "MPI_DOUBLE", "", count, "device"};
+  int reply = 0;
+  if (g_rank < g_partner) {
+    Buffer out = make_buffer(values_of(g_rank, id, count), Memory::device, 8);
+    MPI_Request request;
+    check_mpi(MPI_Isend(out.data(), count, MPI_DOUBLE, g_partner, 70, MPI_COMM_WORLD, &request), what);
+    check_mpi(MPI_Recv(&reply, 1, MPI_INT, g_partner, 71, MPI_COMM_WORLD, MPI_STATUS_IGNORE), what);
+    check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), what);
+    expect(reply == 1, what, "reply " + std::to_string(reply));
+  } else {
+    Buffer in = make_buffer(poisoned<double>(count), Memory::device);
+    check_mpi(MPI_Recv(in.data(), count, MPI_DOUBLE, g_partner, 70, MPI_COMM_WORLD, MPI_STATUS_IGNORE), what);
+    expect_buffer(what, in, values_of(g_partner, id, count));
+    reply = 1;
+    check_mpi(MPI_Send(&reply, 1, MPI_INT, g_partner, 71, MPI_COMM_WORLD), what);
   }
 }
 
@@ -258,6 +283,7 @@ int main(int argc, char** argv) {
   }
   for (int mode = 0; mode < 3; ++mode) blocking_both_ways(1000001, mode);
   blocking_send_before_waitall(400003);
+  sender_blocked_in_host_receive(4000037);
   probes_and_wildcards(100003);
   strided_and_short(65537);
   return finish();
