@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -38,6 +40,14 @@ constexpr std::uint32_t kData = 0;
 constexpr std::uint32_t kGoodbye = 1;  // the sender closes this stream on purpose
 // Far above the net transport's chunks; a header past it is corrupt.
 constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 34;
+// While the engine's thread has called in this recently it moves the
+// streams itself, and the progress thread leaves them to it: two threads
+// taking turns on the mutex and on the cores, and messages read before
+// their receives are posted (one copy more), slow every transfer. Long
+// enough that an engine waiting on its device copies between calls is
+// still driving.
+constexpr std::chrono::milliseconds kEngineDriving{10};
+using Clock = std::chrono::steady_clock;
 
 // What a NetRequest holds here.
 struct Op {
@@ -122,6 +132,7 @@ class SocketNetwork final : public NetProvider {
         stopping_ = true;
         wake();
       }
+      stop_.notify_all();
       progress_thread_.join();
     }
     // A goodbye on every stream not in the middle of a message, so the peer
@@ -143,6 +154,7 @@ class SocketNetwork final : public NetProvider {
   Status post_send(int peer, int tag, const void* data, std::size_t bytes, NetRequest* request) override {
     if (!valid(peer, tag) || (bytes > 0 && !data)) return Status::kInvalidArgument;
     std::lock_guard<std::mutex> lock(mutex_);
+    engine_seen_ = Clock::now();
     Peer& p = peers_[peer];
     if (p.ended || p.leaving) return Status::kPeerEnded;
     auto* op = new Op{true, peer, tag, p.sent[tag]++, static_cast<char*>(const_cast<void*>(data)), bytes};
@@ -157,6 +169,7 @@ class SocketNetwork final : public NetProvider {
   Status post_recv(int peer, int tag, void* data, std::size_t bytes, NetRequest* request) override {
     if (!valid(peer, tag) || (bytes > 0 && !data)) return Status::kInvalidArgument;
     std::lock_guard<std::mutex> lock(mutex_);
+    engine_seen_ = Clock::now();
     Peer& p = peers_[peer];
     auto* op = new Op{false, peer, tag, p.received[tag]++, static_cast<char*>(data), bytes};
     const Key key{peer, tag, op->sequence};
@@ -188,6 +201,7 @@ class SocketNetwork final : public NetProvider {
     auto* op = static_cast<Op*>(request->handle);
     if (!op) return Status::kInvalidArgument;
     std::lock_guard<std::mutex> lock(mutex_);
+    engine_seen_ = Clock::now();
     *done = false;
     if (!op->done && ok(op->failed)) FERRY_CHECK(progress());
     if (!ok(op->failed)) return op->failed;
@@ -205,6 +219,7 @@ class SocketNetwork final : public NetProvider {
     auto* op = static_cast<Op*>(request->handle);
     if (!op) return;
     std::lock_guard<std::mutex> lock(mutex_);
+    engine_seen_ = Clock::now();
     request->handle = nullptr;
     if (!op->done && op->send) {
       std::deque<Op*>& queue = peers_[op->peer].streams[op->stream].sending;
@@ -281,15 +296,21 @@ class SocketNetwork final : public NetProvider {
     }
   }
 
-  // The progress thread: sleeps in poll on every stream and on wake_, and
-  // moves what arrives or finds room, so messages go on while the engine's
-  // thread is elsewhere (copying, computing, blocked in the real MPI).
+  // The progress thread: while the engine's thread has not called in for
+  // kEngineDriving, sleeps in poll on every stream and on wake_, and moves
+  // what arrives or finds room, so messages go on while the engine's thread
+  // is elsewhere (computing, or blocked in the real MPI).
   void serve() {
     pthread_setname_np(pthread_self(), "ferry-socket");
     std::vector<pollfd> polled;
     std::vector<std::pair<int, Stream*>> where;
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
+      const Clock::duration since_engine = Clock::now() - engine_seen_;
+      if (since_engine < kEngineDriving) {
+        stop_.wait_for(lock, kEngineDriving - since_engine);
+        continue;
+      }
       polled.assign(1, pollfd{wake_.fd(), POLLIN, 0});
       where.clear();
       watch_streams(&polled, &where, true);
@@ -308,6 +329,7 @@ class SocketNetwork final : public NetProvider {
         std::uint64_t count = 0;
         (void)!read(wake_.fd(), &count, sizeof(count));
       }
+      if (Clock::now() - engine_seen_ < kEngineDriving) continue;  // the engine's thread is back
       serve_events(polled, where, 1);
     }
   }
@@ -479,6 +501,8 @@ class SocketNetwork final : public NetProvider {
   OwnedFd wake_;  // eventfd: the progress thread polls again
   bool wake_pending_ = false;
   bool stopping_ = false;
+  std::condition_variable stop_;  // the progress thread's sleep ends early
+  Clock::time_point engine_seen_{};  // the engine thread's last call
   std::thread progress_thread_;
 };
 

@@ -1,7 +1,8 @@
 // The socket provider in one process: ranks as threads over a loopback TCP
 // bootstrap. Interface choice, the challenge-response against a stranger,
 // messages in posting order whichever stream and whenever their receive is
-// posted, a rank whose interface is unusable, and a peer that leaves.
+// posted, a send that goes on while its sender is away, a rank whose
+// interface is unusable, and a peer that leaves.
 #include "engine/transport/socket_network.h"
 
 #include <arpa/inet.h>
@@ -115,6 +116,30 @@ TEST(SocketNetwork, MessagesMatchInPostingOrder) {
       ASSERT_EQ(bootstrap.barrier(), Status::kOk);
     });
   }
+}
+
+// A send far larger than the sockets' buffers, whose sender then waits
+// elsewhere (here: in the bootstrap's barrier) without calling test(): the
+// provider's own thread must carry the rest to the receive.
+TEST(SocketNetwork, ASendGoesOnWhileItsSenderIsAway) {
+  testing::run_loopback_ranks(2, [](int rank, Bootstrap& bootstrap) {
+    std::unique_ptr<NetProvider> net;
+    ASSERT_EQ(make_socket_network(bootstrap, &net, on_loopback()), Status::kOk);
+    const std::size_t bytes = std::size_t{64} << 20;
+    const std::vector<char> out = pattern(0, 1, bytes);
+    std::vector<char> in(rank == 1 ? bytes : 0, 'x');
+    NetRequest request;
+    if (rank == 0) {
+      ASSERT_EQ(net->post_send(1, 7, out.data(), bytes, &request), Status::kOk);
+      ASSERT_EQ(bootstrap.barrier(), Status::kOk);  // rank 1 has the whole message
+      ASSERT_EQ(testing::wait_request(*net, &request), Status::kOk);
+    } else {
+      ASSERT_EQ(net->post_recv(0, 7, in.data(), bytes, &request), Status::kOk);
+      ASSERT_EQ(testing::wait_request(*net, &request), Status::kOk);
+      EXPECT_TRUE(in == out);
+      ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+    }
+  });
 }
 
 // The connector's half of the handshake, as a stranger without the secret
