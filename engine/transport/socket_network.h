@@ -22,14 +22,15 @@
 // stream ever waits on the application.
 //
 // Progress: every post and test() moves what it can at once; once the
-// engine's thread has not called in for a little while (it computes, or
-// blocks in the real MPI), a thread of the provider's own sleeps in poll on
-// every stream and moves what arrives or finds room, so a message goes on
-// without it. A send is done once all its
-// bytes are in the kernel's socket buffer. Used by one engine thread at a
-// time, as net.h says; a mutex keeps it and the progress thread apart. A stream that closes without the peer's goodbye (its process ended)
-// fails every pending and later operation with that peer in kPeerEnded at
-// once, with a WARN naming the rank and its address.
+// engine's thread has not called in for a while (it computes, or blocks in
+// the real MPI), a thread of the provider's own sleeps in poll on every
+// stream and moves what arrives or finds room, so a message goes on without
+// it. A send is done once all its bytes are in the kernel's socket buffer.
+// Used by one engine thread at a time, as net.h says; a mutex keeps it and
+// the progress thread apart. A stream that closes without the peer's
+// goodbye (its process ended) fails every pending and later operation with
+// that peer in kPeerEnded at once, with a WARN naming the rank and its
+// address.
 #pragma once
 
 #include <cstdint>
