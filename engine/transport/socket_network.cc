@@ -267,7 +267,7 @@ class SocketNetwork final : public NetProvider {
       FERRY_WARN(Transport, "socket network: poll: %s", std::strerror(errno));
       return Status::kSystemError;
     }
-    if (ready > 0) serve_events(polled_, where_, 0);
+    if (ready > 0) serve_events(polled_, where_);
     return Status::kOk;
   }
 
@@ -284,11 +284,11 @@ class SocketNetwork final : public NetProvider {
       }
   }
 
-  void serve_events(const std::vector<pollfd>& polled, const std::vector<std::pair<int, Stream*>>& where,
-                    std::size_t first) {
-    for (std::size_t i = first; i < polled.size(); ++i) {
+  // The streams' events: polled's first where.size() entries.
+  void serve_events(const std::vector<pollfd>& polled, const std::vector<std::pair<int, Stream*>>& where) {
+    for (std::size_t i = 0; i < where.size(); ++i) {
       const short events = polled[i].revents;
-      auto [peer, stream] = where[i - first];
+      auto [peer, stream] = where[i];
       // The caller may have ended the stream while the thread polled.
       if (!events || !stream->live()) continue;
       if (events & POLLOUT) write_stream(peer, *stream);
@@ -311,9 +311,10 @@ class SocketNetwork final : public NetProvider {
         stop_.wait_for(lock, kEngineDriving - since_engine);
         continue;
       }
-      polled.assign(1, pollfd{wake_.fd(), POLLIN, 0});
+      polled.clear();
       where.clear();
       watch_streams(&polled, &where, true);
+      polled.push_back({wake_.fd(), POLLIN, 0});
       wake_pending_ = false;
       lock.unlock();
       const int ready = poll(polled.data(), polled.size(), -1);
@@ -325,12 +326,12 @@ class SocketNetwork final : public NetProvider {
                    std::strerror(error));
         return;
       }
-      if (polled[0].revents) {
+      if (polled.back().revents) {
         std::uint64_t count = 0;
         (void)!read(wake_.fd(), &count, sizeof(count));
       }
       if (Clock::now() - engine_seen_ < kEngineDriving) continue;  // the engine's thread is back
-      serve_events(polled, where, 1);
+      serve_events(polled, where);
     }
   }
 
