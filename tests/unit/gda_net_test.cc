@@ -394,6 +394,90 @@ TEST_P(GdaNet, FlaggedPutsArriveAsFlaggedWords) {
   });
 }
 
+// The proxy reads a turn's sources together: a producer that refills its
+// one source once each put has started must still have every put land as
+// it was when posted.
+TEST_P(GdaNet, ASourceMayBeReusedOnceItsPutStarted) {
+  constexpr int kPuts = 40;
+  constexpr std::size_t kBytes = 2001;
+  testing::run_loopback_ranks(2, [](int me, Bootstrap& bootstrap) {
+    GdaRank rank(bootstrap);
+    const auto offset = [](int source, int round) { return kSignals + (source * kPuts + round) * kBytes; };
+    std::vector<char> source;
+    std::uint64_t last = 0;
+    for (int round = 0; round < kPuts; ++round) {
+      source = pattern(me, 1 - me, round, kBytes);
+      GdaDescriptor d{};
+      d.op = static_cast<std::uint8_t>(GdaOp::kPut);
+      d.window = kWindowId;
+      d.target = 1 - me;
+      d.source = reinterpret_cast<std::uintptr_t>(source.data());
+      d.offset = offset(me, round);
+      d.bytes = kBytes;
+      last = post(rank.ring, d);
+      ASSERT_TRUE(wait_started(rank.ring, last));
+    }
+    ASSERT_TRUE(wait_completed(rank.ring, last));
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+    rank.wait_applied(kPuts);
+    const std::vector<char> window = rank.window_bytes();
+    for (int round = 0; round < kPuts; ++round)
+      EXPECT_EQ(std::memcmp(window.data() + offset(1 - me, round), pattern(1 - me, me, round, kBytes).data(), kBytes),
+                0)
+          << "rank " << me << ": put " << round;
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+  });
+}
+
+// A set signal lands after its put's data: the target, polling the word
+// while the puts arrive, finds every signalled put whole.
+TEST_P(GdaNet, ASetSignalIsSeenOnlyAfterItsData) {
+  static constexpr std::uint64_t kPuts = 60;
+  static constexpr std::size_t kBytes = 3001, kData = 4096;
+  testing::run_loopback_ranks(2, [](int me, Bootstrap& bootstrap) {
+    GdaRank rank(bootstrap);
+    if (me == 0) {
+      std::vector<std::vector<char>> sources;
+      sources.reserve(kPuts);
+      std::uint64_t last = 0;
+      for (std::uint64_t round = 0; round < kPuts; ++round) {
+        sources.push_back(pattern(0, 1, static_cast<int>(round), kBytes));
+        GdaDescriptor d{};
+        d.op = static_cast<std::uint8_t>(GdaOp::kPutSignal);
+        d.window = kWindowId;
+        d.target = 1;
+        d.source = reinterpret_cast<std::uintptr_t>(sources.back().data());
+        d.offset = kData + round * kBytes;
+        d.bytes = kBytes;
+        d.signal_op = static_cast<std::uint8_t>(GdaSignalOp::kSet);
+        d.signal_offset = 0;
+        d.value = round + 1;
+        last = post(rank.ring, d);
+      }
+      ASSERT_TRUE(wait_completed(rank.ring, last));
+    } else {
+      // Failures end the polling, not the rank: rank 0 waits at the barrier.
+      std::uint64_t checked = 0;
+      bool whole = true;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (whole && checked < kPuts && std::chrono::steady_clock::now() < deadline) {
+        std::uint64_t signal = 0;
+        EXPECT_EQ(rank.backend->copy(&signal, rank.window, sizeof signal), Status::kOk);
+        EXPECT_LE(signal, kPuts);
+        for (; whole && checked < std::min(signal, kPuts); ++checked) {
+          std::vector<char> landed(kBytes);
+          const char* at = static_cast<char*>(rank.window) + kData + checked * kBytes;
+          EXPECT_EQ(rank.backend->copy(landed.data(), at, kBytes), Status::kOk);
+          whole = landed == pattern(0, 1, static_cast<int>(checked), kBytes);
+          EXPECT_TRUE(whole) << "put " << checked << " not whole when the signal read " << signal;
+        }
+      }
+      if (whole) EXPECT_EQ(checked, kPuts);
+    }
+    ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+  });
+}
+
 TEST_P(GdaNet, ARequestPastTheWindowIsRefusedAndTouchesNothing) {
   testing::run_loopback_ranks(2, [](int me, Bootstrap& bootstrap) {
     GdaRank rank(bootstrap);

@@ -14,6 +14,10 @@ constexpr int kRequestTag = 1;
 constexpr int kDataTag = 2;
 constexpr int kAckTag = 3;
 constexpr int kReplyTag = 4;
+// The pinned staging area's size; a request's bytes beyond it are copied
+// on their own.
+constexpr std::size_t kStagingBytes = std::size_t{4} << 20;
+constexpr std::size_t kStagingAlign = 16;
 
 bool accumulates(GdaOp op) { return op == GdaOp::kAccumulate || op == GdaOp::kGetAccumulate; }
 bool moves_data(GdaOp op) {
@@ -81,12 +85,69 @@ Status GdaNetExecutor::bind_thread() {
   if (bound_) return Status::kOk;
   if (device_ >= 0) FERRY_CHECK(backend_->set_device(device_));
   FERRY_CHECK(backend_->stream_create_independent(&stream_));
+  void* staging = nullptr;
+  if (ok(backend_->pinned_alloc(kStagingBytes, &staging)))
+    staging_ = static_cast<char*>(staging);
+  else
+    FERRY_INFO(Transport, "gda: no pinned staging area; the proxy's copies wait one at a time");
   bound_ = true;
   return Status::kOk;
 }
 
 Status GdaNetExecutor::copy(void* dst, const void* src, std::size_t bytes) {
   return backend_->copy_and_wait(dst, src, bytes, stream_);
+}
+
+Status GdaNetExecutor::reserve_staging(std::size_t bytes, std::size_t* at, bool* reserved) {
+  *reserved = false;
+  const std::size_t rounded = (bytes + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
+  if (!staging_ || rounded > kStagingBytes) return Status::kOk;
+  if (staging_used_ + rounded > kStagingBytes) FERRY_CHECK(flush());
+  *at = staging_used_;
+  staging_used_ += rounded;
+  *reserved = true;
+  return Status::kOk;
+}
+
+Status GdaNetExecutor::queue_copy_from_host(void* dst, const void* src, std::size_t bytes) {
+  std::size_t at = 0;
+  bool reserved = false;
+  FERRY_CHECK(reserve_staging(bytes, &at, &reserved));
+  if (!reserved) return copy(dst, src, bytes);
+  std::memcpy(staging_ + at, src, bytes);
+  FERRY_CHECK(backend_->copy_async(dst, staging_ + at, bytes, stream_));
+  copies_queued_ = true;
+  return Status::kOk;
+}
+
+Status GdaNetExecutor::wait_queued_copies() {
+  if (!copies_queued_) return Status::kOk;
+  FERRY_CHECK(backend_->stream_synchronize(stream_));
+  copies_queued_ = false;
+  return Status::kOk;
+}
+
+Status GdaNetExecutor::flush() {
+  FERRY_CHECK(wait_queued_copies());
+  std::vector<Unsent> unsent;
+  unsent.swap(unsent_);
+  staging_used_ = 0;
+  for (Unsent& u : unsent) {
+    if (u.staged_bytes != 0) {
+      const char* staged = staging_ + u.staged_at;
+      u.data = u.flagged ? flagged_words(staged, u.staged_bytes, static_cast<std::uint32_t>(u.request.value))
+                         : std::vector<char>(staged, staged + u.staged_bytes);
+    }
+    std::vector<char> header(sizeof u.request);
+    std::memcpy(header.data(), &u.request, sizeof u.request);
+    FERRY_CHECK(send(u.peer, kRequestTag, std::move(header)));
+    if (!u.data.empty()) FERRY_CHECK(send(u.peer, kDataTag, std::move(u.data)));
+  }
+  if (applied_unpublished_ != 0) {
+    applied_.fetch_add(applied_unpublished_, std::memory_order_release);
+    applied_unpublished_ = 0;
+  }
+  return Status::kOk;
 }
 
 GdaNetExecutor::~GdaNetExecutor() {
@@ -100,7 +161,12 @@ GdaNetExecutor::~GdaNetExecutor() {
   }
   for (auto& out : outgoing_)
     if (out->request.handle) net_->cancel(&out->request);
-  if (stream_) FERRY_LOG_IF_FAILED(backend_->stream_destroy(stream_));
+  if (stream_) {
+    // Queued copies may still read or write the staging area.
+    FERRY_LOG_IF_FAILED(backend_->stream_synchronize(stream_));
+    FERRY_LOG_IF_FAILED(backend_->stream_destroy(stream_));
+  }
+  if (staging_) FERRY_LOG_IF_FAILED(backend_->pinned_free(staging_));
 }
 
 void GdaNetExecutor::add_window(std::uint16_t id, void* base, std::size_t bytes) {
@@ -143,13 +209,15 @@ Status GdaNetExecutor::apply(const GdaWireRequest& request, const char* data, bo
   *refused = base == nullptr;
   if (*refused) return Status::kOk;
   if (accumulates(op)) return combine(request, base + request.offset, data);
-  if (moves_data(op) && request.bytes != 0) FERRY_CHECK(copy(base + request.offset, data, request.bytes));
+  // Data and a set signal are queued behind what is queued already; an
+  // atomic's read waits for them.
+  if (moves_data(op) && request.bytes != 0) FERRY_CHECK(queue_copy_from_host(base + request.offset, data, request.bytes));
   if (touches_word(op)) {
     char* word_at = base + (op == GdaOp::kAtomicAdd ? request.offset : request.signal_offset);
     std::uint64_t old = 0;
     if (op == GdaOp::kAtomicAdd || static_cast<GdaSignalOp>(request.signal_op) == GdaSignalOp::kAdd)
       return update_word(word_at, GdaOp::kFetchAdd, sizeof old, request.value, 0, &old);
-    FERRY_CHECK(copy(word_at, &request.value, sizeof request.value));
+    FERRY_CHECK(queue_copy_from_host(word_at, &request.value, sizeof request.value));
   }
   return Status::kOk;
 }
@@ -202,6 +270,8 @@ Status GdaNetExecutor::take_replies(Peer& peer) {
 Status GdaNetExecutor::update_word(char* word, GdaOp op, std::uint64_t width, std::uint64_t value,
                                    std::uint64_t compare, std::uint64_t* old) {
   if (backend_->execution_site() == gpu::ExecutionSite::kHost) {
+    // After the copies queued before it, as a copy would be.
+    FERRY_CHECK(wait_queued_copies());
     void* at = backend_->host_view(word);
     switch (width) {
       case 1: update_host_word<std::uint8_t>(at, op, value, compare, old); break;
@@ -242,24 +312,46 @@ Status GdaNetExecutor::stage(const GdaDescriptor& d, std::vector<char>* data) {
   return Status::kOk;
 }
 
+Status GdaNetExecutor::stage(const GdaDescriptor& d, Unsent* unsent) {
+  const auto op = static_cast<GdaOp>(d.op);
+  std::size_t at = 0;
+  bool reserved = false;
+  if (op != GdaOp::kPutInline && d.bytes != 0) FERRY_CHECK(reserve_staging(d.bytes, &at, &reserved));
+  if (!reserved) {
+    // Inline, empty, or too large for the staging area: read at once.
+    FERRY_CHECK(stage(d, &unsent->data));
+  } else {
+    FERRY_CHECK(backend_->copy_async(staging_ + at, reinterpret_cast<const void*>(d.source), d.bytes, stream_));
+    copies_queued_ = true;
+    unsent->staged_at = at;
+    unsent->staged_bytes = d.bytes;
+    unsent->flagged = op == GdaOp::kPutFlagged;
+  }
+  if (op == GdaOp::kPutFlagged) {
+    // The target takes the words as a plain put.
+    unsent->request.op = static_cast<std::uint8_t>(GdaOp::kPut);
+    unsent->request.bytes = 8 * ((d.bytes + 3) / 4);
+  }
+  return Status::kOk;
+}
+
 Status GdaNetExecutor::start(const GdaDescriptor& d, int ring, std::uint64_t ticket) {
   FERRY_CHECK(bind_thread());
   if (d.target < 0 || d.target >= size()) return Status::kInvalidArgument;
   const auto op = static_cast<GdaOp>(d.op);
   GdaWireRequest request{d.offset, d.bytes, d.signal_offset, d.value, d.op, d.signal_op, d.window, 0};
-  std::vector<char> data;
-  if (moves_data(op)) {
-    FERRY_CHECK(stage(d, &data));
-    if (op == GdaOp::kPutFlagged) {
-      // The target takes the words as a plain put.
-      request.op = static_cast<std::uint8_t>(GdaOp::kPut);
-      request.bytes = data.size();
-    }
-  }
   // A get's destination, an accumulate's for the bytes it replaced, or the
   // proxy's place for a returned value.
   void* destination = reinterpret_cast<void*>(op == GdaOp::kGetAccumulate ? d.signal_offset : d.source);
   if (d.target == rank()) {
+    std::vector<char> data;
+    if (moves_data(op)) {
+      FERRY_CHECK(stage(d, &data));
+      if (op == GdaOp::kPutFlagged) {
+        request.op = static_cast<std::uint8_t>(GdaOp::kPut);
+        request.bytes = data.size();
+      }
+    }
     bool refused = false;
     FERRY_CHECK(answered(op) ? answer(request, data.data(), destination, &refused)
                              : apply(request, data.data(), &refused));
@@ -267,10 +359,13 @@ Status GdaNetExecutor::start(const GdaDescriptor& d, int ring, std::uint64_t tic
     finished_here_.emplace_back(ring, ticket);
     return Status::kOk;
   }
-  std::vector<char> header(sizeof request);
-  std::memcpy(header.data(), &request, sizeof request);
-  FERRY_CHECK(send(d.target, kRequestTag, std::move(header)));
-  if (!data.empty()) FERRY_CHECK(send(d.target, kDataTag, std::move(data)));
+  // Sent at the next flush, once the staged sources are read: a turn's
+  // copies wait for one synchronize.
+  Unsent unsent;
+  unsent.peer = d.target;
+  unsent.request = request;
+  if (moves_data(op)) FERRY_CHECK(stage(d, &unsent));
+  unsent_.push_back(std::move(unsent));
   Peer& peer = peers_[d.target];
   Reply* reply = nullptr;
   if (answered(op)) {
@@ -325,16 +420,17 @@ Status GdaNetExecutor::serve(int p) {
     peer.refused = peer.refused || refused;
     if (!peer.refused) {
       ++peer.applied;
-      applied_.fetch_add(1, std::memory_order_release);
+      ++applied_unpublished_;
     }
     FERRY_CHECK(post_receives(p));
-    FERRY_CHECK(acknowledge(p));
   }
 }
 
-// Sends the count applied so far once the previous acknowledgement is out.
+// Sends the count applied so far once the previous acknowledgement is out,
+// and what was applied is visible (no copy is still queued).
 Status GdaNetExecutor::acknowledge(int p) {
   Peer& peer = peers_[p];
+  if (copies_queued_) return Status::kOk;
   if (peer.ack_out) {
     bool done = false;
     FERRY_CHECK(net_->test(&peer.ack_out->request, &done));
@@ -358,6 +454,8 @@ Status GdaNetExecutor::progress(const std::function<void(int, std::uint64_t)>& f
       if (p != rank()) FERRY_CHECK(post_receives(p));
     receives_posted_ = true;
   }
+  // What was applied here is visible before it is reported.
+  FERRY_CHECK(flush());
   for (const auto& [ring, ticket] : finished_here_) finished(ring, ticket);
   finished_here_.clear();
   // Sends in flight: done ones release their memory (in order: a send's
@@ -376,13 +474,21 @@ Status GdaNetExecutor::progress(const std::function<void(int, std::uint64_t)>& f
     if (status == Status::kPeerEnded) note_lost_peer(p, size());
     if (!ok(status)) return status;
   }
+  // The requests served this turn wait for one synchronize, then each
+  // origin hears how many were applied.
+  FERRY_CHECK(flush());
+  for (int p = 0; p < size(); ++p) {
+    if (p == rank()) continue;
+    const Status status = acknowledge(p);
+    if (status == Status::kPeerEnded) note_lost_peer(p, size());
+    if (!ok(status)) return status;
+  }
   return Status::kOk;
 }
 
 Status GdaNetExecutor::progress_peer(int p, const std::function<void(int, std::uint64_t)>& finished) {
   Peer& peer = peers_[p];
   FERRY_CHECK(serve(p));
-  FERRY_CHECK(acknowledge(p));
   for (;;) {
     bool done = false;
     FERRY_CHECK(net_->test(&peer.ack_receive, &done));

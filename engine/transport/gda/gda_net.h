@@ -17,6 +17,13 @@
 // (quiet) means visible at the target. A descriptor
 // for this rank itself is applied here at once.
 //
+// Copies wait for one synchronize a turn of the proxy, not one each: the
+// sources of the descriptors started in a turn are copied into a pinned
+// staging area and their requests posted together (read_sources), and
+// the data and set signals served in a turn are queued through it and
+// acknowledged together. An atomic, a get or an accumulate reads the
+// window after the copies queued before it.
+//
 // A request the target refuses (an unknown window, a range past the
 // window's bytes) comes back as a refused acknowledgement: the origin's
 // proxy fails with kInvalidArgument and says which (FERRY_DEBUG=WARN). A
@@ -86,6 +93,7 @@ class GdaNetExecutor : public GdaExecutor {
   void set_combiner(Combiner combiner) { combiner_ = std::move(combiner); }
 
   Status start(const GdaDescriptor& d, int ring, std::uint64_t ticket) override;
+  Status read_sources() override { return flush(); }
   Status progress(const std::function<void(int, std::uint64_t)>& finished) override;
 
   // Requests from other ranks applied here so far; once it reads n, the
@@ -114,6 +122,15 @@ class GdaNetExecutor : public GdaExecutor {
     bool host_destination = false;  // the proxy's place for a returned value
     bool done = false;
   };
+  // A request to another rank waiting for the next flush(): its header, and
+  // its data in host memory or still being copied into the staging area.
+  struct Unsent {
+    int peer = -1;
+    GdaWireRequest request{};
+    std::vector<char> data;
+    std::size_t staged_at = 0, staged_bytes = 0;
+    bool flagged = false;  // staged bytes to encode as flagged words under request.value
+  };
   struct Started {
     int ring;
     std::uint64_t ticket;
@@ -140,9 +157,22 @@ class GdaNetExecutor : public GdaExecutor {
     std::unique_ptr<Outgoing> ack_out;
   };
 
-  // On the proxy's thread: its device and a stream of its own for copies.
+  // On the proxy's thread: its device, a stream of its own for copies, and
+  // the staging area.
   Status bind_thread();
+  // A copy that has finished when it returns, after those queued before it.
   Status copy(void* dst, const void* src, std::size_t bytes);
+  // Room for bytes in the staging area (flushing first if it is full), or
+  // false where it could never hold them.
+  Status reserve_staging(std::size_t bytes, std::size_t* at, bool* reserved);
+  // A copy from host memory (src may be reused at once) into dst that has
+  // finished by the next flush().
+  Status queue_copy_from_host(void* dst, const void* src, std::size_t bytes);
+  // Waits for the queued copies, posts the requests they staged (in the
+  // order started), publishes the requests applied here and frees the
+  // staging area.
+  Status flush();
+  Status wait_queued_copies();
   // The old value of the word of width bytes into *old, and the word
   // updated: op kFetchAdd adds value, kCompareSwap stores value if the word
   // equals compare.
@@ -150,8 +180,10 @@ class GdaNetExecutor : public GdaExecutor {
                      std::uint64_t* old);
   // An accumulate's data combined into the window's bytes at `at`.
   Status combine(const GdaWireRequest& request, char* at, const char* data);
-  // The bytes a put of d carries to its target, in host memory.
+  // The bytes a put of d carries to its target: in host memory for a
+  // request to this rank, or queued into the staging area for another.
   Status stage(const GdaDescriptor& d, std::vector<char>* data);
+  Status stage(const GdaDescriptor& d, Unsent* unsent);
   Status post_receives(int peer);
   Status send(int peer, int tag, std::vector<char> bytes);
   // Where request's bytes lie here, or null (logged) when it must be refused.
@@ -176,6 +208,14 @@ class GdaNetExecutor : public GdaExecutor {
   int device_ = -1;  // the creating thread's
   gpu::Stream stream_ = nullptr;
   bool bound_ = false;
+  // Pinned host memory that copies on stream_ read from or write to, so
+  // that many copies wait for one synchronize; null where it could not be
+  // had (every copy then waits for itself).
+  char* staging_ = nullptr;
+  std::size_t staging_used_ = 0;
+  bool copies_queued_ = false;
+  std::vector<Unsent> unsent_;
+  std::uint64_t applied_unpublished_ = 0;  // applied here since the last flush
   std::unique_ptr<NetProvider> net_;
   std::vector<Peer> peers_;
   std::deque<std::unique_ptr<Outgoing>> outgoing_;

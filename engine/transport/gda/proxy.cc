@@ -282,9 +282,26 @@ std::uint64_t GdaProxy::drain(int index, Ring& ring) {
     }
     outstanding_.fetch_add(1, std::memory_order_relaxed);
     advances_.fetch_add(1, std::memory_order_relaxed);
-    store_word(&ring.view.words->started, ring.next);
-    if (ring.view.posted_ns) entry.started_us = trace_now_us();
     ++started;
+  }
+}
+
+void GdaProxy::announce_started() {
+  const Status read = executor_->read_sources();
+  if (!ok(read)) {
+    fail(read);
+    return;
+  }
+  for (Ring& ring : rings_) {
+    if (ring.announced == ring.next) continue;
+    if (ring.view.posted_ns) {
+      const std::int64_t now = trace_now_us();
+      // The tickets from `announced` on are the deque's last (none has finished yet).
+      const std::size_t fresh = std::min<std::size_t>(ring.next - ring.announced, ring.started.size());
+      for (std::size_t i = ring.started.size() - fresh; i < ring.started.size(); ++i) ring.started[i].started_us = now;
+    }
+    ring.announced = ring.next;
+    store_word(&ring.view.words->started, ring.next);
   }
 }
 
@@ -370,6 +387,7 @@ void GdaProxy::run() {
     std::uint64_t started = 0;
     for (std::size_t i = 0; i < rings_.size() && ok(status()); ++i)
       started += drain(static_cast<int>(i), rings_[i]);
+    if (started != 0 && ok(status())) announce_started();
     // Also after a failed start: what finished before it is reported.
     const Status progressed = executor_->progress(finished);
     if (!ok(progressed)) fail(progressed);

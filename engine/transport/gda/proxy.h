@@ -48,10 +48,14 @@ class GdaExecutor {
  public:
   virtual ~GdaExecutor() = default;
   // Starts d, posted with ticket on ring `ring` (tickets of a ring come in
-  // order), having read its source by the time it returns (the producer
-  // may then reuse it). Its effects at the target follow those of the
-  // ring's earlier descriptors to the same target.
+  // order). It may read d's source as late as the next read_sources(). Its
+  // effects at the target follow those of the ring's earlier descriptors to
+  // the same target.
   virtual Status start(const GdaDescriptor& d, int ring, std::uint64_t ticket) = 0;
+  // Returns once the sources of every descriptor started so far are read:
+  // their producers may then reuse them. The proxy calls it once for all it
+  // started in a turn, so an executor may read many sources at once.
+  virtual Status read_sources() { return Status::kOk; }
   // Moves started operations along; calls finished(ring, ticket) for each
   // whose data and signal are now visible at its target.
   virtual Status progress(const std::function<void(int ring, std::uint64_t ticket)>& finished) = 0;
@@ -115,6 +119,7 @@ class GdaProxy {
     GdaRing view;
     Producers producers;
     std::uint64_t next = 0;  // the ticket expected next
+    std::uint64_t announced = 0;  // tickets before it are in words->started
     // Tickets from `completed` on, as started.
     std::uint64_t completed = 0;
     std::deque<Started> started;
@@ -130,6 +135,8 @@ class GdaProxy {
   void run();
   // Takes what ring holds now and starts it; the descriptors it started.
   std::uint64_t drain(int index, Ring& ring);
+  // Once the executor has read what the drains started: tells producers.
+  void announce_started();
   void finish(int ring, std::uint64_t ticket);
   // The trace's span of a finished operation (FERRY_TRACE).
   void trace_operation(int ring, std::uint64_t ticket, const Started& started);
