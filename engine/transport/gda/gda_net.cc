@@ -132,6 +132,8 @@ Status GdaNetExecutor::flush() {
   std::vector<Unsent> unsent;
   unsent.swap(unsent_);
   staging_used_ = 0;
+  // The application's kernels may store to the words before the next turn.
+  cached_words_.clear();
   for (Unsent& u : unsent) {
     if (u.staged_bytes != 0) {
       const char* staged = staging_ + u.staged_at;
@@ -211,19 +213,36 @@ Status GdaNetExecutor::apply(const GdaWireRequest& request, const char* data, bo
   if (accumulates(op)) return combine(request, base + request.offset, data);
   // Data and a set signal are queued behind what is queued already; an
   // atomic's read waits for them.
-  if (moves_data(op) && request.bytes != 0) FERRY_CHECK(queue_copy_from_host(base + request.offset, data, request.bytes));
+  if (moves_data(op) && request.bytes != 0) {
+    forget_words(base + request.offset, request.bytes);
+    FERRY_CHECK(queue_copy_from_host(base + request.offset, data, request.bytes));
+  }
   if (touches_word(op)) {
     char* word_at = base + (op == GdaOp::kAtomicAdd ? request.offset : request.signal_offset);
     std::uint64_t old = 0;
     if (op == GdaOp::kAtomicAdd || static_cast<GdaSignalOp>(request.signal_op) == GdaSignalOp::kAdd)
       return update_word(word_at, GdaOp::kFetchAdd, sizeof old, request.value, 0, &old);
+    forget_words(word_at, sizeof request.value);
     FERRY_CHECK(queue_copy_from_host(word_at, &request.value, sizeof request.value));
   }
   return Status::kOk;
 }
 
+void GdaNetExecutor::forget_words(const char* at, std::size_t bytes) {
+  for (std::size_t i = 0; i < cached_words_.size();) {
+    const CachedWord& w = cached_words_[i];
+    if (w.at < at + bytes && at < w.at + w.width) {
+      cached_words_[i] = cached_words_.back();
+      cached_words_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
 Status GdaNetExecutor::combine(const GdaWireRequest& request, char* at, const char* data) {
   if (request.bytes == 0) return Status::kOk;
+  forget_words(at, request.bytes);
   std::vector<char> target(request.bytes);
   FERRY_CHECK(copy(target.data(), at, request.bytes));
   FERRY_CHECK(combiner_(request.value, data, target.data(), request.bytes));
@@ -281,12 +300,33 @@ Status GdaNetExecutor::update_word(char* word, GdaOp op, std::uint64_t width, st
     }
     return Status::kOk;
   }
-  *old = 0;  // little-endian: the word's bytes are its low bytes
-  FERRY_CHECK(copy(old, word, width));
+  // The word as this turn's atomics left it, or read back (after the
+  // copies queued before it).
+  CachedWord* cached = nullptr;
+  for (CachedWord& w : cached_words_) {
+    const bool overlaps = w.at < word + width && word < w.at + w.width;
+    if (overlaps && (w.at != word || w.width != width)) {
+      cached_words_.clear();
+      break;
+    }
+    if (overlaps) cached = &w;
+  }
+  if (cached) {
+    *old = cached->value;
+  } else {
+    *old = 0;  // little-endian: the word's bytes are its low bytes
+    FERRY_CHECK(copy(old, word, width));
+  }
   const std::uint64_t mask = width == 8 ? ~std::uint64_t{0} : (std::uint64_t{1} << (8 * width)) - 1;
   const std::uint64_t updated =
-      op == GdaOp::kFetchAdd ? *old + value : ((*old & mask) == (compare & mask) ? value : *old);
-  return (updated & mask) == *old ? Status::kOk : copy(word, &updated, width);
+      (op == GdaOp::kFetchAdd ? *old + value : ((*old & mask) == (compare & mask) ? value : *old)) & mask;
+  if (!cached) cached = &cached_words_.emplace_back(CachedWord{word, width, *old});
+  if (updated == *old) return Status::kOk;
+  FERRY_CHECK(queue_copy_from_host(word, &updated, width));
+  // Where the copy went out at once, a flush may have forgotten the word.
+  for (CachedWord& w : cached_words_)
+    if (w.at == word) w.value = updated;
+  return Status::kOk;
 }
 
 Status GdaNetExecutor::send(int peer, int tag, std::vector<char> bytes) {

@@ -173,6 +173,8 @@ class GdaNetExecutor : public GdaExecutor {
   // staging area.
   Status flush();
   Status wait_queued_copies();
+  // Drops the cached words that [at, at + bytes) covers.
+  void forget_words(const char* at, std::size_t bytes);
   // The old value of the word of width bytes into *old, and the word
   // updated: op kFetchAdd adds value, kCompareSwap stores value if the word
   // equals compare.
@@ -216,6 +218,16 @@ class GdaNetExecutor : public GdaExecutor {
   bool copies_queued_ = false;
   std::vector<Unsent> unsent_;
   std::uint64_t applied_unpublished_ = 0;  // applied here since the last flush
+  // Words in device memory that this turn's atomics updated, as they left
+  // them (the copies writing them may still be queued): a later atomic of
+  // the turn on the same word reads it here instead of waiting for a copy
+  // back. Forgotten at each flush and where a copy of data covers them.
+  struct CachedWord {
+    char* at;
+    std::uint64_t width;
+    std::uint64_t value;
+  };
+  std::vector<CachedWord> cached_words_;
   std::unique_ptr<NetProvider> net_;
   std::vector<Peer> peers_;
   std::deque<std::unique_ptr<Outgoing>> outgoing_;
