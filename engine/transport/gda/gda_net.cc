@@ -306,7 +306,8 @@ Status GdaNetExecutor::update_word(char* word, GdaOp op, std::uint64_t width, st
   for (CachedWord& w : cached_words_) {
     const bool overlaps = w.at < word + width && word < w.at + w.width;
     if (overlaps && (w.at != word || w.width != width)) {
-      cached_words_.clear();
+      cached_words_.clear();  // words of other widths over it: read it back
+      cached = nullptr;
       break;
     }
     if (overlaps) cached = &w;
