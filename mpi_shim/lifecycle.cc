@@ -52,6 +52,9 @@ void after_init() {
   peer::start();
   if (asked_for_eager_loading())
     FERRY_INFO(Init, "CUDA_MODULE_LOADING=EAGER: this program calls ferry_win_device_handle and chose no loading mode");
+  if (asked_for_device_connections())
+    FERRY_INFO(Init, "CUDA_DEVICE_MAX_CONNECTIONS=%s: this program calls ferry_win_device_handle and chose no number",
+               kDeviceConnections);
   FERRY_INFO(Init, "Ferry %d.%d.%d loaded; FERRY_ROUTE=%s FERRY_DEVICE=%s", FERRY_VERSION_MAJOR,
              FERRY_VERSION_MINOR, FERRY_VERSION_PATCH, forced_route_name(forced_route()), params().device.c_str());
 }

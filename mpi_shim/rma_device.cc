@@ -84,7 +84,10 @@ int device_handle(MPI_Win win, ferry_window_device_t* handle) {
     return raise_win_error(win, MPI_ERR_WIN);
   }
   if (!handle) return raise_win_error(win, MPI_ERR_ARG);
-  if (across) warn_if_modules_load_lazily();
+  if (across) {
+    warn_if_modules_load_lazily();
+    warn_if_few_device_connections();
+  }
   if (RemoteAccess* queue = across ? queue_of(win) : nullptr) {
     *handle = queue->handle();  // made with the window
     return MPI_SUCCESS;
