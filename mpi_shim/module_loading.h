@@ -30,7 +30,8 @@ bool asked_for_device_connections();
 // runtime still loads lazily, says once (rank 0, stderr, even without
 // FERRY_DEBUG) that such kernels can hang and how to avoid it.
 void warn_if_modules_load_lazily();
-// Likewise where the user chose fewer work queues than 32.
+// Likewise where the program runs with another number of work queues than
+// 32 (the user's choice, or CUDA's 8 where Ferry set none: Python).
 void warn_if_few_device_connections();
 
 }  // namespace ferry::shim
