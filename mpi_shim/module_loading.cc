@@ -54,16 +54,17 @@ void warn_if_modules_load_lazily() {
 void warn_if_few_device_connections() {
   static std::atomic<bool> said{false};
   gpu::Backend* backend = gpu::active_backend();
-  const char* chosen = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  if (!backend || backend->kind() != gpu::BackendKind::kCuda) return;
+  const char* variable = backend ? backend->work_queues_variable() : nullptr;
+  if (!variable) return;
+  const char* chosen = std::getenv(variable);
   if ((chosen && std::strcmp(chosen, kDeviceConnections) == 0) || said.exchange(true)) return;
   int rank = 0;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank != 0) return;
   std::fprintf(stderr,
-               "ferry: CUDA_DEVICE_MAX_CONNECTIONS=%s: a kernel that waits on a rank of another machine hangs if "
-               "Ferry's proxy copies through the same device work queue; %s (the most) makes that least likely\n",
-               chosen ? chosen : "unset (8)", kDeviceConnections);
+               "ferry: %s=%s: a kernel that waits on a rank of another machine hangs if Ferry's proxy copies "
+               "through the same device work queue; %s (the most) makes that least likely\n",
+               variable, chosen ? chosen : "unset (8)", kDeviceConnections);
 }
 
 }  // namespace ferry::shim

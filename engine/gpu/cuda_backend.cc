@@ -197,6 +197,7 @@ class CudaBackend final : public Backend {
     return Status::kOk;
   }
   bool loads_modules_lazily() const override { return cuda_detail::modules_load_lazily(); }
+  const char* work_queues_variable() const override { return "CUDA_DEVICE_MAX_CONNECTIONS"; }
   bool stream_memory_ops() const override { return memops_driver() != nullptr; }
   Status stream_wait_value(Stream stream, const std::uint32_t* word, std::uint32_t value) override {
     const MemOpsDriver* d = memops_driver();

@@ -167,6 +167,11 @@ class Backend {
   // module loading). Such a load waits until the device is idle: a kernel
   // that waits on Ferry's host-side proxy then never sees it move.
   virtual bool loads_modules_lazily() const { return false; }
+  // The environment variable that sets over how many hardware work queues
+  // the runtime spreads a process's streams (CUDA_DEVICE_MAX_CONNECTIONS),
+  // or null: where two streams share a queue, work on one waits behind the
+  // other's, and a copy behind a kernel waiting for it never runs.
+  virtual const char* work_queues_variable() const { return nullptr; }
 
   // True when ptr lies in memory this backend manages; fills info.
   virtual bool query_pointer(const void* ptr, PointerInfo* info) = 0;
