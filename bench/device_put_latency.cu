@@ -1,8 +1,9 @@
 // device-put-latency: GPU-initiated put + signal between two ranks' device
 // windows (ferry/device.h), one way, measured as a ping-pong: rank 0's
-// kernel puts 8 bytes and signals rank 1, whose kernel waits, puts back and
-// signals; one way = total / (2 * iterations), timed with CUDA events around
-// one kernel of many iterations (the launch is amortised away). Also the
+// kernel puts 8 bytes and signals rank 1 (p and signal, or one put_signal
+// of device memory), whose kernel waits, puts back and signals; one way =
+// total / (2 * iterations), timed with CUDA events around one kernel of
+// many iterations (the launch is amortised away). Also the
 // raw flag ping-pong (a bare store to the peer's word, no data, no fence) as
 // the floor NVLink sets, and the LL form (ll::put/ll::wait: data words
 // carrying their own flags). Then bandwidth: put_block of 64 MiB and
@@ -42,6 +43,19 @@ __global__ void put_signal_pingpong(ferry_window_device_t w, int iterations) {
       fd::p<unsigned long long>(w, peer, kData, i);
       fd::signal(w, peer, kSignal, i);
     }
+  }
+}
+
+// The same exchange as one put_signal call whose source is in device memory.
+__device__ unsigned long long put_signal_source;
+
+__global__ void put_signal_call_pingpong(ferry_window_device_t w, int iterations) {
+  const int peer = 1 - w.rank;
+  for (unsigned long long i = 1; i <= static_cast<unsigned long long>(iterations); ++i) {
+    if (w.rank == 1) fd::wait_until(w, kSignal, fd::Compare::kGe, i);
+    put_signal_source = i;
+    fd::put_signal(w, peer, kData, &put_signal_source, sizeof(unsigned long long), kSignal, i);
+    if (w.rank == 0) fd::wait_until(w, kSignal, fd::Compare::kGe, i);
   }
 }
 
@@ -156,10 +170,11 @@ int main(int argc, char** argv) {
 
   const int iterations = across ? 2000 : 200000;
   one_way_us(put_signal_pingpong, w, base, across ? 100 : 1000);  // warm-up
-  double put_signal[5], ll[5], raw[5], host_put[5];
+  double put_signal[5], put_signal_call[5], ll[5], raw[5], host_put[5];
   MPI_Win_lock_all(0, win);
   for (int trial = 0; trial < 5; ++trial) {
     put_signal[trial] = one_way_us(put_signal_pingpong, w, base, iterations);
+    put_signal_call[trial] = one_way_us(put_signal_call_pingpong, w, base, iterations);
     ll[trial] = one_way_us(ll_pingpong, w, base, iterations);
     raw[trial] = across ? bench::raw_tcp_one_way_us(MPI_COMM_WORLD, iterations)
                         : one_way_us(raw_flag_pingpong, w, base, iterations);
@@ -201,6 +216,7 @@ int main(int argc, char** argv) {
     std::printf("# device-put-latency: one way, median of 5 runs of %d ping-pongs; %s\n", iterations,
                 across ? "the peer on another machine (GDA queue)" : "the peer's memory mapped");
     std::printf("ferry put(8 B) + signal: %.3f us\n", median5(put_signal));
+    std::printf("ferry put_signal(8 B):   %.3f us\n", median5(put_signal_call));
     std::printf("ferry ll::put(8 B):      %.3f us\n", median5(ll));
     if (across)
       std::printf("raw TCP 8 B, half RTT:    %.3f us\n", median5(raw));

@@ -121,6 +121,10 @@ __device__ __forceinline__ bool reachable(const ferry_window_device_t& w, int ra
 
 namespace detail {
 
+// Puts to another machine of at most this many bytes travel inside their
+// descriptor: the proxy has no source to copy out of device memory.
+constexpr std::size_t kInlinePutBytes = 8;
+
 // Whether rank's memory is mapped here (load and store), else it is on
 // another machine (the GDA queue).
 __device__ __forceinline__ bool mapped(const ferry_window_device_t& w, int rank) { return w.peers[rank] != nullptr; }
@@ -165,6 +169,14 @@ __device__ __forceinline__ std::uint64_t post_remote(const ferry_window_device_t
   return gda::post(queue(w), d);
 }
 
+// The bytes (at most 8) at src as one word, the first byte lowest.
+__device__ __forceinline__ unsigned long long inline_bits(const void* src, std::size_t bytes) {
+  const auto* from = static_cast<const unsigned char*>(src);
+  unsigned long long bits = 0;
+  for (std::size_t b = 0; b < bytes; ++b) bits |= static_cast<unsigned long long>(from[b]) << (8 * b);
+  return bits;
+}
+
 // A source in shared memory or a thread's own (local) memory, which the
 // proxy cannot read: lane's share of its 8-byte pieces (of `lanes`) goes
 // inside the descriptors. The last ticket posted (kRingFailed: none, or
@@ -176,8 +188,7 @@ __device__ __forceinline__ std::uint64_t put_pieces(const ferry_window_device_t&
   std::uint64_t ticket = gda::kRingFailed;
   for (std::size_t at = 8 * std::size_t(lane); at < bytes; at += 8 * std::size_t(lanes)) {
     const std::size_t piece = bytes - at < 8 ? bytes - at : 8;
-    unsigned long long bits = 0;
-    for (std::size_t b = 0; b < piece; ++b) bits |= static_cast<unsigned long long>(from[at + b]) << (8 * b);
+    const unsigned long long bits = inline_bits(from + at, piece);
     ticket = post_remote(w, rank, gda::GdaOp::kPutInline, offset + at, nullptr, piece, 0, bits);
     if (ticket == gda::kRingFailed) break;
   }
@@ -185,10 +196,11 @@ __device__ __forceinline__ std::uint64_t put_pieces(const ferry_window_device_t&
 }
 
 // A put's source may be reused once the proxy has read it (at once where
-// it travels inside the descriptors).
+// it travels inside the descriptors: small puts, whose source the proxy
+// would otherwise copy out of device memory on its own).
 __device__ __forceinline__ void put_remote(const ferry_window_device_t& w, int rank, std::size_t offset,
                                            const void* src, std::size_t bytes) {
-  if (!global_memory(src)) {
+  if (!global_memory(src) || bytes <= kInlinePutBytes) {
     put_pieces(w, rank, offset, src, bytes);
     return;
   }
@@ -510,6 +522,13 @@ __device__ __forceinline__ void put_signal(const ferry_window_device_t& w, int r
   if (!detail::mapped(w, rank)) {
     detail::in_window(w, rank, offset, bytes, "put_signal");
     detail::in_window(w, rank, signal_offset, sizeof(unsigned long long), "put_signal's signal");
+    if (bytes != 0 && bytes <= detail::kInlinePutBytes) {
+      // Data and signal in one descriptor (the data in its source field).
+      detail::post_remote(w, rank, gda::GdaOp::kPutInlineSignal, offset,
+                          reinterpret_cast<const void*>(static_cast<std::uintptr_t>(detail::inline_bits(src, bytes))),
+                          bytes, signal_offset, value, op);
+      return;
+    }
     if (!detail::global_memory(src)) {
       // The pieces, then the signal: the queue keeps this thread's order.
       if (bytes == 0 || detail::put_pieces(w, rank, offset, src, bytes) != gda::kRingFailed)

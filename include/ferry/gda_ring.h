@@ -78,6 +78,8 @@ enum class GdaOp : std::uint8_t {
   kAccumulate = 11,     // bytes from source combined into the target's window at offset
   kGetAccumulate = 12,  // kAccumulate, and the target's bytes from before it into the
                         // origin's memory at address signal_offset
+  kPutInlineSignal = 13,  // bytes (at most 8) carried in source itself (value is the signal's),
+                          // to offset; then the signal as kPutSignal's
 };
 
 // Whether op's operation returns a value in its ticket's result slot.

@@ -20,11 +20,15 @@ constexpr std::size_t kStagingBytes = std::size_t{4} << 20;
 constexpr std::size_t kStagingAlign = 16;
 
 bool accumulates(GdaOp op) { return op == GdaOp::kAccumulate || op == GdaOp::kGetAccumulate; }
+// Puts whose bytes the descriptor itself carries.
+bool puts_inline(GdaOp op) { return op == GdaOp::kPutInline || op == GdaOp::kPutInlineSignal; }
 bool moves_data(GdaOp op) {
-  return op == GdaOp::kPut || op == GdaOp::kPutSignal || op == GdaOp::kPutInline || op == GdaOp::kPutFlagged ||
+  return op == GdaOp::kPut || op == GdaOp::kPutSignal || op == GdaOp::kPutFlagged || puts_inline(op) ||
          accumulates(op);
 }
-bool sets_signal(GdaOp op) { return op == GdaOp::kPutSignal || op == GdaOp::kSignal; }
+bool sets_signal(GdaOp op) {
+  return op == GdaOp::kPutSignal || op == GdaOp::kPutInlineSignal || op == GdaOp::kSignal;
+}
 bool atomic_at_offset(GdaOp op) {
   return op == GdaOp::kAtomicAdd || op == GdaOp::kFetchAdd || op == GdaOp::kCompareSwap;
 }
@@ -56,11 +60,14 @@ void update_host_word(void* at, GdaOp op, std::uint64_t value, std::uint64_t com
   *old = before;
 }
 
+// The bytes that flagged_words makes of `bytes` data bytes.
+std::size_t flagged_bytes(std::size_t bytes) { return 8 * ((bytes + 3) / 4); }
+
 // A flagged message's words (ferry::device::ll): each 4 data bytes, zero
 // padded past the end, under the flag, little-endian as the GPU stores them.
 std::vector<char> flagged_words(const char* data, std::size_t bytes, std::uint32_t flag) {
   const std::size_t words = (bytes + 3) / 4;
-  std::vector<char> out(words * 8);
+  std::vector<char> out(flagged_bytes(bytes));
   for (std::size_t i = 0; i < words; ++i) {
     std::uint32_t word[2] = {0, flag};
     std::memcpy(&word[0], data + 4 * i, std::min<std::size_t>(4, bytes - 4 * i));
@@ -75,6 +82,10 @@ bool within(std::uint64_t offset, std::uint64_t bytes, std::size_t limit) {
 }
 
 }  // namespace
+
+bool data_inline(GdaOp op, std::uint64_t bytes) {
+  return moves_data(op) && bytes != 0 && bytes <= kInlineWireBytes;
+}
 
 GdaNetExecutor::GdaNetExecutor(gpu::Backend* backend, std::unique_ptr<NetProvider> net)
     : backend_(backend), net_(std::move(net)), peers_(net_->size()) {
@@ -140,10 +151,12 @@ Status GdaNetExecutor::flush() {
       u.data = u.flagged ? flagged_words(staged, u.staged_bytes, static_cast<std::uint32_t>(u.request.value))
                          : std::vector<char>(staged, staged + u.staged_bytes);
     }
+    const bool inside = data_inline(static_cast<GdaOp>(u.request.op), u.data.size());
+    if (inside) std::memcpy(&u.request.data, u.data.data(), u.data.size());
     std::vector<char> header(sizeof u.request);
     std::memcpy(header.data(), &u.request, sizeof u.request);
     FERRY_CHECK(send(u.peer, kRequestTag, std::move(header)));
-    if (!u.data.empty()) FERRY_CHECK(send(u.peer, kDataTag, std::move(u.data)));
+    if (!u.data.empty() && !inside) FERRY_CHECK(send(u.peer, kDataTag, std::move(u.data)));
   }
   if (applied_unpublished_ != 0) {
     applied_.fetch_add(applied_unpublished_, std::memory_order_release);
@@ -341,9 +354,10 @@ Status GdaNetExecutor::send(int peer, int tag, std::vector<char> bytes) {
 
 Status GdaNetExecutor::stage(const GdaDescriptor& d, std::vector<char>* data) {
   const auto op = static_cast<GdaOp>(d.op);
-  if (op == GdaOp::kPutInline) {
+  if (puts_inline(op)) {
     if (d.bytes > sizeof d.value) return Status::kInvalidArgument;
-    data->assign(reinterpret_cast<const char*>(&d.value), reinterpret_cast<const char*>(&d.value) + d.bytes);
+    const auto* bits = reinterpret_cast<const char*>(op == GdaOp::kPutInline ? &d.value : &d.source);
+    data->assign(bits, bits + d.bytes);
     return Status::kOk;
   }
   // Through host memory: the source may be device memory.
@@ -357,7 +371,7 @@ Status GdaNetExecutor::stage(const GdaDescriptor& d, Unsent* unsent) {
   const auto op = static_cast<GdaOp>(d.op);
   std::size_t at = 0;
   bool reserved = false;
-  if (op != GdaOp::kPutInline && d.bytes != 0) FERRY_CHECK(reserve_staging(d.bytes, &at, &reserved));
+  if (!puts_inline(op) && d.bytes != 0) FERRY_CHECK(reserve_staging(d.bytes, &at, &reserved));
   if (!reserved) {
     // Inline, empty, or too large for the staging area: read at once.
     FERRY_CHECK(stage(d, &unsent->data));
@@ -371,7 +385,7 @@ Status GdaNetExecutor::stage(const GdaDescriptor& d, Unsent* unsent) {
   if (op == GdaOp::kPutFlagged) {
     // The target takes the words as a plain put.
     unsent->request.op = static_cast<std::uint8_t>(GdaOp::kPut);
-    unsent->request.bytes = 8 * ((d.bytes + 3) / 4);
+    unsent->request.bytes = flagged_bytes(d.bytes);
   }
   return Status::kOk;
 }
@@ -445,7 +459,11 @@ Status GdaNetExecutor::serve(int p) {
     } else {
       FERRY_CHECK(net_->test(&peer.request_receive, &done));
       if (!done) return Status::kOk;
-      if (moves_data(static_cast<GdaOp>(peer.request_in.op)) && peer.request_in.bytes != 0) {
+      const auto op = static_cast<GdaOp>(peer.request_in.op);
+      if (data_inline(op, peer.request_in.bytes)) {
+        const auto* bits = reinterpret_cast<const char*>(&peer.request_in.data);
+        peer.data_in.assign(bits, bits + peer.request_in.bytes);
+      } else if (moves_data(op) && peer.request_in.bytes != 0) {
         peer.data_in.resize(peer.request_in.bytes);
         FERRY_CHECK(net_->post_recv(p, kDataTag, peer.data_in.data(), peer.data_in.size(), &peer.data_receive));
         peer.awaiting_data = true;

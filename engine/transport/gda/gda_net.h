@@ -5,7 +5,9 @@
 // every rank's proxy is also its target-side progress.
 //
 // Wire, per pair of ranks: a fixed-size request (op, window, offsets,
-// bytes, signal) on kRequestTag, its data on kDataTag, a get's bytes (or a
+// bytes, signal) on kRequestTag, its data inside it when it is at most
+// kInlineWireBytes (one message for a small put) or else on kDataTag, a
+// get's bytes (or a
 // returned value: an element read, a fetching atomic's old value) back on
 // kReplyTag, and from the target a cumulative count of the requests it
 // applied on kAckTag. A flagged put (kPutFlagged) is encoded into its
@@ -67,8 +69,14 @@ struct GdaWireRequest {
   std::uint8_t signal_op;
   std::uint16_t window;
   std::uint32_t reserved;
+  std::uint64_t data;  // the request's data itself, where it carries bytes <= kInlineWireBytes
 };
-static_assert(sizeof(GdaWireRequest) == 40, "GdaWireRequest crosses the wire");
+static_assert(sizeof(GdaWireRequest) == 48, "GdaWireRequest crosses the wire");
+
+// The most data bytes a request carries inside itself.
+constexpr std::size_t kInlineWireBytes = sizeof(GdaWireRequest::data);
+// Whether a request of op carries `bytes` data bytes inside itself.
+bool data_inline(GdaOp op, std::uint64_t bytes);
 
 // An acknowledgement: requests applied so far; kRefusedBit set: the one
 // after them was refused.

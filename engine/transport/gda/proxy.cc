@@ -38,6 +38,7 @@ const char* op_name(GdaOp op) {
     case GdaOp::kPutFlagged: return "gda ll_put";
     case GdaOp::kAccumulate: return "gda accumulate";
     case GdaOp::kGetAccumulate: return "gda get_accumulate";
+    case GdaOp::kPutInlineSignal: return "gda put_signal";
   }
   return "gda";
 }
