@@ -10,10 +10,6 @@
 namespace ferry::gda {
 namespace {
 
-constexpr int kRequestTag = 1;
-constexpr int kDataTag = 2;
-constexpr int kAckTag = 3;
-constexpr int kReplyTag = 4;
 // The pinned staging area's size; a request's bytes beyond it are copied
 // on their own.
 constexpr std::size_t kStagingBytes = std::size_t{4} << 20;
@@ -153,6 +149,10 @@ Status GdaNetExecutor::flush() {
     }
     const bool inside = data_inline(static_cast<GdaOp>(u.request.op), u.data.size());
     if (inside) std::memcpy(&u.request.data, u.data.data(), u.data.size());
+    // The copies have finished: what was applied from the peer is visible.
+    Peer& peer = peers_[u.peer];
+    u.request.acknowledged = acknowledgement(peer);
+    peer.ack_sent = u.request.acknowledged;
     std::vector<char> header(sizeof u.request);
     std::memcpy(header.data(), &u.request, sizeof u.request);
     FERRY_CHECK(send(u.peer, kRequestTag, std::move(header)));
@@ -394,7 +394,7 @@ Status GdaNetExecutor::start(const GdaDescriptor& d, int ring, std::uint64_t tic
   FERRY_CHECK(bind_thread());
   if (d.target < 0 || d.target >= size()) return Status::kInvalidArgument;
   const auto op = static_cast<GdaOp>(d.op);
-  GdaWireRequest request{d.offset, d.bytes, d.signal_offset, d.value, d.op, d.signal_op, d.window, 0};
+  GdaWireRequest request{d.offset, d.bytes, d.signal_offset, d.value, d.op, d.signal_op, d.window, 0, 0, 0};
   // A get's destination, an accumulate's for the bytes it replaced, or the
   // proxy's place for a returned value.
   void* destination = reinterpret_cast<void*>(op == GdaOp::kGetAccumulate ? d.signal_offset : d.source);
@@ -459,6 +459,7 @@ Status GdaNetExecutor::serve(int p) {
     } else {
       FERRY_CHECK(net_->test(&peer.request_receive, &done));
       if (!done) return Status::kOk;
+      FERRY_CHECK(take_acknowledgement(p, peer.request_in.acknowledged));
       const auto op = static_cast<GdaOp>(peer.request_in.op);
       if (data_inline(op, peer.request_in.bytes)) {
         const auto* bits = reinterpret_cast<const char*>(&peer.request_in.data);
@@ -485,8 +486,25 @@ Status GdaNetExecutor::serve(int p) {
   }
 }
 
-// Sends the count applied so far once the previous acknowledgement is out,
-// and what was applied is visible (no copy is still queued).
+std::uint64_t GdaNetExecutor::acknowledgement(const Peer& peer) const {
+  return peer.applied | (peer.refused ? kRefusedBit : 0);
+}
+
+Status GdaNetExecutor::take_acknowledgement(int p, std::uint64_t count) {
+  if (count & kRefusedBit) {
+    FERRY_WARN(Transport, "gda: rank %d refused request %llu from this rank (see its log)", p,
+               static_cast<unsigned long long>((count & ~kRefusedBit) + 1));
+    return Status::kInvalidArgument;
+  }
+  // Counts inside requests and on kAckTag may arrive in either order.
+  Peer& peer = peers_[p];
+  peer.acked = std::max(peer.acked, count);
+  return Status::kOk;
+}
+
+// Sends the count applied so far where no request carried it, once the
+// previous acknowledgement is out and what was applied is visible (no copy
+// is still queued).
 Status GdaNetExecutor::acknowledge(int p) {
   Peer& peer = peers_[p];
   if (copies_queued_) return Status::kOk;
@@ -496,7 +514,7 @@ Status GdaNetExecutor::acknowledge(int p) {
     if (!done) return Status::kOk;
     peer.ack_out.reset();
   }
-  const std::uint64_t count = peer.applied | (peer.refused ? kRefusedBit : 0);
+  const std::uint64_t count = acknowledgement(peer);
   if (count == peer.ack_sent) return Status::kOk;
   peer.ack_out = std::make_unique<Outgoing>();
   peer.ack_out->bytes.resize(sizeof count);
@@ -513,10 +531,18 @@ Status GdaNetExecutor::progress(const std::function<void(int, std::uint64_t)>& f
       if (p != rank()) FERRY_CHECK(post_receives(p));
     receives_posted_ = true;
   }
-  // What was applied here is visible before it is reported.
+  // What was applied here is visible before it is reported. Origins hear
+  // of the requests served in the last turn now: inside the requests the
+  // proxy sent them since (read_sources), or else on kAckTag.
   FERRY_CHECK(flush());
   for (const auto& [ring, ticket] : finished_here_) finished(ring, ticket);
   finished_here_.clear();
+  for (int p = 0; p < size(); ++p) {
+    if (p == rank()) continue;
+    const Status status = acknowledge(p);
+    if (status == Status::kPeerEnded) note_lost_peer(p, size());
+    if (!ok(status)) return status;
+  }
   // Sends in flight: done ones release their memory (in order: a send's
   // completion does not depend on later ones).
   while (!outgoing_.empty()) {
@@ -533,16 +559,14 @@ Status GdaNetExecutor::progress(const std::function<void(int, std::uint64_t)>& f
     if (status == Status::kPeerEnded) note_lost_peer(p, size());
     if (!ok(status)) return status;
   }
-  // The requests served this turn wait for one synchronize, then each
-  // origin hears how many were applied.
-  FERRY_CHECK(flush());
-  for (int p = 0; p < size(); ++p) {
-    if (p == rank()) continue;
-    const Status status = acknowledge(p);
-    if (status == Status::kPeerEnded) note_lost_peer(p, size());
-    if (!ok(status)) return status;
-  }
-  return Status::kOk;
+  // The requests served this turn wait for one synchronize.
+  return flush();
+}
+
+bool GdaNetExecutor::owes_peers() const {
+  for (int p = 0; p < size(); ++p)
+    if (p != rank() && acknowledgement(peers_[p]) != peers_[p].ack_sent) return true;
+  return false;
 }
 
 Status GdaNetExecutor::progress_peer(int p, const std::function<void(int, std::uint64_t)>& finished) {
@@ -552,12 +576,7 @@ Status GdaNetExecutor::progress_peer(int p, const std::function<void(int, std::u
     bool done = false;
     FERRY_CHECK(net_->test(&peer.ack_receive, &done));
     if (!done) break;
-    if (peer.ack_in & kRefusedBit) {
-      FERRY_WARN(Transport, "gda: rank %d refused request %llu from this rank (see its log)", p,
-                 static_cast<unsigned long long>((peer.ack_in & ~kRefusedBit) + 1));
-      return Status::kInvalidArgument;
-    }
-    peer.acked = peer.ack_in;
+    FERRY_CHECK(take_acknowledgement(p, peer.ack_in));
     FERRY_CHECK(post_receives(p));
   }
   FERRY_CHECK(take_replies(peer));

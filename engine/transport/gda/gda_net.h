@@ -7,17 +7,17 @@
 // Wire, per pair of ranks: a fixed-size request (op, window, offsets,
 // bytes, signal) on kRequestTag, its data inside it when it is at most
 // kInlineWireBytes (one message for a small put) or else on kDataTag, a
-// get's bytes (or a
-// returned value: an element read, a fetching atomic's old value) back on
-// kReplyTag, and from the target a cumulative count of the requests it
-// applied on kAckTag. A flagged put (kPutFlagged) is encoded into its
-// flagged words here and travels as a plain put. The target
-// applies one origin's requests in the order they were posted (data before
-// its signal), and acknowledges once its effects are visible there; an
-// operation is finished at the origin once its count is acknowledged (a
+// get's bytes (or a returned value: an element read, a fetching atomic's
+// old value) back on kReplyTag, and a cumulative count of the requests a
+// target applied: inside each request it sends the origin, or on kAckTag
+// where none goes there in the turn. A flagged put (kPutFlagged) is
+// encoded into its flagged words here and travels as a plain put. The
+// target applies one origin's requests in the order they were posted (data
+// before its signal), and acknowledges once its effects are visible there;
+// an operation is finished at the origin once its count is acknowledged (a
 // get, once its bytes are in its destination too). So a ring's `completed`
-// (quiet) means visible at the target. A descriptor
-// for this rank itself is applied here at once.
+// (quiet) means visible at the target. A descriptor for this rank itself
+// is applied here at once.
 //
 // Copies wait for one synchronize a turn of the proxy, not one each: the
 // sources of the descriptors started in a turn are copied into a pinned
@@ -59,6 +59,12 @@
 
 namespace ferry::gda {
 
+// The net provider's tags of the proxy's messages.
+constexpr int kRequestTag = 1;
+constexpr int kDataTag = 2;
+constexpr int kAckTag = 3;
+constexpr int kReplyTag = 4;
+
 // What crosses the wire for one descriptor.
 struct GdaWireRequest {
   std::uint64_t offset;
@@ -69,9 +75,10 @@ struct GdaWireRequest {
   std::uint8_t signal_op;
   std::uint16_t window;
   std::uint32_t reserved;
-  std::uint64_t data;  // the request's data itself, where it carries bytes <= kInlineWireBytes
+  std::uint64_t data;          // the request's data itself, where it carries bytes <= kInlineWireBytes
+  std::uint64_t acknowledged;  // the sender's acknowledgement of the receiver's requests (as on kAckTag)
 };
-static_assert(sizeof(GdaWireRequest) == 48, "GdaWireRequest crosses the wire");
+static_assert(sizeof(GdaWireRequest) == 56, "GdaWireRequest crosses the wire");
 
 // The most data bytes a request carries inside itself.
 constexpr std::size_t kInlineWireBytes = sizeof(GdaWireRequest::data);
@@ -103,6 +110,8 @@ class GdaNetExecutor : public GdaExecutor {
   Status start(const GdaDescriptor& d, int ring, std::uint64_t ticket) override;
   Status read_sources() override { return flush(); }
   Status progress(const std::function<void(int, std::uint64_t)>& finished) override;
+  // An acknowledgement not yet sent.
+  bool owes_peers() const override;
 
   // Requests from other ranks applied here so far; once it reads n, the
   // effects of those n are visible to the reading thread.
@@ -211,6 +220,11 @@ class GdaNetExecutor : public GdaExecutor {
   // Both sides of the traffic with peer p.
   Status progress_peer(int p, const std::function<void(int, std::uint64_t)>& finished);
   Status serve(int peer);
+  // What this rank acknowledges to peer: the requests applied (their
+  // effects visible), with kRefusedBit where the next was refused.
+  std::uint64_t acknowledgement(const Peer& peer) const;
+  // Origin side: an acknowledgement from peer, on kAckTag or inside a request.
+  Status take_acknowledgement(int peer, std::uint64_t count);
   Status acknowledge(int peer);
   bool find_window(std::uint16_t id, Window* out);
 

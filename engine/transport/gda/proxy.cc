@@ -407,7 +407,7 @@ void GdaProxy::run() {
     }
     // Once stopping: what was published is started; wait for it to finish.
     if (stopping) {
-      if (idle()) return;
+      if (idle() && !executor_->owes_peers()) return;
       if (deadline == std::chrono::steady_clock::time_point{}) deadline = handshake_deadline();
       if (std::chrono::steady_clock::now() > deadline) {
         fail(Status::kTimeout);

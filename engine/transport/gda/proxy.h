@@ -59,6 +59,9 @@ class GdaExecutor {
   // Moves started operations along; calls finished(ring, ticket) for each
   // whose data and signal are now visible at its target.
   virtual Status progress(const std::function<void(int ring, std::uint64_t ticket)>& finished) = 0;
+  // Whether it still owes peers what a later progress() sends them (an
+  // acknowledgement): a stopping proxy calls progress until it does not.
+  virtual bool owes_peers() const { return false; }
 };
 
 // Who takes tickets on a ring: GPU threads (the counter in device memory)
