@@ -157,7 +157,8 @@ __device__ __forceinline__ std::uint64_t post_remote(const ferry_window_device_t
   }
   gda::GdaDescriptor d{};
   d.op = static_cast<std::uint8_t>(op);
-  d.signal_op = static_cast<std::uint8_t>(signal_op == SignalOp::kAdd ? gda::GdaSignalOp::kAdd : gda::GdaSignalOp::kSet);
+  const gda::GdaSignalOp how = signal_op == SignalOp::kAdd ? gda::GdaSignalOp::kAdd : gda::GdaSignalOp::kSet;
+  d.signal_op = static_cast<std::uint8_t>(how);
   d.window = sync_block ? w.gda_sync_window : w.gda_window;
   d.target = rank;
   d.source = reinterpret_cast<std::uintptr_t>(src);
