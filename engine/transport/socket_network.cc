@@ -48,6 +48,10 @@ constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 34;
 // still driving.
 constexpr std::chrono::milliseconds kEngineDriving{10};
 using Clock = std::chrono::steady_clock;
+// A stream reads ahead into a buffer of this size: a small message, its
+// header and the next messages come in one recv. A payload with at least
+// this much still to come is read straight into its place.
+constexpr std::size_t kInboxBytes = 8192;
 
 // What a NetRequest holds here.
 struct Op {
@@ -95,6 +99,9 @@ struct Stream {
   Parked* into_parked = nullptr;
   Key key{};
   std::size_t got = 0;
+  // Bytes read ahead and not yet taken: inbox[inbox_at, inbox_end).
+  std::vector<char> inbox;
+  std::size_t inbox_at = 0, inbox_end = 0;
 };
 
 struct Peer {
@@ -380,20 +387,22 @@ class SocketNetwork final : public NetProvider {
     }
   }
 
+  // Reads what the stream has, a buffer at a time, and takes the messages
+  // in it; stops at the first short read (the stream had no more then;
+  // poll says when it has).
   void read_stream(int peer, Stream& s) {
-    char scratch[4096];
+    if (s.inbox.empty()) s.inbox.resize(kInboxBytes);
     while (s.live()) {
-      char* into;
-      std::size_t want;
-      if (!s.in_payload) {
-        into = reinterpret_cast<char*>(&s.header) + s.header_got;
-        want = sizeof(Header) - s.header_got;
-      } else if (s.into_op || s.into_parked) {
+      if (s.inbox_at < s.inbox_end) {
+        take_inbox(peer, s);
+        continue;
+      }
+      char* into = s.inbox.data();
+      std::size_t want = s.inbox.size();
+      const bool straight = s.in_payload && (s.into_op || s.into_parked) && s.header.bytes - s.got >= kInboxBytes;
+      if (straight) {
         into = (s.into_op ? s.into_op->data : s.into_parked->data.data()) + s.got;
         want = s.header.bytes - s.got;
-      } else {
-        into = scratch;
-        want = std::min<std::size_t>(sizeof(scratch), s.header.bytes - s.got);
       }
       const ssize_t got = recv(s.fd.fd(), into, want, MSG_DONTWAIT);
       if (got == 0) return lost(peer, "the connection was closed");
@@ -402,16 +411,44 @@ class SocketNetwork final : public NetProvider {
         if (errno != EAGAIN && errno != EWOULDBLOCK) lost(peer, std::strerror(errno));
         return;
       }
+      const auto read = static_cast<std::size_t>(got);
+      if (straight) {
+        s.got += read;
+        if (s.got == s.header.bytes) end_message(s);
+      } else {
+        s.inbox_at = 0;
+        s.inbox_end = read;
+        take_inbox(peer, s);
+      }
+      if (read < want) return;
+    }
+  }
+
+  // Takes headers and payloads out of the stream's inbox until it is empty
+  // or the stream ends.
+  void take_inbox(int peer, Stream& s) {
+    while (s.inbox_at < s.inbox_end && s.live()) {
+      const char* from = s.inbox.data() + s.inbox_at;
+      const std::size_t have = s.inbox_end - s.inbox_at;
       if (!s.in_payload) {
-        s.header_got += static_cast<std::size_t>(got);
-        if (s.header_got < sizeof(Header)) continue;
+        const std::size_t n = std::min(have, sizeof(Header) - s.header_got);
+        std::memcpy(reinterpret_cast<char*>(&s.header) + s.header_got, from, n);
+        s.inbox_at += n;
+        s.header_got += n;
+        if (s.header_got < sizeof(Header)) return;
         s.header_got = 0;
         if (s.header.kind == kGoodbye) return goodbye(peer, s);
         if (s.header.kind != kData || s.header.tag < 0 || s.header.bytes > kMaxMessageBytes)
           return lost(peer, "a malformed message header");
         begin_message(peer, s);
       } else {
-        s.got += static_cast<std::size_t>(got);
+        // Into its receive, its parked buffer, or nowhere (a receive
+        // cancelled or refused meanwhile).
+        const std::size_t n = std::min<std::size_t>(have, s.header.bytes - s.got);
+        char* to = s.into_op ? s.into_op->data : s.into_parked ? s.into_parked->data.data() : nullptr;
+        if (to && n) std::memcpy(to + s.got, from, n);
+        s.inbox_at += n;
+        s.got += n;
       }
       if (s.got == s.header.bytes) end_message(s);
     }
@@ -486,6 +523,7 @@ class SocketNetwork final : public NetProvider {
     s.written = 0;
     if (s.in_payload && s.into_parked) parked_.erase(s.key);
     s.in_payload = false;
+    s.inbox_at = s.inbox_end = 0;
     s.into_op = nullptr;
     s.into_parked = nullptr;
   }

@@ -1,7 +1,8 @@
 // The socket provider in one process: ranks as threads over a loopback TCP
 // bootstrap. Interface choice, the challenge-response against a stranger,
 // messages in posting order whichever stream and whenever their receive is
-// posted, a send that goes on while its sender is away, a rank whose
+// posted (across the edges of a stream's read-ahead buffer too), a send
+// that goes on while its sender is away, a rank whose
 // interface is unusable, and a peer that leaves.
 #include "engine/transport/socket_network.h"
 
@@ -113,6 +114,47 @@ TEST(SocketNetwork, MessagesMatchInPostingOrder) {
       ASSERT_EQ(testing::wait_request(*net, &late_send), Status::kOk);
       ASSERT_EQ(testing::wait_request(*net, &early), Status::kOk);
       EXPECT_TRUE(early_in == pattern(peer, 99, 8));
+      ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+    });
+  }
+}
+
+// Streams read ahead a buffer at a time (8 KiB): messages whose headers
+// and payloads fall across its edges, back to back on one stream, arrive
+// whole, into receives posted before they came and into ones posted after.
+TEST(SocketNetwork, MessagesAcrossTheReadAheadBufferArriveWhole) {
+  const std::size_t sizes[] = {0, 1, 7, 23, 24, 25, 8143, 8144, 8167, 8168, 8169, 8191, 8192, 8193, 16384, 3, 40000};
+  constexpr int kRepeats = 3;
+  const std::size_t count = std::size(sizes) * kRepeats;
+  for (int streams : {1, 2}) {
+    SCOPED_TRACE("streams " + std::to_string(streams));
+    testing::run_loopback_ranks(2, [&](int rank, Bootstrap& bootstrap) {
+      std::unique_ptr<NetProvider> net;
+      ASSERT_EQ(make_socket_network(bootstrap, &net, on_loopback(streams)), Status::kOk);
+      const int peer = 1 - rank;
+      const auto size_of = [&](std::size_t m) { return sizes[m % std::size(sizes)]; };
+      std::vector<std::vector<char>> out(count), in(count);
+      std::vector<NetRequest> sends(count), receives(count);
+      // The first half's receives are posted before anything is sent.
+      for (std::size_t m = 0; m < count / 2; ++m) {
+        in[m].assign(size_of(m), 'x');
+        ASSERT_EQ(net->post_recv(peer, 2, in[m].data(), in[m].size(), &receives[m]), Status::kOk);
+      }
+      ASSERT_EQ(bootstrap.barrier(), Status::kOk);
+      for (std::size_t m = 0; m < count; ++m) {
+        out[m] = pattern(rank, static_cast<int>(m), size_of(m));
+        ASSERT_EQ(net->post_send(peer, 2, out[m].data(), out[m].size(), &sends[m]), Status::kOk);
+      }
+      for (std::size_t m = 0; m < count / 2; ++m) ASSERT_EQ(testing::wait_request(*net, &receives[m]), Status::kOk);
+      for (std::size_t m = count / 2; m < count; ++m) {
+        in[m].assign(size_of(m), 'x');
+        ASSERT_EQ(net->post_recv(peer, 2, in[m].data(), in[m].size(), &receives[m]), Status::kOk);
+        ASSERT_EQ(testing::wait_request(*net, &receives[m]), Status::kOk);
+      }
+      for (std::size_t m = 0; m < count; ++m) {
+        ASSERT_EQ(testing::wait_request(*net, &sends[m]), Status::kOk);
+        EXPECT_TRUE(in[m] == pattern(peer, static_cast<int>(m), size_of(m))) << "message " << m;
+      }
       ASSERT_EQ(bootstrap.barrier(), Status::kOk);
     });
   }
