@@ -19,7 +19,9 @@
 // sequence number, so per (peer, tag) receives take messages in posting
 // order whichever stream carried them. A message that arrives before its
 // receive is posted is read into a buffer of its own (one copy more), so no
-// stream ever waits on the application.
+// stream ever waits on the application. A stream reads ahead a few KiB at a
+// time, so small messages and their headers come several to a recv; a
+// large payload is read straight into its receive.
 //
 // Progress: every post and test() moves what it can at once; once the
 // engine's thread has not called in for a while (it computes, or blocks in

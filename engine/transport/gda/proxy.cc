@@ -414,7 +414,8 @@ void GdaProxy::run() {
         return;
       }
     }
-    if (started != 0 || executed() != done_before || values_waiting) {
+    // Busy while peers wait for this proxy too (an acknowledgement owed).
+    if (started != 0 || executed() != done_before || values_waiting || executor_->owes_peers()) {
       idle_polls = 0;
     } else if (++idle_polls > kSpinsBeforeSleep) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));

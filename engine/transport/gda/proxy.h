@@ -60,7 +60,8 @@ class GdaExecutor {
   // whose data and signal are now visible at its target.
   virtual Status progress(const std::function<void(int ring, std::uint64_t ticket)>& finished) = 0;
   // Whether it still owes peers what a later progress() sends them (an
-  // acknowledgement): a stopping proxy calls progress until it does not.
+  // acknowledgement): the proxy calls progress again at once (it does not
+  // sleep meanwhile), and a stopping proxy until it owes nothing.
   virtual bool owes_peers() const { return false; }
 };
 
