@@ -2,9 +2,9 @@
 // most kInlineWireBytes travels inside its request, one message with no
 // data message after it, whether the proxy read it from the source (kPut),
 // the descriptor carried it (kPutInline), or the descriptor carried data
-// and signal together (kPutInlineSignal); it lands whole, before its
-// signal, at another rank and at the origin itself. Larger data still
-// follows its request. Acknowledgements: a request to a rank carries the
+// and signal together (kPutInlineSignal); it lands whole, with its signal,
+// at another rank and at the origin itself. Larger data still follows its
+// request. Acknowledgements: a request to a rank carries the
 // count of that rank's requests applied here, and that count alone
 // completes the rank's operations.
 #include <gtest/gtest.h>
