@@ -99,6 +99,11 @@ struct Stream {
   Parked* into_parked = nullptr;
   Key key{};
   std::size_t got = 0;
+  // Where the arriving payload goes: its receive's bytes, its parked
+  // buffer, or nowhere (null).
+  char* payload_place() const {
+    return into_op ? into_op->data : into_parked ? into_parked->data.data() : nullptr;
+  }
   // Bytes read ahead and not yet taken: inbox[inbox_at, inbox_end).
   std::vector<char> inbox;
   std::size_t inbox_at = 0, inbox_end = 0;
@@ -399,9 +404,9 @@ class SocketNetwork final : public NetProvider {
       }
       char* into = s.inbox.data();
       std::size_t want = s.inbox.size();
-      const bool straight = s.in_payload && (s.into_op || s.into_parked) && s.header.bytes - s.got >= kInboxBytes;
+      const bool straight = s.in_payload && s.payload_place() && s.header.bytes - s.got >= kInboxBytes;
       if (straight) {
-        into = (s.into_op ? s.into_op->data : s.into_parked->data.data()) + s.got;
+        into = s.payload_place() + s.got;
         want = s.header.bytes - s.got;
       }
       const ssize_t got = recv(s.fd.fd(), into, want, MSG_DONTWAIT);
@@ -442,11 +447,9 @@ class SocketNetwork final : public NetProvider {
           return lost(peer, "a malformed message header");
         begin_message(peer, s);
       } else {
-        // Into its receive, its parked buffer, or nowhere (a receive
-        // cancelled or refused meanwhile).
+        // Nowhere where a receive was cancelled or refused meanwhile.
         const std::size_t n = std::min<std::size_t>(have, s.header.bytes - s.got);
-        char* to = s.into_op ? s.into_op->data : s.into_parked ? s.into_parked->data.data() : nullptr;
-        if (to && n) std::memcpy(to + s.got, from, n);
+        if (char* to = s.payload_place(); to && n) std::memcpy(to + s.got, from, n);
         s.inbox_at += n;
         s.got += n;
       }
