@@ -219,6 +219,7 @@ bool poll_locked(CommState& state, bool mpi_thread) {
         continue;  // finish_locked removed it
       }
       if (done) {
+        state.board->trace_device_work(op.work);
         if (op.work.kind == Kind::kAllreduce && !state.board->by_leaders()) {
           finish_locked(op, MPI_SUCCESS);
           finished = true;

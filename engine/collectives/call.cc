@@ -40,13 +40,14 @@ const char* engine_phase_name(EnginePhase phase) {
   return "?";
 }
 
-void PhaseClock::trace_call() const {
+void PhaseClock::trace_call() {
   std::string args = std::string("\"worker\":") + (t_ran_on_worker ? "true" : "false");
   if (carried_bytes_ > 0)
     args += std::string(",\"transport\":\"") + transport_kind_label(carried_kind_) + "\",\"bytes\":" +
             std::to_string(carried_bytes_);
-  trace_span((std::string("engine ") + engine_collective_name(which_)).c_str(), "engine", start_us_, trace_now_us(),
-             args);
+  const std::int64_t end_us = trace_now_us();
+  trace_span((std::string("engine ") + engine_collective_name(which_)).c_str(), "engine", start_us_, end_us, args);
+  gpu_span_.emit((std::string("gpu ") + engine_collective_name(which_)).c_str(), start_us_, end_us, args);
 }
 
 Status agree(Communicator& comm, Handshake& mine, std::vector<Handshake>* all, bool* everyone, PhaseClock& clock) {

@@ -18,6 +18,7 @@
 #include "engine/common/status.h"
 #include "engine/common/nvtx.h"
 #include "engine/common/trace.h"
+#include "engine/core/gpu_span.h"
 #include "engine/core/traffic.h"
 #include "engine/gpu/gpu.h"
 
@@ -76,7 +77,8 @@ extern PhaseTotals g_phase_totals[static_cast<int>(EngineCollective::kCount)];
 extern thread_local bool t_ran_on_worker;
 
 // Adds each phase's time to the totals, with FERRY_STATS=1 only; with
-// FERRY_TRACE, each phase and the whole call are spans of the trace.
+// FERRY_TRACE, each phase and the whole call are spans of the trace, and the
+// call's device work is one on its GPU's track (gpu_span.h).
 class PhaseClock {
  public:
   explicit PhaseClock(EngineCollective which)
@@ -123,7 +125,7 @@ class PhaseClock {
   }
 
  private:
-  void trace_call() const;
+  void trace_call();
 
   EngineCollective which_;
   PhaseTotals* totals_;
@@ -132,6 +134,7 @@ class PhaseClock {
   TransportKind carried_kind_ = TransportKind::kP2p;
   std::uint64_t carried_bytes_ = 0;
   std::chrono::steady_clock::time_point last_;
+  GpuSpan gpu_span_;
 };
 
 // Exchanges handshakes; true when every rank is eligible. Ranks called

@@ -7,6 +7,7 @@
 #include "engine/collectives/collectives.h"
 #include "engine/collectives/schedule.h"
 #include "engine/common/log.h"
+#include "engine/common/trace.h"
 #include "engine/transport/shm.h"
 
 namespace ferry {
@@ -159,9 +160,25 @@ void CallBoard::unpin_all(NonblockingCall& op) {
 Status CallBoard::queue(NonblockingCall& op) {
   FERRY_CHECK(backend_->set_device(device_));
   FERRY_CHECK(backend_->event_create(&op.done_event));
-  if (by_leaders_) return queue_led_work(op);
-  if (op.kind != NonblockingKind::kAllreduce) return queue_pulls(op);
-  return queue_nonblocking_allreduce(comm_, op.send, op.recv, op.count, op.type, op.reduce, op.done_event);
+  if (trace_enabled()) {
+    op.gpu_span = std::make_shared<GpuSpan>();
+    op.queued_us = trace_now_us();
+  }
+  const Status queued = by_leaders_                             ? queue_led_work(op)
+                        : op.kind != NonblockingKind::kAllreduce ? queue_pulls(op)
+                                                                 : queue_nonblocking_allreduce(
+                                                                       comm_, op.send, op.recv, op.count, op.type,
+                                                                       op.reduce, op.done_event);
+  if (op.gpu_span) op.gpu_span->close();
+  return queued;
+}
+
+void CallBoard::trace_device_work(NonblockingCall& op) {
+  if (!op.gpu_span) return;
+  const std::string name = std::string("gpu ") + nonblocking_name(op.kind);
+  op.gpu_span->emit_until(op.done_event, name.c_str(), op.queued_us, trace_now_us(),
+                          std::string("\"call\":") + std::to_string(op.call));
+  op.gpu_span.reset();
 }
 
 // Ibcast's non-roots pull the root's buffer; Ialltoallv's ranks pull their
@@ -171,6 +188,7 @@ Status CallBoard::queue_pulls(NonblockingCall& op) {
   const int n = comm_.size();
   const int me = comm_.rank();
   FERRY_CHECK(backend_->set_device(device_));
+  GpuSpan::stream_handed_out(backend_, device_, pull_stream_);
   if (op.kind == NonblockingKind::kBcast) {
     if (me == op.root) return Status::kOk;
     void* root = nullptr;
@@ -202,6 +220,7 @@ Status CallBoard::queue_pulls(NonblockingCall& op) {
 // their receive buffers (copy-list kernels), Iallreduce's slice of every
 // rank's input into every rank's output (a slice a leader).
 Status CallBoard::queue_led_work(NonblockingCall& op) {
+  GpuSpan::stream_handed_out(backend_, device_, pull_stream_);
   Communicator& engine = comm_;
   const int n = engine.size();
   const int me = engine.rank();

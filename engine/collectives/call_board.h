@@ -24,6 +24,7 @@
 #include "engine/common/status.h"
 #include "engine/common/types.h"
 #include "engine/core/executor.h"
+#include "engine/core/gpu_span.h"
 #include "engine/gpu/gpu.h"
 #include "engine/transport/p2p.h"
 
@@ -69,6 +70,10 @@ struct NonblockingCall {
   // Ialltoallv: the bytes this rank receives from each sender, and where.
   std::vector<std::size_t> recv_bytes, recv_offsets;
   gpu::Event done_event = nullptr;     // recorded after the call's device work
+  // FERRY_TRACE: the call's device work, from where it was queued
+  // (queued_us) to done_event (CallBoard::trace_device_work).
+  std::shared_ptr<GpuSpan> gpu_span;
+  std::int64_t queued_us = 0;
   std::vector<ExportedBuffer> pinned;  // peers' buffers mapped for the call
 };
 
@@ -123,6 +128,9 @@ class CallBoard {
   // engine; with GPU leaders, a leader only): creates call.done_event and
   // records it after the work.
   Status queue(NonblockingCall& call);
+  // With FERRY_TRACE, once call's done_event completed: its device work as a
+  // span of its GPU's track.
+  void trace_device_work(NonblockingCall& call);
   // call's device work failed or ran out of time here: an Iallreduce by the
   // copy-engine push abandons the queued pushes; a leader's failure is
   // written on the board for the ranks waiting for it.

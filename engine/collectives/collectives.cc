@@ -281,7 +281,7 @@ Status bcast(Communicator& comm, void* buffer, std::size_t bytes, int root, bool
         return run_on_worker(*worker, bytes, pull);
       }
       FERRY_CHECK(comm.resources().stream_for(where.backend, where.device, &stream));
-      return where.backend->copy_and_wait(buffer, source, bytes, stream);
+      return copy_and_synchronize(where.backend, buffer, source, bytes, stream);
     }();
   }
   return finish_together(comm, local, clock);
@@ -391,7 +391,7 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
                                             stream));
     }
     if (worker) return pulls.copies.count > 0 ? run_on_worker(*worker, received, pulls) : Status::kOk;
-    for (gpu::Stream stream : streams) FERRY_CHECK(where.backend->stream_synchronize(stream));
+    for (gpu::Stream stream : streams) FERRY_CHECK(synchronize_stream(where.backend, stream));
     return Status::kOk;
   }();
   return finish_together(comm, local, clock);
@@ -399,6 +399,7 @@ Status alltoallv(Communicator& comm, const void* send, const std::size_t* send_b
 
 Status wait_streams_until(gpu::Backend* backend, std::initializer_list<gpu::Stream> streams,
                           std::chrono::steady_clock::time_point deadline) {
+  for (gpu::Stream stream : streams) GpuSpan::stream_finishing(stream);
   for (int polls = 0;; ++polls) {
     bool all_done = true;
     for (gpu::Stream stream : streams) {

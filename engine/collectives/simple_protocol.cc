@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 
+#include "engine/core/gpu_span.h"
 #include "engine/core/peer_watch.h"
 #include "engine/core/reduce_common.h"
 
@@ -311,7 +312,7 @@ Status launch_simple(gpu::Backend* backend, const SimpleArgs& args, gpu::Stream 
     return Status::kInvalidArgument;
   if (args.regions == 0 || args.nranks == 1) return Status::kOk;
   if (backend->execution_site() == gpu::ExecutionSite::kHost) {
-    FERRY_CHECK(backend->stream_synchronize(stream));
+    FERRY_CHECK(synchronize_stream(backend, stream));
     return run_simple_on_host(backend, args);
   }
 #ifdef FERRY_HAVE_GPU_KERNELS

@@ -11,6 +11,7 @@
 
 #include "engine/collectives/worker_common.h"
 #include "engine/common/params.h"
+#include "engine/common/trace.h"
 #include "engine/core/peer_watch.h"
 
 namespace ferry {
@@ -52,7 +53,9 @@ class EmulatedWorkerDevice final : public WorkerDevice {
       if (load_acquire(&box_.stop)) return;
       WorkItem item{};
       if (take(next, &item)) {
+        if (trace_enabled()) box_.item_started_ns = static_cast<std::uint64_t>(system_now_ns());
         const Status status = run_work_item_on_host(backend_, item);
+        if (trace_enabled()) box_.item_ended_ns = static_cast<std::uint64_t>(system_now_ns());
         if (!ok(status)) __atomic_store_n(&box_.failed, static_cast<std::int32_t>(status), __ATOMIC_RELAXED);
         // The thread is every block: it reports for the others too.
         if (item.blocks > 1)
@@ -375,7 +378,8 @@ std::unique_ptr<Worker> Worker::create(gpu::Backend* backend, int device, int bl
   FERRY_INFO(Coll, "engine worker on device %d: %d blocks, idle exit after %lld us", device, blocks,
              static_cast<long long>(idle_us));
   return std::unique_ptr<Worker>(
-      new Worker(std::move(worker_device), blocks, idle_us, backend->execution_site() == gpu::ExecutionSite::kHost));
+      new Worker(std::move(worker_device), device, blocks, idle_us,
+                 backend->execution_site() == gpu::ExecutionSite::kHost));
 }
 
 Worker::~Worker() {
@@ -387,6 +391,7 @@ Status Worker::run(const WorkItem& item) {
   std::lock_guard<std::mutex> lock(mutex_);
   Mailbox* box = device_->mailbox();
   const std::uint64_t sequence = ++sequence_;
+  const std::int64_t posted_ns = GpuSpan::open() ? system_now_ns() : 0;
   std::uint32_t words[kDoorbellWords];
   const int used = encode_doorbell(item, words);
   if (doorbell_in_mailbox(words[0])) box->item = item;  // too large for the doorbell
@@ -443,6 +448,12 @@ Status Worker::run(const WorkItem& item) {
     FERRY_WARN(Coll, "engine worker: item %llu failed: %s", static_cast<unsigned long long>(sequence),
                status_name(status));
     return status;
+  }
+  if (posted_ns != 0) {
+    const std::int64_t started_ns = static_cast<std::int64_t>(load_acquire(&box->item_started_ns));
+    const std::int64_t ended_ns = static_cast<std::int64_t>(load_acquire(&box->item_ended_ns));
+    clock_.narrow(started_ns, ended_ns, posted_ns, system_now_ns());
+    GpuSpan::worker_ran(device_index_, clock_.to_system_ns(started_ns), clock_.to_system_ns(ended_ns));
   }
   return Status::kOk;
 }

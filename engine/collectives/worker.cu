@@ -20,6 +20,7 @@
 #include "engine/collectives/worker.h"
 #include "engine/collectives/worker_common.h"
 #include "engine/core/pack_device.cuh"
+#include "engine/common/trace.h"
 #include "engine/gpu/gpu_runtime.h"
 #ifdef FERRY_WORKER_TIMELINE
 #include <cstdio>
@@ -172,7 +173,7 @@ __device__ __forceinline__ bool writes_only_local(WorkKind kind) {
 // threads): a worker block leaves room beside it for the application's.
 __global__ void __launch_bounds__(kWorkerThreads, 4)
     worker_loop(Mailbox* box, WorkerState* state, std::uint64_t launch, std::uint64_t next, std::uint64_t last_shared,
-                std::int64_t idle_ns) {
+                std::int64_t idle_ns, bool stamp) {
   static_assert(kDoorbellWords == 2 * kDoorbellLanes, "the doorbell's readers take two words a lane");
   __shared__ WorkItem item;
   __shared__ std::uint32_t words[kDoorbellWords];
@@ -241,9 +242,11 @@ __global__ void __launch_bounds__(kWorkerThreads, 4)
 #ifdef FERRY_WORKER_TIMELINE
     const std::uint64_t started_ns = now_ns();
 #endif
+    if (stamp && leader && threadIdx.x == 0) box->item_started_ns = now_ns();
     const std::int32_t failure = run_share(item, blockIdx.x, share);
     __syncthreads();
     if (threadIdx.x != 0) continue;
+    if (stamp && leader) box->item_ended_ns = now_ns();
 #ifdef FERRY_WORKER_TIMELINE
     const std::uint64_t ran_ns = now_ns();
 #endif
@@ -354,7 +357,7 @@ class CudaWorkerDevice final : public WorkerDevice {
     // after the previous one has left.
     FERRY_CHECK(FERRY_CUDA(cudaSetDevice(device_)));
     worker_loop<<<blocks_, kWorkerThreads, 0, stream_>>>(box_on_device_, state_, launch, first, last_shared,
-                                                         idle_us * 1000);
+                                                         idle_us * 1000, trace_enabled());
     return FERRY_CUDA(cudaGetLastError());
   }
 

@@ -19,6 +19,7 @@
 
 #include "engine/core/executor.h"
 #include "engine/core/reduce_common.h"
+#include "engine/core/gpu_span.h"
 #include "engine/gpu/gpu.h"
 
 namespace ferry {
@@ -178,12 +179,19 @@ struct alignas(64) Mailbox {
   std::uint64_t done;
   std::uint64_t exited;
   std::int32_t failed;  // nonzero: an item failed on the worker
-  char padding1[44];
+  std::int32_t unused;
+  // With FERRY_TRACE, block 0's clock (the GPU's %globaltimer; the system
+  // clock on the emulated device) when it began and ended its share of the
+  // item it reports in done; written before done.
+  std::uint64_t item_started_ns;
+  std::uint64_t item_ended_ns;
+  char padding1[24];
   std::uint64_t doorbell[kDoorbellWords];
   WorkItem item;
   alignas(64) std::uint64_t block_done[kMaxWorkerBlocks];  // [0] unused: block 0 reports in done
 };
-static_assert(offsetof(Mailbox, done) == 64 && offsetof(Mailbox, doorbell) == 128 &&
+static_assert(offsetof(Mailbox, done) == 64 && offsetof(Mailbox, item_started_ns) == 88 &&
+                  offsetof(Mailbox, doorbell) == 128 &&
                   offsetof(Mailbox, item) == 128 + 8 * kDoorbellWords && offsetof(Mailbox, block_done) % 64 == 0,
               "Mailbox is shared between host and device; keep its layout fixed");
 
@@ -236,11 +244,16 @@ class Worker {
   Status run(const WorkItem& item);
 
  private:
-  Worker(std::unique_ptr<WorkerDevice> device, int blocks, std::int64_t idle_us, bool host_worker)
-      : device_(std::move(device)), blocks_(blocks), idle_us_(idle_us), host_worker_(host_worker) {}
+  Worker(std::unique_ptr<WorkerDevice> device, int device_index, int blocks, std::int64_t idle_us, bool host_worker)
+      : device_(std::move(device)),
+        device_index_(device_index),
+        blocks_(blocks),
+        idle_us_(idle_us),
+        host_worker_(host_worker) {}
 
   std::mutex mutex_;
   std::unique_ptr<WorkerDevice> device_;
+  int device_index_;  // the GPU it runs on
   int blocks_;
   std::int64_t idle_us_;
   bool host_worker_;  // the device side is a host thread (emulated device)
@@ -248,6 +261,7 @@ class Worker {
   std::uint64_t shared_ = 0;    // the last item shared among all blocks
   std::uint64_t launch_ = 0;    // device-side starts so far
   bool running_ = false;
+  DeviceClock clock_;  // the device side's stamps on the system clock (FERRY_TRACE)
 };
 
 }  // namespace ferry

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <mutex>
 #include <vector>
@@ -26,6 +27,25 @@ struct Kept {
 Kept& kept() {
   static Kept* k = new Kept;  // spans may end in other libraries' exit handlers
   return *k;
+}
+
+// Each track's lanes: the thread id that names a lane, and the end of its
+// latest span.
+struct Lane {
+  long tid;
+  std::int64_t end_us;
+};
+
+std::string complete_event(const char* name, const char* category, std::int64_t start_us, std::int64_t end_us,
+                           long tid, const std::string& args) {
+  char head[256];
+  std::snprintf(head, sizeof head, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"tid\":%ld",
+                trace_escape(name).c_str(), category, static_cast<long long>(start_us),
+                static_cast<long long>(end_us > start_us ? end_us - start_us : 0), tid);
+  std::string event = head;
+  if (!args.empty()) event += ",\"args\":{" + args + "}";
+  event += "}";
+  return event;
 }
 
 }  // namespace
@@ -59,13 +79,7 @@ void trace_span(const char* name, const char* category, std::int64_t start_us, s
                 const std::string& args) {
   if (!trace_enabled()) return;
   static thread_local const long tid = syscall(SYS_gettid);
-  char head[256];
-  std::snprintf(head, sizeof head, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"tid\":%ld",
-                trace_escape(name).c_str(), category, static_cast<long long>(start_us),
-                static_cast<long long>(end_us > start_us ? end_us - start_us : 0), tid);
-  std::string event = head;
-  if (!args.empty()) event += ",\"args\":{" + args + "}";
-  event += "}";
+  std::string event = complete_event(name, category, start_us, end_us, tid, args);
   Kept& k = kept();
   std::lock_guard<std::mutex> lock(k.mutex);
   k.events.push_back(std::move(event));
@@ -89,6 +103,27 @@ void trace_async_span(const char* name, const char* category, std::uint64_t id, 
   std::lock_guard<std::mutex> lock(k.mutex);
   k.events.push_back(std::move(first));
   k.events.emplace_back(end);
+}
+
+void trace_track_span(const std::string& track, const char* name, const char* category, std::int64_t start_us,
+                      std::int64_t end_us, const std::string& args) {
+  if (!trace_enabled()) return;
+  static std::map<std::string, std::vector<Lane>>* lanes = new std::map<std::string, std::vector<Lane>>;
+  static long next_tid = 1L << 30;  // above any thread id of the process
+  Kept& k = kept();
+  std::lock_guard<std::mutex> lock(k.mutex);
+  std::vector<Lane>& mine = (*lanes)[track];
+  auto lane = std::find_if(mine.begin(), mine.end(), [&](const Lane& l) { return l.end_us <= start_us; });
+  if (lane == mine.end()) {
+    const long tid = next_tid++;
+    const std::string label = mine.empty() ? track : track + " (" + std::to_string(mine.size() + 1) + ")";
+    k.events.push_back("{\"name\":\"thread_name\",\"ph\":\"M\",\"tid\":" + std::to_string(tid) +
+                       ",\"args\":{\"name\":\"" + trace_escape(label.c_str()) + "\"}}");
+    mine.push_back(Lane{tid, end_us});
+    lane = mine.end() - 1;
+  }
+  lane->end_us = std::max(end_us, start_us);
+  k.events.push_back(complete_event(name, category, start_us, end_us, lane->tid, args));
 }
 
 namespace {

@@ -4,7 +4,8 @@
 // route and bytes), and within a call the engine's phases (set-up,
 // handshake, device work, finish) and its transport; flow arrows from a
 // device message's send to its receive; the GDA queues' operations as
-// async spans (engine/transport/gda/proxy.h). Timestamps are the
+// async spans (engine/transport/gda/proxy.h); each engine call's device
+// work on its GPU's track (engine/core/gpu_span.h). Timestamps are the
 // system clock in microseconds, so the ranks of one machine line up;
 // `ferry-trace merge` puts every rank's file in one (a process per rank).
 //
@@ -32,6 +33,12 @@ void trace_span(const char* name, const char* category, std::int64_t start_us, s
 // among many): a Perfetto async span ("b" and "e" events) under id, unique
 // in the process (trace_new_flow_id serves).
 void trace_async_span(const char* name, const char* category, std::uint64_t id, std::int64_t start_us,
+                      std::int64_t end_us, const std::string& args);
+
+// A span on a track of the process named track ("GPU 0"), not the calling
+// thread's: work that a device timed. Spans that overlap on one track go
+// to further lanes beneath it ("GPU 0 (2)"), so that each lane nests.
+void trace_track_span(const std::string& track, const char* name, const char* category, std::int64_t start_us,
                       std::int64_t end_us, const std::string& args);
 
 // A flow arrow between spans of two processes (a message from its send to

@@ -1,6 +1,7 @@
 #include "engine/core/resources.h"
 
 #include "engine/common/log.h"
+#include "engine/core/gpu_span.h"
 
 namespace ferry {
 namespace {
@@ -29,13 +30,17 @@ DeviceResources::~DeviceResources() {
 }
 
 Status DeviceResources::stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index, bool urgent) {
-  std::lock_guard<std::mutex> lock(handles_mutex_);
-  return find_or_create(
-      streams_, HandleKey{backend, device, index},
-      [backend, urgent](gpu::Stream* created) {
-        return urgent ? backend->stream_create_urgent(created) : backend->stream_create(created);
-      },
-      stream);
+  {
+    std::lock_guard<std::mutex> lock(handles_mutex_);
+    FERRY_CHECK(find_or_create(
+        streams_, HandleKey{backend, device, index},
+        [backend, urgent](gpu::Stream* created) {
+          return urgent ? backend->stream_create_urgent(created) : backend->stream_create(created);
+        },
+        stream));
+  }
+  GpuSpan::stream_handed_out(backend, device, *stream);
+  return Status::kOk;
 }
 
 Status DeviceResources::event_for(gpu::Backend* backend, int device, gpu::Event* event, int index) {

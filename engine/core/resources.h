@@ -22,7 +22,8 @@ class DeviceResources {
   // Stream `index` on device of backend (urgent:
   // gpu::Backend::stream_create_urgent, when it is created). Safe from any
   // thread (the progress thread of nonblocking calls looks streams up while
-  // the application's thread may add others).
+  // the application's thread may add others). With a GpuSpan open on the
+  // calling thread, the stream's later work counts toward it.
   Status stream_for(gpu::Backend* backend, int device, gpu::Stream* stream, int index = 0, bool urgent = false);
   // Event `index` on device of backend; safe from any thread.
   Status event_for(gpu::Backend* backend, int device, gpu::Event* event, int index);

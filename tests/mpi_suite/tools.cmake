@@ -38,6 +38,23 @@ set_tests_properties(mpi_suite.trace.np2 PROPERTIES
   TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "No Errors"
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;MPIRUN_ARGS=${trace_test_flags} -x FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE}")
 list(APPEND suite_tests mpi_suite.trace.np2)
+# The same without the engine worker: the device work of each call is
+# timed by events on its streams.
+add_test(NAME mpi_suite.trace.streams.np2
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trace_test.sh ${PROJECT_SOURCE_DIR}/tools/ferry-trace
+                 $<TARGET_FILE:ferry> $<TARGET_FILE:mpi_suite_reductions>)
+set_tests_properties(mpi_suite.trace.streams.np2 PROPERTIES
+  TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "No Errors"
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;MPIRUN_ARGS=${trace_test_flags} -x FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE} -x FERRY_WORKER=0")
+list(APPEND suite_tests mpi_suite.trace.streams.np2)
+# The heat stencil's nonblocking allreduces: their device work on the GPU's track.
+add_test(NAME mpi_suite.trace.nonblocking.np2
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trace_test.sh ${PROJECT_SOURCE_DIR}/tools/ferry-trace
+                 $<TARGET_FILE:ferry> $<TARGET_FILE:ferry-heat-stencil> nonblocking)
+set_tests_properties(mpi_suite.trace.nonblocking.np2 PROPERTIES
+  TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "No Errors"
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;MPIRUN_ARGS=${trace_test_flags} -x FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE}")
+list(APPEND suite_tests mpi_suite.trace.nonblocking.np2)
 # Device messages through peer memory: an arrow from each send to its receive.
 add_test(NAME mpi_suite.trace.messages.np2
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trace_test.sh ${PROJECT_SOURCE_DIR}/tools/ferry-trace

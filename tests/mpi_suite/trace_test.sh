@@ -2,10 +2,11 @@
 # FERRY_TRACE end to end: an MPI suite program at two ranks writes a trace
 # per rank; each is valid JSON whose spans nest (ferry-trace check), holds
 # one span for every call FERRY_STATS counted on that rank, and engine
-# spans (engine), flow arrows from each device message's send to its
+# spans with their device work on a GPU track (engine; nonblocking for
+# MPI_Iallreduce), flow arrows from each device message's send to its
 # receive (messages), or the GDA queue's operations as async spans from
 # post to completion (gda); ferry-trace merge puts both ranks in one file.
-# Usage: trace_test.sh <ferry-trace> <libferry.so> <program> [engine|messages|gda]
+# Usage: trace_test.sh <ferry-trace> <libferry.so> <program> [engine|nonblocking|messages|gda]
 # (MPIRUN_ARGS: extra mpirun flags; TRACE_WRAPPER: a command each rank runs
 # the program through)
 set -euo pipefail
@@ -67,6 +68,34 @@ if sys.argv[2] == "gda":
         assert 0 <= args["target"] <= 1, b
     names = sorted({b["name"] for b in begins.values()})
     print(f"{len(begins)} queue operations: {', '.join(names)}")
+if sys.argv[2] == "engine":
+    # Each engine call's device work: one span on its GPU's track, within
+    # the call's span; an allreduce always has device work on every rank.
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+              if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    gpu = [e for e in spans if e.get("cat") == "gpu"]
+    calls = [e for e in spans if e["name"].startswith("engine ")]
+    assert gpu, "no device work on a GPU track"
+    within = {id(c): [] for c in calls}
+    for g in gpu:
+        assert tracks.get((g["pid"], g["tid"]), "").startswith("GPU "), g
+        outer = [c for c in calls if c["pid"] == g["pid"] and c["name"][len("engine "):] == g["name"][len("gpu "):]
+                 and c["ts"] <= g["ts"] and g["ts"] + g["dur"] <= c["ts"] + c["dur"]]
+        assert len(outer) == 1, f"a GPU span within {len(outer)} engine calls: {g}"
+        within[id(outer[0])].append(g)
+    for c in calls:
+        assert len(within[id(c)]) <= 1, c
+        assert c["name"] != "engine allreduce" or within[id(c)], f"an allreduce without its GPU span: {c}"
+    print(f"{len(gpu)} GPU spans in {len(calls)} engine calls")
+if sys.argv[2] == "nonblocking":
+    # Each nonblocking allreduce's device work: one span on its GPU's track,
+    # starting no earlier than the call that queued it.
+    for rank in (0, 1):
+        calls = sorted(e["ts"] for e in spans if e["pid"] == rank and e["name"] == "MPI_Iallreduce")
+        gpu = sorted(e["ts"] for e in spans if e["pid"] == rank and e["name"] == "gpu MPI_Iallreduce")
+        assert calls and len(gpu) == len(calls), f"rank {rank}: {len(calls)} calls, {len(gpu)} GPU spans"
+        assert all(c <= g for c, g in zip(calls, gpu)), f"rank {rank}: a GPU span before its call"
+    print(f"{len(gpu)} GPU spans of nonblocking allreduces a rank")
 if sys.argv[2] == "messages":
     assert finishes, "no flow arrows"
     assert len(finishes) == len(starts), f"{len(starts)} flows started, {len(finishes)} finished"

@@ -66,7 +66,7 @@ Status run_copy_engine_reduce(Communicator& comm, const MappedBuffers& buffers, 
                                       streams[kPush]));
     }
   }
-  for (gpu::Stream stream : streams) FERRY_CHECK(backend->stream_synchronize(stream));
+  for (gpu::Stream stream : streams) FERRY_CHECK(synchronize_stream(backend, stream));
   return Status::kOk;
 }
 

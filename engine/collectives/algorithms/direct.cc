@@ -31,14 +31,14 @@ Status run_direct_reduce(Communicator& comm, const MappedBuffers& buffers, const
   if (!worker || n > kInlineRanks) FERRY_CHECK(comm.resources().stream_for(where.backend, where.device, &stream));
   FERRY_CHECK(list_direct_pointers(comm, where, stream, inputs, outputs, &args));
   if (worker) {
-    if (args.table) FERRY_CHECK(where.backend->stream_synchronize(stream));
+    if (args.table) FERRY_CHECK(synchronize_stream(where.backend, stream));
     WorkItem item{};
     item.kind = WorkKind::kDirectReduce;
     item.reduce = args;
     return run_on_worker(*worker, count * element, item);
   }
   FERRY_CHECK(launch_direct_reduce(where.backend, args, stream));
-  return where.backend->stream_synchronize(stream);
+  return synchronize_stream(where.backend, stream);
 }
 
 DirectReduceArgs reduce_of(std::size_t count, DataType type, ReduceOp op) {

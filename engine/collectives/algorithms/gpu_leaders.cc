@@ -44,7 +44,7 @@ Status run_bcast_by_gpu_leaders(Communicator& comm, const std::vector<Handshake>
   std::size_t next = 0;
   for (int r : receivers) FERRY_CHECK(copies.add(r == me ? buffer : mapped[next++], source, bytes));
   FERRY_CHECK(copies.finish());
-  return where.backend->stream_synchronize(stream);
+  return synchronize_stream(where.backend, stream);
 }
 
 Status run_alltoallv_by_gpu_leaders(Communicator& comm, const std::vector<Handshake>& all, const Placement& where,
@@ -86,7 +86,7 @@ Status run_alltoallv_by_gpu_leaders(Communicator& comm, const std::vector<Handsh
   }
   FERRY_CHECK(blocks.finish());
   FERRY_TRACE(Coll, "alltoallv: %d blocks into the buffers of its GPU's ranks, as their leader", blocks.copies());
-  return where.backend->stream_synchronize(stream);
+  return synchronize_stream(where.backend, stream);
 }
 
 }  // namespace ferry::coll

@@ -62,7 +62,7 @@ Status run_net_ring_allreduce(Communicator& comm, NetTransport& net, const std::
     FERRY_CHECK(list_direct_pointers(where.backend, comm.resources(), where.device, stream,
                                      {incoming, start_of(in)}, {start_of(in)}, &args));
     FERRY_CHECK(launch_direct_reduce(where.backend, args, stream));
-    FERRY_CHECK(where.backend->stream_synchronize(stream));
+    FERRY_CHECK(synchronize_stream(where.backend, stream));
   }
   // Allgather: each step passes on the segment completed last.
   for (int s = 0; s < n - 1; ++s) {
@@ -231,7 +231,7 @@ Status run_net_tree_allreduce(Communicator& comm, NetTransport& net, const std::
         FERRY_CHECK(list_direct_pointers(where.backend, comm.resources(), where.device, stream, inputs,
                                          {start_of(mine)}, &args));
         FERRY_CHECK(launch_direct_reduce(where.backend, args, stream));
-        FERRY_CHECK(where.backend->stream_synchronize(stream));
+        FERRY_CHECK(synchronize_stream(where.backend, stream));
         for (int c = 0; c < 2; ++c) FERRY_CHECK(post_from_child(t, c, i + kAhead));
       }
       if (tree.links.parent >= 0)

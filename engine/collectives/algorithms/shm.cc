@@ -35,7 +35,7 @@ Status run_shm_allreduce(Communicator& comm, const Placement& where, const void*
     }
     FERRY_CHECK(list_direct_pointers(comm, where, stream, inputs, outputs, &args));
     FERRY_CHECK(launch_direct_reduce(where.backend, args, stream));
-    FERRY_CHECK(where.backend->stream_synchronize(stream));
+    FERRY_CHECK(synchronize_stream(where.backend, stream));
     FERRY_CHECK(comm.bootstrap().barrier());
     FERRY_CHECK(where.backend->copy(at(output, begin * element), shm.segment(me) + area, elements * element));
     FERRY_CHECK(comm.bootstrap().barrier());

@@ -48,7 +48,7 @@ Status run_simple(Communicator& comm, const Placement& where, SimpleCollective c
     if (comm.size() == 1 && input != output)
       FERRY_CHECK(backend->copy_async(output, input, count * data_type_size(type), stream));
     FERRY_CHECK(launch_simple(backend, args, stream));
-    FERRY_CHECK(backend->stream_synchronize(stream));
+    FERRY_CHECK(synchronize_stream(backend, stream));
     const std::int32_t failed = *channels->failed;
     *channels->failed = 0;
     return failed ? static_cast<Status>(failed) : Status::kOk;
