@@ -29,49 +29,31 @@ add_test(NAME mpi_suite.ferry_bench.virtual_nodes.np4
 set_tests_properties(mpi_suite.ferry_bench.virtual_nodes.np4 PROPERTIES
   TIMEOUT 300 PROCESSORS 4 ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 list(APPEND suite_tests mpi_suite.ferry_bench.virtual_nodes.np4)
-# FERRY_TRACE on a suite program, checked and merged by tools/ferry-trace.
-add_test(NAME mpi_suite.trace.np2
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trace_test.sh ${PROJECT_SOURCE_DIR}/tools/ferry-trace
-                 $<TARGET_FILE:ferry> $<TARGET_FILE:mpi_suite_reductions>)
+# FERRY_TRACE on a program at two ranks, checked and merged by
+# tools/ferry-trace (trace_test.sh): name, program, what the trace must
+# show, and extra mpirun flags and environment.
 list(JOIN FERRY_MPIEXEC_FLAGS " " trace_test_flags)
-set_tests_properties(mpi_suite.trace.np2 PROPERTIES
-  TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "No Errors"
-  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;MPIRUN_ARGS=${trace_test_flags} -x FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE}")
-list(APPEND suite_tests mpi_suite.trace.np2)
-# The same without the engine worker: the device work of each call is
-# timed by events on its streams.
-add_test(NAME mpi_suite.trace.streams.np2
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trace_test.sh ${PROJECT_SOURCE_DIR}/tools/ferry-trace
-                 $<TARGET_FILE:ferry> $<TARGET_FILE:mpi_suite_reductions>)
-set_tests_properties(mpi_suite.trace.streams.np2 PROPERTIES
-  TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "No Errors"
-  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;MPIRUN_ARGS=${trace_test_flags} -x FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE} -x FERRY_WORKER=0")
-list(APPEND suite_tests mpi_suite.trace.streams.np2)
+function(ferry_add_trace_test name program shows mpirun_flags extra_environment)
+  add_test(NAME mpi_suite.trace.${name}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trace_test.sh ${PROJECT_SOURCE_DIR}/tools/ferry-trace
+                   $<TARGET_FILE:ferry> $<TARGET_FILE:${program}> ${shows})
+  set_tests_properties(mpi_suite.trace.${name} PROPERTIES
+    TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "No Errors"
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;${extra_environment}MPIRUN_ARGS=${trace_test_flags} -x FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE}${mpirun_flags}")
+  set(suite_tests ${suite_tests} mpi_suite.trace.${name} PARENT_SCOPE)
+endfunction()
+# Engine calls with their device work on the GPU's track: on the engine
+# worker, and without it, timed by events on the call's streams.
+ferry_add_trace_test(np2 mpi_suite_reductions engine "" "")
+ferry_add_trace_test(streams.np2 mpi_suite_reductions engine " -x FERRY_WORKER=0" "")
 # The heat stencil's nonblocking allreduces: their device work on the GPU's track.
-add_test(NAME mpi_suite.trace.nonblocking.np2
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trace_test.sh ${PROJECT_SOURCE_DIR}/tools/ferry-trace
-                 $<TARGET_FILE:ferry> $<TARGET_FILE:ferry-heat-stencil> nonblocking)
-set_tests_properties(mpi_suite.trace.nonblocking.np2 PROPERTIES
-  TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "No Errors"
-  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;MPIRUN_ARGS=${trace_test_flags} -x FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE}")
-list(APPEND suite_tests mpi_suite.trace.nonblocking.np2)
+ferry_add_trace_test(nonblocking.np2 ferry-heat-stencil nonblocking "" "")
 # Device messages through peer memory: an arrow from each send to its receive.
-add_test(NAME mpi_suite.trace.messages.np2
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trace_test.sh ${PROJECT_SOURCE_DIR}/tools/ferry-trace
-                 $<TARGET_FILE:ferry> $<TARGET_FILE:mpi_suite_peer_messages> messages)
-set_tests_properties(mpi_suite.trace.messages.np2 PROPERTIES
-  TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "No Errors"
-  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;MPIRUN_ARGS=${trace_test_flags} -x FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE}")
-list(APPEND suite_tests mpi_suite.trace.messages.np2)
+ferry_add_trace_test(messages.np2 mpi_suite_peer_messages messages "" "")
 # The GDA queue's operations (a window across two virtual nodes, the queue
 # driven from the host): async spans from post to completion.
-add_test(NAME mpi_suite.trace.gda.np2
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trace_test.sh ${PROJECT_SOURCE_DIR}/tools/ferry-trace
-                 $<TARGET_FILE:ferry> $<TARGET_FILE:mpi_suite_rma_device_across> gda)
-set_tests_properties(mpi_suite.trace.gda.np2 PROPERTIES
-  TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "No Errors"
-  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;TRACE_WRAPPER=${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh;MPIRUN_ARGS=${trace_test_flags} -x FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE} -x FERRY_SUITE_RANKS_PER_NODE=1")
-list(APPEND suite_tests mpi_suite.trace.gda.np2)
+ferry_add_trace_test(gda.np2 mpi_suite_rma_device_across gda " -x FERRY_SUITE_RANKS_PER_NODE=1"
+                     "TRACE_WRAPPER=${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh;")
 # NVTX ranges under the tests' NVTX tool (builds with the CUDA toolkit).
 if(FERRY_HAVE_CUDA)
   add_test(NAME mpi_suite.nvtx.np2
