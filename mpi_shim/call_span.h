@@ -1,7 +1,7 @@
 // FERRY_TRACE's span of one intercepted call (engine/common/trace.h): from
 // the wrapper's entry to its return, named after the function, with the
-// route the call took and its bytes when the call says them
-// (record_route, count_bytes); and the call's NVTX range where a profiler
+// route the call took, its bytes when the call says them
+// (record_route, count_bytes) and the ranks it names; and the call's NVTX range where a profiler
 // is attached (engine/common/nvtx.h). Off, constructing one reads two flags.
 #pragma once
 
@@ -43,6 +43,13 @@ class CallSpan {
     routed_ = true;
   }
   void add_bytes(std::uint64_t bytes) { bytes_ += bytes; }
+  // A rank the call names (role: "dest", "source", "root"), in the span's
+  // arguments; the first two a call names.
+  void note_rank(const char* role, int rank) {
+    if (start_us_ < 0 || ranks_noted_ == 2) return;
+    rank_roles_[ranks_noted_] = role;
+    ranks_[ranks_noted_++] = rank;
+  }
 
  private:
   void close();
@@ -54,6 +61,9 @@ class CallSpan {
   Route route_{};
   const char* reason_ = "";
   std::uint64_t bytes_ = 0;
+  int ranks_noted_ = 0;
+  const char* rank_roles_[2] = {};
+  int ranks_[2] = {};
   bool nvtx_ = false;
   static thread_local CallSpan* current_;
 };

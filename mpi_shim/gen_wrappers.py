@@ -58,6 +58,11 @@ class Function:
     def argument_list(self):
         return ", ".join(p.name for p in self.params)
 
+    def noted_ranks(self):
+        """Statements that put the ranks the call names in its trace span."""
+        return "".join(f'\n    span.note_rank("{p.name}", {p.name});' for p in self.params
+                       if p.type == "int" and p.name in ("dest", "source", "root"))
+
     def error_handle(self):
         """The parameter whose error handler reports the call's errors: its
         communicator, else its window or file; None: MPI_COMM_WORLD's."""
@@ -224,7 +229,7 @@ def large_wrapper(f):
     prepared = "".join("\n" + line for line in n.before)
     return f"""extern "C" FERRY_EXPORT int {f.name}({f.parameter_list()}) {{{fast_path(base.policy, real)}
   try {{{beyond}{prepared}
-    CallSpan span(FunctionId::k{base.short});
+    CallSpan span(FunctionId::k{base.short});{f.noted_ranks()}
     count_call(FunctionId::k{base.short});{finish}
   }} catch (...) {{
     return {base.failure_call()};
@@ -290,7 +295,7 @@ def wrappers(functions):
         passed = fast_path(f.policy, f"{f.pmpi}({f.argument_list()})")
         bodies.append(guarded(f, f"""extern "C" FERRY_EXPORT int {f.exported}({f.parameter_list()}) {{{passed}
   try {{
-    CallSpan span(FunctionId::k{f.short});
+    CallSpan span(FunctionId::k{f.short});{f.noted_ranks()}
     count_call(FunctionId::k{f.short});
     return handle_{f.short}({f.argument_list()});
   }} catch (...) {{

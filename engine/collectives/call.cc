@@ -42,6 +42,7 @@ const char* engine_phase_name(EnginePhase phase) {
 
 void PhaseClock::trace_call() {
   std::string args = std::string("\"worker\":") + (t_ran_on_worker ? "true" : "false");
+  if (t_traced_algorithm) args += std::string(",\"algorithm\":\"") + t_traced_algorithm + "\"";
   if (carried_bytes_ > 0)
     args += std::string(",\"transport\":\"") + transport_kind_label(carried_kind_) + "\",\"bytes\":" +
             std::to_string(carried_bytes_);

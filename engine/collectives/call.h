@@ -13,6 +13,7 @@
 #include "engine/collectives/agreement.h"
 #include "engine/collectives/collectives.h"
 #include "engine/collectives/communicator.h"
+#include "engine/collectives/tuner.h"
 #include "engine/collectives/worker.h"
 #include "engine/common/params.h"
 #include "engine/common/status.h"
@@ -84,7 +85,10 @@ class PhaseClock {
   explicit PhaseClock(EngineCollective which)
       : which_(which), totals_(params().stats ? &g_phase_totals[static_cast<int>(which)] : nullptr) {
     if (totals_) last_ = std::chrono::steady_clock::now();
-    if (trace_enabled()) start_us_ = last_us_ = trace_now_us();
+    if (trace_enabled()) {
+      start_us_ = last_us_ = trace_now_us();
+      t_traced_algorithm = nullptr;
+    }
     if (nvtx_attached()) nvtx_phase_ = nvtx_start(engine_phase_name(EnginePhase::kSetup));
     t_ran_on_worker = false;
   }

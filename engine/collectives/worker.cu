@@ -19,8 +19,8 @@
 #include "engine/collectives/reduce_device.cuh"
 #include "engine/collectives/worker.h"
 #include "engine/collectives/worker_common.h"
-#include "engine/core/pack_device.cuh"
 #include "engine/common/trace.h"
+#include "engine/core/pack_device.cuh"
 #include "engine/gpu/gpu_runtime.h"
 #ifdef FERRY_WORKER_TIMELINE
 #include <cstdio>

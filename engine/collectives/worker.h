@@ -18,8 +18,8 @@
 #include <mutex>
 
 #include "engine/core/executor.h"
-#include "engine/core/reduce_common.h"
 #include "engine/core/gpu_span.h"
+#include "engine/core/reduce_common.h"
 #include "engine/gpu/gpu.h"
 
 namespace ferry {

@@ -86,6 +86,7 @@ if sys.argv[2] == "engine":
     for c in calls:
         assert len(within[id(c)]) <= 1, c
         assert c["name"] != "engine allreduce" or within[id(c)], f"an allreduce without its GPU span: {c}"
+        assert c["name"] != "engine allreduce" or "algorithm" in c.get("args", {}), f"no algorithm: {c}"
     print(f"{len(gpu)} GPU spans in {len(calls)} engine calls")
 if sys.argv[2] == "nonblocking":
     # Each nonblocking allreduce's device work: one span on its GPU's track,
@@ -98,6 +99,10 @@ if sys.argv[2] == "nonblocking":
     print(f"{len(gpu)} GPU spans of nonblocking allreduces a rank")
 if sys.argv[2] == "messages":
     assert finishes, "no flow arrows"
+    # A message's span names its peer.
+    for e in spans:
+        role = {"MPI_Send": "dest", "MPI_Isend": "dest", "MPI_Recv": "source", "MPI_Irecv": "source"}.get(e["name"])
+        assert role is None or role in e.get("args", {}), f"{e['name']} without its {role}: {e}"
     assert len(finishes) == len(starts), f"{len(starts)} flows started, {len(finishes)} finished"
     print(f"{len(finishes)} flow arrows")
 PY
