@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "engine/transport/p2p.h"
+#include "engine/core/peer_memory.h"
 
 namespace ferry::shim::peer {
 

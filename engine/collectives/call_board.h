@@ -26,7 +26,7 @@
 #include "engine/core/executor.h"
 #include "engine/core/gpu_span.h"
 #include "engine/gpu/gpu.h"
-#include "engine/transport/p2p.h"
+#include "engine/core/peer_memory.h"
 
 namespace ferry {
 

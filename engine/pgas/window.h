@@ -21,7 +21,7 @@
 #include "engine/core/peer_group.h"
 #include "engine/pgas/symmetric_heap.h"
 #include "engine/common/types.h"
-#include "engine/transport/p2p.h"
+#include "engine/core/peer_memory.h"
 
 namespace ferry {
 

@@ -1,9 +1,9 @@
-// The p2p transport (transport.h) over PeerMemory (p2p.h): peers on one
+// The p2p transport (transport.h) over PeerMemory (engine/core/peer_memory.h): peers on one
 // machine with one device backend map each other's device allocations, so a
 // pointer from map() is the peer's device memory itself.
 #pragma once
 
-#include "engine/transport/p2p.h"
+#include "engine/core/peer_memory.h"
 #include "engine/transport/transport.h"
 
 namespace ferry {

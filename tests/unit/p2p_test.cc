@@ -1,4 +1,4 @@
-#include "engine/transport/p2p.h"
+#include "engine/core/peer_memory.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,9 @@
-// The p2p transport: device buffers of processes on one machine, mapped
-// into each other's address space (CUDA IPC, or the emulated device's
-// descriptor passing) so kernels load and store the peer's memory directly.
-// Both directions are cached: an allocation is exported once, a peer's
+// Device buffers of processes on one machine, mapped into each other's
+// address space (CUDA IPC, or the emulated device's descriptor passing) so
+// kernels load and store the peer's memory directly: what the p2p transport
+// (engine/transport/p2p_transport.h), the nonblocking collectives' board,
+// device windows and point-to-point through peer memory stand on. Both
+// directions are cached: an allocation is exported once, a peer's
 // allocation is mapped once and reused until evicted.
 #pragma once
 
