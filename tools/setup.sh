@@ -90,11 +90,13 @@ checked_build() {  # <dir> [cmake options...] -- <targets...>
 # What the sanitizers run: every unit test, and the MPI programs in which
 # several threads (the application's, the engine's progress and worker
 # threads) share Ferry's state, with Ferry preloaded (not their runs
-# without it, which check only Open MPI).
-sanitized_mpi_tests='^mpi_suite[.](threads|nonblocking_engine|peer_messages)[.]'
+# without it, which check only Open MPI), and the traced programs (the
+# trace's spans are kept from every thread).
+sanitized_mpi_tests='^mpi_suite[.]((threads|nonblocking_engine|peer_messages)[.]|trace[.](np2|streams|nonblocking|messages))'
 unsanitized_mpi_tests='[.]host_baseline[.]'
 sanitized_targets=(ferry ferry-info pmix_bootstrap_test ferry_unit_tests ferry_gda_tests net_transport_mpi_test
-                   mpi_suite_threads mpi_suite_nonblocking_engine mpi_suite_peer_messages)
+                   mpi_suite_threads mpi_suite_nonblocking_engine mpi_suite_peer_messages mpi_suite_reductions
+                   ferry-heat-stencil)
 
 sanitize() {
   local suppressions=$PWD/tests/sanitizers

@@ -33,13 +33,17 @@ list(APPEND suite_tests mpi_suite.ferry_bench.virtual_nodes.np4)
 # tools/ferry-trace (trace_test.sh): name, program, what the trace must
 # show, and extra mpirun flags and environment.
 list(JOIN FERRY_MPIEXEC_FLAGS " " trace_test_flags)
+if(FERRY_SANITIZER_RUNTIME)  # sanitized builds: the runtime first, the options to the ranks
+  string(APPEND trace_test_flags " -x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS -x TSAN_OPTIONS")
+  set(trace_test_preload "PRELOAD_FIRST=${FERRY_SANITIZER_RUNTIME};")
+endif()
 function(ferry_add_trace_test name program shows mpirun_flags extra_environment)
   add_test(NAME mpi_suite.trace.${name}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trace_test.sh ${PROJECT_SOURCE_DIR}/tools/ferry-trace
                    $<TARGET_FILE:ferry> $<TARGET_FILE:${program}> ${shows})
   set_tests_properties(mpi_suite.trace.${name} PROPERTIES
     TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "No Errors"
-    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;${extra_environment}MPIRUN_ARGS=${trace_test_flags} -x FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE}${mpirun_flags}")
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;${trace_test_preload}${extra_environment}MPIRUN_ARGS=${trace_test_flags} -x FERRY_DEVICE=${FERRY_MPI_TEST_DEVICE}${mpirun_flags}")
   set(suite_tests ${suite_tests} mpi_suite.trace.${name} PARENT_SCOPE)
 endfunction()
 # Engine calls with their device work on the GPU's track: on the engine

@@ -8,14 +8,15 @@
 # post to completion (gda); ferry-trace merge puts both ranks in one file.
 # Usage: trace_test.sh <ferry-trace> <libferry.so> <program> [engine|nonblocking|messages|gda]
 # (MPIRUN_ARGS: extra mpirun flags; TRACE_WRAPPER: a command each rank runs
-# the program through)
+# the program through; PRELOAD_FIRST: a library preloaded before Ferry, a
+# sanitizer's runtime)
 set -euo pipefail
 tool=$1 library=$2 program=$3 shows=${4:-engine}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # shellcheck disable=SC2086
-mpirun --oversubscribe -np 2 ${MPIRUN_ARGS:-} -x LD_PRELOAD="$library" -x FERRY_STATS=1 \
+mpirun --oversubscribe -np 2 ${MPIRUN_ARGS:-} -x LD_PRELOAD="${PRELOAD_FIRST:+$PRELOAD_FIRST }$library" -x FERRY_STATS=1 \
   -x FERRY_TRACE="$work/trace-%r.json" ${TRACE_WRAPPER:-} "$program" >"$work/out" 2>"$work/err"
 grep -qx "No Errors" "$work/out" || { echo "FAIL: the program failed" >&2; cat "$work/out" "$work/err" >&2; exit 1; }
 for rank in 0 1; do
