@@ -40,9 +40,23 @@ const char* engine_phase_name(EnginePhase phase) {
   return "?";
 }
 
+thread_local PhaseClock* PhaseClock::t_open_clock = nullptr;
+
+}  // namespace ferry::coll
+
+namespace ferry {
+
+void note_traced_algorithm(const char* name) {
+  if (coll::PhaseClock::t_open_clock) coll::PhaseClock::t_open_clock->algorithm_ = name;
+}
+
+}  // namespace ferry
+
+namespace ferry::coll {
+
 void PhaseClock::trace_call() {
   std::string args = std::string("\"worker\":") + (t_ran_on_worker ? "true" : "false");
-  if (t_traced_algorithm) args += std::string(",\"algorithm\":\"") + t_traced_algorithm + "\"";
+  if (algorithm_) args += std::string(",\"algorithm\":\"") + algorithm_ + "\"";
   if (carried_bytes_ > 0)
     args += std::string(",\"transport\":\"") + transport_kind_label(carried_kind_) + "\",\"bytes\":" +
             std::to_string(carried_bytes_);

@@ -87,12 +87,16 @@ class PhaseClock {
     if (totals_) last_ = std::chrono::steady_clock::now();
     if (trace_enabled()) {
       start_us_ = last_us_ = trace_now_us();
-      t_traced_algorithm = nullptr;
+      outer_ = t_open_clock;
+      t_open_clock = this;
     }
     if (nvtx_attached()) nvtx_phase_ = nvtx_start(engine_phase_name(EnginePhase::kSetup));
     t_ran_on_worker = false;
   }
-  ~PhaseClock() { nvtx_end(nvtx_phase_); }
+  ~PhaseClock() {
+    nvtx_end(nvtx_phase_);
+    if (start_us_ >= 0) t_open_clock = outer_;
+  }
   PhaseClock(const PhaseClock&) = delete;
   PhaseClock& operator=(const PhaseClock&) = delete;
   // The time since the previous mark was spent in phase.
@@ -129,12 +133,18 @@ class PhaseClock {
   }
 
  private:
+  friend void ferry::note_traced_algorithm(const char* name);
+  // With FERRY_TRACE, the innermost clock open on this thread.
+  static thread_local PhaseClock* t_open_clock;
+
   void trace_call();
 
   EngineCollective which_;
   PhaseTotals* totals_;
   std::int64_t start_us_ = -1, last_us_ = -1;  // tracing: the call's start, the last mark
   std::uint64_t nvtx_phase_ = 0;                // the phase's NVTX range, where a profiler is attached
+  PhaseClock* outer_ = nullptr;                 // tracing: the call this one runs within, if any
+  const char* algorithm_ = nullptr;             // tracing: note_traced_algorithm's
   TransportKind carried_kind_ = TransportKind::kP2p;
   std::uint64_t carried_bytes_ = 0;
   std::chrono::steady_clock::time_point last_;

@@ -241,6 +241,7 @@ Status hierarchical_allreduce(Communicator& comm, Hierarchy& h, const void* send
     const AcrossAlgorithm across =
         choose_allreduce_across(tune_rules(), count * element, shard(0, h.shards(), count).size() * element,
                                 h.machines(), network);
+    if (trace_enabled()) note_traced_algorithm(across_algorithm_info(across).name);
     if (index < h.shards()) {
       std::vector<int> holders;
       for (int m = 0; m < h.machines(); ++m) holders.push_back(h.rank_at(m, index));
@@ -281,6 +282,7 @@ Status hierarchical_bcast(Communicator& comm, Hierarchy& h, void* buffer, std::s
     FERRY_CHECK(h.network(comm, &network));
     if (leader == comm.rank()) {
       const AcrossAlgorithm across = choose_bcast_across(tune_rules(), bytes, h.machines(), network);
+      if (trace_enabled()) note_traced_algorithm(across_algorithm_info(across).name);
       FERRY_CHECK(across == AcrossAlgorithm::kTree ? run_net_tree_bcast(*comm.net(), leaders, comm.rank(), buffer, bytes)
                                                    : run_net_chain_bcast(*comm.net(), leaders, comm.rank(), buffer,
                                                                          bytes));

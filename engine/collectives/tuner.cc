@@ -489,10 +489,8 @@ AllreduceAlgorithm choose_allreduce(int nranks, std::size_t bytes, bool any_in_p
   return choice;
 }
 
-thread_local const char* t_traced_algorithm = nullptr;
-
 void count_allreduce_run(AllreduceAlgorithm algorithm) {
-  if (trace_enabled()) t_traced_algorithm = algorithm_info(algorithm).name;
+  if (trace_enabled()) note_traced_algorithm(algorithm_info(algorithm).name);
   if (params().stats) g_choices[static_cast<int>(algorithm)].fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -519,7 +517,7 @@ BcastAlgorithm tuned_bcast(std::size_t bytes) {
 }
 
 void count_bcast_run(BcastAlgorithm algorithm) {
-  if (trace_enabled()) t_traced_algorithm = bcast_algorithm_info(algorithm).name;
+  if (trace_enabled()) note_traced_algorithm(bcast_algorithm_info(algorithm).name);
   if (params().stats) g_bcast_choices[static_cast<int>(algorithm)].fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -175,10 +175,12 @@ BcastAlgorithm tuned_bcast(const std::vector<TuneRule>& rules, std::size_t bytes
 BcastAlgorithm tuned_bcast(std::size_t bytes);
 
 // FERRY_STATS: an engine bcast ran with algorithm, and the calls per
-// algorithm since load. With FERRY_TRACE, the algorithm's name is also
-// t_traced_algorithm's (and an allreduce's, below), for the call's span.
+// algorithm since load. With FERRY_TRACE, the algorithm (and an
+// allreduce's, below) is noted for the call's span.
 void count_bcast_run(BcastAlgorithm algorithm);
-extern thread_local const char* t_traced_algorithm;
+// With FERRY_TRACE: the innermost engine call open on this thread ran the
+// algorithm name (a string that outlives the call), which its span says.
+void note_traced_algorithm(const char* name);
 std::uint64_t bcast_choice_count(BcastAlgorithm algorithm);
 
 // The fastest implemented algorithm by the model that may run this call.

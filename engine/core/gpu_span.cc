@@ -93,6 +93,14 @@ bool system_time_of(gpu::Backend* backend, const GpuAnchor& anchor, gpu::Event e
   return true;
 }
 
+// The span [first_ns, last_ns] on device's track, within the host's bracket.
+void add_to_track(int device, const char* name, std::int64_t first_ns, std::int64_t last_ns,
+                  std::int64_t earliest_us, std::int64_t latest_us, const std::string& args) {
+  const std::int64_t start_us = std::clamp(first_ns / 1000, earliest_us, latest_us);
+  const std::int64_t end_us = std::clamp(last_ns / 1000, start_us, latest_us);
+  trace_track_span("GPU " + std::to_string(device), name, "gpu", start_us, end_us, args);
+}
+
 }  // namespace
 
 std::int64_t system_now_ns() {
@@ -133,10 +141,7 @@ void GpuSpan::emit_until(gpu::Event end, const char* name, std::int64_t earliest
     first_ns = seen ? std::min(first_ns, start_ns) : start_ns;
     seen = true;
   }
-  if (!seen) return;
-  const std::int64_t start_us = std::clamp(first_ns / 1000, earliest_us, latest_us);
-  const std::int64_t end_us = std::clamp(last_ns / 1000, start_us, latest_us);
-  trace_track_span("GPU " + std::to_string(first.device), name, "gpu", start_us, end_us, args);
+  if (seen) add_to_track(first.device, name, first_ns, last_ns, earliest_us, latest_us, args);
 }
 
 bool GpuSpan::open() { return trace_enabled() && t_open_span != nullptr; }
@@ -200,10 +205,7 @@ void GpuSpan::emit(const char* name, std::int64_t earliest_us, std::int64_t late
     if (device < 0) device = mark.device;
     seen = true;
   }
-  if (!seen) return;
-  const std::int64_t start_us = std::clamp(first_ns / 1000, earliest_us, latest_us);
-  const std::int64_t end_us = std::clamp(last_ns / 1000, start_us, latest_us);
-  trace_track_span("GPU " + std::to_string(device), name, "gpu", start_us, end_us, args);
+  if (seen) add_to_track(device, name, first_ns, last_ns, earliest_us, latest_us, args);
 }
 
 Status synchronize_stream(gpu::Backend* backend, gpu::Stream stream) {

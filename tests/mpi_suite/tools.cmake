@@ -50,6 +50,9 @@ endfunction()
 # worker, and without it, timed by events on the call's streams.
 ferry_add_trace_test(np2 mpi_suite_reductions engine "" "")
 ferry_add_trace_test(streams.np2 mpi_suite_reductions engine " -x FERRY_WORKER=0" "")
+# Across two virtual nodes: calls by machine, within them the node's calls.
+ferry_add_trace_test(across.np2 mpi_suite_reductions engine " -x FERRY_SUITE_RANKS_PER_NODE=1"
+                     "TRACE_WRAPPER=${CMAKE_CURRENT_SOURCE_DIR}/virtual_node.sh;")
 # The heat stencil's nonblocking allreduces: their device work on the GPU's track.
 ferry_add_trace_test(nonblocking.np2 ferry-heat-stencil nonblocking "" "")
 # Device messages through peer memory: an arrow from each send to its receive.
