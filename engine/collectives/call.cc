@@ -42,17 +42,9 @@ const char* engine_phase_name(EnginePhase phase) {
 
 thread_local PhaseClock* PhaseClock::t_open_clock = nullptr;
 
-}  // namespace ferry::coll
-
-namespace ferry {
-
-void note_traced_algorithm(const char* name) {
-  if (coll::PhaseClock::t_open_clock) coll::PhaseClock::t_open_clock->algorithm_ = name;
+void PhaseClock::note_algorithm(const char* name) {
+  if (t_open_clock) t_open_clock->algorithm_ = name;
 }
-
-}  // namespace ferry
-
-namespace ferry::coll {
 
 void PhaseClock::trace_call() {
   std::string args = std::string("\"worker\":") + (t_ran_on_worker ? "true" : "false");
@@ -164,3 +156,5 @@ bool all_chose(const std::vector<Handshake>& all, std::uint16_t algorithm) {
 }
 
 }  // namespace ferry::coll
+
+void ferry::note_traced_algorithm(const char* name) { coll::PhaseClock::note_algorithm(name); }

@@ -132,10 +132,12 @@ class PhaseClock {
     if (carried_bytes_ > 0) count_traffic(carried_kind_, carried_bytes_);
   }
 
+  // With FERRY_TRACE: the innermost clock open on this thread ran algorithm
+  // name (note_traced_algorithm, tuner.h).
+  static void note_algorithm(const char* name);
+
  private:
-  friend void ferry::note_traced_algorithm(const char* name);
-  // With FERRY_TRACE, the innermost clock open on this thread.
-  static thread_local PhaseClock* t_open_clock;
+  static thread_local PhaseClock* t_open_clock;  // tracing: the innermost open on this thread
 
   void trace_call();
 
