@@ -46,6 +46,22 @@ std::map<std::pair<gpu::Backend*, int>, DeviceState>& devices() {
 
 thread_local GpuSpan* t_open_span = nullptr;
 
+// An event from state's pool, or a new one; false where the backend cannot
+// make one. The caller holds g_devices_mutex.
+bool pooled_event(gpu::Backend* backend, DeviceState& state, gpu::Event* event) {
+  if (state.free_events.empty()) return ok(backend->event_create(event));
+  *event = state.free_events.back();
+  state.free_events.pop_back();
+  return true;
+}
+
+// An event from the device's pool (for a span's end, measured from the
+// anchor its start took).
+bool end_event(gpu::Backend* backend, int device, gpu::Event* event) {
+  std::lock_guard<std::mutex> lock(g_devices_mutex);
+  return pooled_event(backend, devices()[{backend, device}], event);
+}
+
 // The device's current anchor (made anew when missing or old), and an event
 // from its pool; false where the backend cannot give them.
 bool anchor_and_event(gpu::Backend* backend, int device, std::shared_ptr<GpuAnchor>* anchor, gpu::Event* event) {
@@ -68,12 +84,7 @@ bool anchor_and_event(gpu::Backend* backend, int device, std::shared_ptr<GpuAnch
     state.anchor = std::move(made);
   }
   *anchor = state.anchor;
-  if (!state.free_events.empty()) {
-    *event = state.free_events.back();
-    state.free_events.pop_back();
-    return true;
-  }
-  return ok(backend->event_create(event));
+  return pooled_event(backend, state, event);
 }
 
 void return_event(gpu::Backend* backend, int device, gpu::Event event) {
@@ -165,10 +176,7 @@ void GpuSpan::stream_finishing(gpu::Stream stream) {
   if (!open()) return;
   for (Mark& mark : t_open_span->marks_) {
     if (mark.stream != stream) continue;
-    if (!mark.end) {
-      std::shared_ptr<GpuAnchor> unused;
-      if (!anchor_and_event(mark.backend, mark.device, &unused, &mark.end)) return;
-    }
+    if (!mark.end && !end_event(mark.backend, mark.device, &mark.end)) return;
     if (!ok(mark.backend->event_record(mark.end, stream))) {
       return_event(mark.backend, mark.device, mark.end);
       mark.end = nullptr;
