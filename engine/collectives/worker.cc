@@ -53,9 +53,9 @@ class EmulatedWorkerDevice final : public WorkerDevice {
       if (load_acquire(&box_.stop)) return;
       WorkItem item{};
       if (take(next, &item)) {
-        if (trace_enabled()) box_.item_started_ns = static_cast<std::uint64_t>(system_now_ns());
+        if (trace_enabled()) box_.item_started_ns = static_cast<std::uint64_t>(trace_now_ns());
         const Status status = run_work_item_on_host(backend_, item);
-        if (trace_enabled()) box_.item_ended_ns = static_cast<std::uint64_t>(system_now_ns());
+        if (trace_enabled()) box_.item_ended_ns = static_cast<std::uint64_t>(trace_now_ns());
         if (!ok(status)) __atomic_store_n(&box_.failed, static_cast<std::int32_t>(status), __ATOMIC_RELAXED);
         // The thread is every block: it reports for the others too.
         if (item.blocks > 1)
@@ -391,7 +391,7 @@ Status Worker::run(const WorkItem& item) {
   std::lock_guard<std::mutex> lock(mutex_);
   Mailbox* box = device_->mailbox();
   const std::uint64_t sequence = ++sequence_;
-  const std::int64_t posted_ns = GpuSpan::open() ? system_now_ns() : 0;
+  const std::int64_t posted_ns = GpuSpan::open() ? trace_now_ns() : 0;
   std::uint32_t words[kDoorbellWords];
   const int used = encode_doorbell(item, words);
   if (doorbell_in_mailbox(words[0])) box->item = item;  // too large for the doorbell
@@ -452,7 +452,7 @@ Status Worker::run(const WorkItem& item) {
   if (posted_ns != 0) {
     const std::int64_t started_ns = static_cast<std::int64_t>(load_acquire(&box->item_started_ns));
     const std::int64_t ended_ns = static_cast<std::int64_t>(load_acquire(&box->item_ended_ns));
-    clock_.narrow(started_ns, ended_ns, posted_ns, system_now_ns());
+    clock_.narrow(started_ns, ended_ns, posted_ns, trace_now_ns());
     GpuSpan::worker_ran(device_index_, clock_.to_system_ns(started_ns), clock_.to_system_ns(ended_ns));
   }
   return Status::kOk;

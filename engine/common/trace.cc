@@ -69,11 +69,12 @@ std::string trace_escape(const char* text) {
 
 const bool g_trace_enabled = !params().trace.empty();
 
-std::int64_t trace_now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
+std::int64_t trace_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+std::int64_t trace_now_us() { return trace_now_ns() / 1000; }
 
 void trace_span(const char* name, const char* category, std::int64_t start_us, std::int64_t end_us,
                 const std::string& args) {

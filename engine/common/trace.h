@@ -21,7 +21,8 @@ namespace ferry {
 extern const bool g_trace_enabled;
 inline bool trace_enabled() { return g_trace_enabled; }
 
-// Microseconds of the system clock.
+// The system clock in nanoseconds, and in microseconds (spans' time).
+std::int64_t trace_now_ns();
 std::int64_t trace_now_us();
 
 // One complete span on the calling thread; args: a JSON object's members

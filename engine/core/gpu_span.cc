@@ -76,10 +76,10 @@ bool anchor_and_event(gpu::Backend* backend, int device, std::shared_ptr<GpuAnch
       made->event = nullptr;
       return false;
     }
-    const std::int64_t before = system_now_ns();
+    const std::int64_t before = trace_now_ns();
     if (!ok(backend->event_record(made->event, state.anchor_stream)) || !ok(backend->event_synchronize(made->event)))
       return false;
-    made->host_ns = before + (system_now_ns() - before) / 2;
+    made->host_ns = before + (trace_now_ns() - before) / 2;
     made->made = now;
     state.anchor = std::move(made);
   }
@@ -113,11 +113,6 @@ void add_to_track(int device, const char* name, std::int64_t first_ns, std::int6
 }
 
 }  // namespace
-
-std::int64_t system_now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 GpuSpan::GpuSpan() {
   if (!trace_enabled()) return;

@@ -96,7 +96,4 @@ class DeviceClock {
   std::int64_t offset_ns_ = 0;
 };
 
-// The system clock in nanoseconds (the clock trace spans use).
-std::int64_t system_now_ns();
-
 }  // namespace ferry
